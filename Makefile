@@ -1,0 +1,70 @@
+# One entry point for the project. `make help` lists the targets.
+# `make serve` and `make test` create .venv and node_modules on first use: they are the whole set-up.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+DEPS := $(VENV)/.installed
+NODE_DEPS := node_modules/.installed
+# Reproducible builds: dates in the site (sitemap) come from the last commit, not the clock.
+export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 315532800)
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: deps help serve build test lint unit site-check bench clean distclean lock
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+$(DEPS): requirements.txt pyproject.toml
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@touch $@
+
+$(NODE_DEPS): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+deps: $(DEPS) $(NODE_DEPS)
+
+serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0.1:8000
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
+	$(BIN)/mkdocs build --strict --clean --site-dir site
+
+lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
+	$(BIN)/ruff check lessons_src tests tools
+	$(BIN)/mypy
+	$(BIN)/zizmor --offline --no-progress .github/workflows
+
+unit: $(DEPS) ## Unit tests of lessons_src
+	$(BIN)/python -m pytest --ignore=tests/site
+
+site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/ (run after build)
+	$(BIN)/python -m pytest tests/site
+
+test: lint unit build site-check ## Everything CI runs: lint, unit tests, strict build, checks on the built site
+
+bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
+	$(BIN)/python tools/bench_mha.py
+
+lock: ## Re-resolve requirements.in into the pinned requirements.txt
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -r requirements.in
+	.lock-venv/bin/pip freeze | sed -e 's/^torch==\(.*\)+cpu/torch==\1/' > requirements.txt
+	rm -rf .lock-venv
+
+clean: ## Remove build outputs (site/, caches)
+	rm -rf site .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +
+
+distclean: clean ## Also remove .venv and node_modules
+	rm -rf $(VENV) node_modules

@@ -1,0 +1,288 @@
+"""Multi-head attention, written to be read and copied.
+
+Two ways to compute the same thing:
+
+* :func:`scaled_dot_product_attention` is the textbook formula,
+  ``softmax(Q K^T / sqrt(d_k) + mask) V``, spelled out so you can see (and return) the weights;
+* ``torch.nn.functional.scaled_dot_product_attention`` is PyTorch's fused kernel, which never builds the
+  ``T x S`` weight matrix in memory. :class:`MultiHeadAttention` uses it unless you ask for the weights.
+
+Masks follow PyTorch SDPA's convention (bool ``True`` = may attend, float = added); see
+:mod:`lessons_src.masks`.
+
+References:
+    Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (arXiv:1706.03762), section 3.2.
+    PyTorch documentation of ``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masks import causal_mask, check_mask, combine_masks, masks_from_torch
+
+__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The explicit attention formula, with the semantics of ``F.scaled_dot_product_attention``.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        attn_mask: bool (``True`` = may attend) or float (added to the scores, same dtype as ``q``),
+            broadcastable to the scores ``(..., T, S)``.
+        is_causal: apply a causal mask aligned **top-left**, exactly as PyTorch does (query ``i`` sees
+            keys ``j <= i``). For ``T != S`` pass :func:`lessons_src.masks.causal_mask` as ``attn_mask``
+            instead. Cannot be combined with ``attn_mask`` (PyTorch refuses that too).
+        scale: multiplier of the scores; default ``1 / sqrt(E)``.
+        dropout_p: probability of zeroing a weight (the rest are scaled by ``1 / (1 - dropout_p)``).
+
+    Returns:
+        ``(output, weights)``; ``weights`` are the softmax probabilities after dropout. A query that may
+        attend to no key at all gets all-zero weights and a zero output, as PyTorch's kernels give
+        (a bare softmax over a row of ``-inf`` would give ``NaN``).
+
+    Shapes:
+        q: ``(..., T, E)``, k: ``(..., S, E)``, v: ``(..., S, Ev)``;
+        output: ``(..., T, Ev)``, weights: ``(..., T, S)``.
+
+    Raises:
+        ValueError: on mismatched shapes, an unsupported mask, or ``attn_mask`` with ``is_causal``.
+
+    Example:
+        >>> q = k = v = torch.randn(1, 2, 3, 4)
+        >>> out, w = scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> out.shape, w.shape
+        (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 3]))
+    """
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError(
+            "q, k, v need at least 2 dims (..., length, features); "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dim (E); got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length (S); got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (combine the masks yourself)")
+    T, S = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)
+    if is_causal:
+        attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # top-left, as PyTorch
+    if attn_mask is not None:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # type: ignore[no-untyped-call]
+        target = (*batch, T, S)
+        check_mask(attn_mask, target, q.dtype)
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = scores.softmax(dim=-1)  # (..., T, S)
+    if attn_mask is not None:  # rows with no visible key: 0, not softmax's NaN
+        weights = weights.masked_fill(scores.isneginf().all(dim=-1, keepdim=True), 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (..., T, Ev), (..., T, S)
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: split into heads, attend in each, concatenate, mix with ``W_O``.
+
+    Self-attention uses one fused ``(3 * d_model, d_model)`` projection for Q, K and V (one matmul
+    instead of three). Cross-attention uses the same weights, the Q rows on ``x`` and the K/V rows on
+    ``context``. The weight layout is ``nn.MultiheadAttention``'s ``in_proj_weight``, so weights copy
+    across unchanged (:meth:`from_torch`).
+
+    Args:
+        d_model: model width ``D`` (HF ``hidden_size``, nanoGPT ``n_embd``, PyTorch ``embed_dim``).
+        num_heads: number of heads ``H``; must divide ``d_model``. Each head has ``head_dim = D // H``.
+        bias: add biases to the projections.
+        dropout: dropout on the attention weights, in training mode only.
+
+    Shapes:
+        x: ``(B, T, D)``; context: ``(B, S, D)``; attn_mask: broadcastable to ``(B, H, T, S)``;
+        output: ``(B, T, D)``; weights: ``(B, H, T, S)``.
+
+    Raises:
+        ValueError: if ``num_heads < 1`` or ``num_heads`` does not divide ``d_model`` (the message lists
+            the head counts that would), and, in :meth:`forward`, on malformed inputs.
+
+    Example:
+        >>> mha = MultiHeadAttention(d_model=8, num_heads=2)
+        >>> mha(torch.randn(1, 5, 8), is_causal=True).shape
+        torch.Size([1, 5, 8])
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be at least 1; got num_heads={num_heads}")
+        if d_model < 1:
+            raise ValueError(f"d_model must be at least 1; got d_model={d_model}")
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                f"head counts that divide {d_model} are {_divisors(d_model)}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got dropout={dropout}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: [W_Q; W_K; W_V]
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}"
+
+    def _split_heads(self, t: Tensor) -> Tensor:
+        B, L, _ = t.shape
+        return t.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, E)
+
+    def project_qkv(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Project to per-head queries, keys and values (no checks; :meth:`forward` checks).
+
+        Shapes:
+            x: ``(B, T, D)``, context: ``(B, S, D)``; returns q ``(B, H, T, E)``, k and v ``(B, H, S, E)``.
+        """
+        B, T, D = x.shape
+        if context is None:
+            qkv = self.qkv_proj(x)  # (B, T, 3D): one matmul for Q, K and V
+            q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, E)
+            return q, k, v
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q = F.linear(x, w[:D], None if b is None else b[:D])  # (B, T, D)
+        kv = F.linear(context, w[D:], None if b is None else b[D:])  # (B, S, 2D)
+        S = context.shape[1]
+        k, v = kv.view(B, S, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, E)
+        return self._split_heads(q), k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from ``x`` to itself, or to ``context`` (cross-attention).
+
+        Args:
+            x: queries' input ``(B, T, D)``.
+            context: keys' and values' input ``(B, S, D)``; ``None`` for self-attention (``S = T``).
+            attn_mask: bool (``True`` = may attend) or float (added), broadcastable to ``(B, H, T, S)``.
+            is_causal: hide future keys, aligned bottom-right (see :func:`lessons_src.masks.causal_mask`);
+                may be combined with ``attn_mask``.
+            need_weights: also return the attention weights. This takes the explicit path, which builds
+                the ``(B, H, T, S)`` weight matrix; without it the fused SDPA kernel is used.
+
+        Returns:
+            ``output`` ``(B, T, D)``, or ``(output, weights)`` with weights ``(B, H, T, S)``.
+
+        Raises:
+            ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, or the mask's
+                dtype or shape is not accepted.
+        """
+        self._check_inputs(x, context)
+        B, T, _ = x.shape
+        S = T if context is None else context.shape[1]
+        if attn_mask is not None:
+            check_mask(attn_mask, (B, self.num_heads, T, S), x.dtype)
+        q, k, v = self.project_qkv(x, context)
+        dropout_p = self.dropout if self.training else 0.0
+
+        use_causal_flag = is_causal and attn_mask is None and T == S
+        mask = attn_mask
+        if is_causal and not use_causal_flag:
+            mask = combine_masks(attn_mask, causal_mask(T, S, device=x.device), x.dtype)
+
+        if need_weights:
+            y, weights = scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p
+            )  # (B, H, T, E), (B, H, T, S)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p)
+        y = y.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
+        out = self.out_proj(y)  # (B, T, D)
+        return (out, weights) if need_weights else out
+
+    def _check_inputs(self, x: Tensor, context: Tensor | None) -> None:
+        D = self.d_model
+        if x.ndim != 3:
+            raise ValueError(f"x must be 3-D (B, T, d_model={D}); got shape {tuple(x.shape)}")
+        if x.shape[-1] != D:
+            raise ValueError(f"x's last dim must be d_model={D}; got shape {tuple(x.shape)}")
+        if context is None:
+            return
+        if context.ndim != 3:
+            raise ValueError(f"context must be 3-D (B, S, d_model={D}); got shape {tuple(context.shape)}")
+        if context.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"context batch size {context.shape[0]} does not match x's batch size {x.shape[0]} "
+                f"(x {tuple(x.shape)}, context {tuple(context.shape)})"
+            )
+        if context.shape[-1] != D:
+            raise ValueError(f"context's last dim must be d_model={D}; got shape {tuple(context.shape)}")
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Build an equivalent module from a ``torch.nn.MultiheadAttention``, copying its weights.
+
+        ``batch_first`` does not matter for the weights; feed this module ``(B, T, D)`` tensors. Masks:
+        translate ``nn.MultiheadAttention``'s with :meth:`torch_masks` (its bool masks mean *blocked*).
+
+        Raises:
+            ValueError: for features this class does not have (``kdim``/``vdim`` different from
+                ``embed_dim``, ``add_bias_kv``, ``add_zero_attn``).
+
+        Example:
+            >>> ref = nn.MultiheadAttention(8, 2, batch_first=True)
+            >>> MultiHeadAttention.from_torch(ref).head_dim
+            4
+        """
+        if not module._qkv_same_embed_dim:
+            raise ValueError(
+                f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim} to convert"
+            )
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv=True and add_zero_attn=True have no equivalent here; use False")
+        bias = module.in_proj_bias is not None
+        new = cls(module.embed_dim, module.num_heads, bias=bias, dropout=module.dropout)
+        new = new.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
+        with torch.no_grad():
+            new.qkv_proj.weight.copy_(module.in_proj_weight)
+            new.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                new.qkv_proj.bias.copy_(module.in_proj_bias)
+                new.out_proj.bias.copy_(module.out_proj.bias)
+        return new
+
+    def torch_masks(self, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor | None:
+        """Translate ``nn.MultiheadAttention``-style masks (bool ``True`` = blocked) for :meth:`forward`."""
+        return masks_from_torch(attn_mask, key_padding_mask, num_heads=self.num_heads, dtype=self.out_proj.weight.dtype)

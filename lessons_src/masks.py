@@ -1,0 +1,189 @@
+"""Attention masks, in one convention: PyTorch SDPA's.
+
+A **bool** mask is ``True`` where a query MAY attend to a key. A **float** mask is *added* to the
+attention scores (``0`` keeps a key, ``-inf`` removes it). Every function in ``lessons_src`` takes and
+returns masks in this convention. ``torch.nn.MultiheadAttention`` uses the opposite polarity for bool
+masks (``True`` = blocked); :func:`masks_from_torch` is the one place that translates.
+
+Causal masks are aligned **bottom-right**: with ``T`` queries and ``S`` keys, query ``i`` may see key
+``j`` when ``j <= i + S - T``. For ``T == S`` that is the usual lower triangle; for ``T < S`` (new tokens
+decoded after ``S - T`` cached ones) the last query sees every key::
+
+    causal_mask(3, 5)         key j ->  0 1 2 3 4
+                              query 0   1 1 1 . .
+                              query 1   1 1 1 1 .
+                              query 2   1 1 1 1 1
+
+``F.scaled_dot_product_attention(..., is_causal=True)`` aligns the triangle top-left instead, which is
+wrong for decoding with a cache, so this package never passes ``is_causal=True`` to it when ``T != S``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "causal_mask",
+    "check_mask",
+    "combine_masks",
+    "masks_from_torch",
+    "padding_mask",
+]
+
+
+def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> Tensor:
+    """Bool mask that lets query ``i`` see key ``j`` when ``j <= i + S - T`` (bottom-right aligned).
+
+    Args:
+        T: number of query positions.
+        S: number of key positions (defaults to ``T``). Must be ``>= T``: with fewer keys than queries
+            the first queries would see nothing at all.
+        device: where to build the mask.
+
+    Returns:
+        Bool tensor, ``True`` = may attend.
+
+    Shapes:
+        output: ``(T, S)``
+
+    Raises:
+        ValueError: if ``T < 1`` or ``S < T``.
+
+    Example:
+        >>> causal_mask(2, 3).int().tolist()
+        [[1, 1, 0], [1, 1, 1]]
+    """
+    S = T if S is None else S
+    if T < 1 or S < T:
+        raise ValueError(f"causal_mask needs 1 <= T <= S (queries are the last T of S positions); got T={T}, S={S}")
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tensor:
+    """Bool mask that hides the padding at the end of each sequence in a batch.
+
+    Args:
+        lengths: true (unpadded) length of each of the ``B`` sequences.
+        S: padded length (defaults to ``max(lengths)``).
+
+    Returns:
+        Bool tensor, ``True`` for real tokens, ready to broadcast against ``(B, H, T, S)`` scores.
+
+    Shapes:
+        output: ``(B, 1, 1, S)``
+
+    Raises:
+        ValueError: if a length is below 1 or above ``S``.
+
+    Example:
+        >>> padding_mask([2, 3]).int().squeeze().tolist()
+        [[1, 1, 0], [1, 1, 1]]
+    """
+    lengths_t = torch.as_tensor(lengths)
+    if lengths_t.ndim != 1 or lengths_t.numel() == 0:
+        raise ValueError(
+            f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(lengths_t.shape)}"
+        )
+    S = int(lengths_t.max()) if S is None else S
+    bad = [int(n) for n in lengths_t if not 1 <= int(n) <= S]
+    if bad:
+        raise ValueError(f"every length must be between 1 and S={S}; got {bad}")
+    keep = torch.arange(S, device=lengths_t.device) < lengths_t[:, None]  # (B, S)
+    return keep[:, None, None, :]  # (B, 1, 1, S)
+
+
+def check_mask(mask: Tensor, target: tuple[int, ...], query_dtype: torch.dtype, name: str = "attn_mask") -> None:
+    """Raise a ``ValueError`` unless ``mask`` is a bool or ``query_dtype`` mask broadcastable to ``target``.
+
+    Args:
+        mask: the mask to check.
+        target: the scores' shape, usually ``(B, H, T, S)``.
+        query_dtype: dtype of the queries; a float mask must have the same dtype (as SDPA requires).
+        name: the argument's name, used in the message.
+
+    Raises:
+        ValueError: naming the mask's shape or dtype and what would be accepted.
+    """
+    if mask.dtype != torch.bool and mask.dtype != query_dtype:
+        raise ValueError(
+            f"{name} has dtype {mask.dtype}, which is not supported; use torch.bool (True = may attend) "
+            f"or the query's dtype {query_dtype} (added to the scores)"
+        )
+    try:
+        torch.broadcast_shapes(mask.shape, target)  # type: ignore[no-untyped-call]
+        ok = mask.ndim <= len(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        names = "(B, H, T, S)" if len(target) == 4 else f"{len(target)}-D scores"
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} is not broadcastable to the scores' shape "
+            f"{names} = {tuple(target)}; use e.g. (T, S) = {tuple(target[-2:])}, "
+            f"(B, 1, 1, S) = ({target[0]}, 1, 1, {target[-1]}) or the full shape"
+        )
+
+
+def combine_masks(a: Tensor | None, b: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """Combine two masks so that a key is kept only when both keep it.
+
+    Two bool masks are combined with ``&``; if either is a float mask, bool masks are first turned into
+    ``0 / -inf`` float masks of ``dtype`` and the two are added.
+
+    Example:
+        >>> combine_masks(torch.tensor([True, False]), torch.tensor([True, True]), torch.float32).tolist()
+        [True, False]
+    """
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a.dtype == torch.bool and b.dtype == torch.bool:
+        return a & b
+    return _as_float(a, dtype) + _as_float(b, dtype)
+
+
+def _as_float(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    if mask.dtype != torch.bool:
+        return mask.to(dtype)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+def masks_from_torch(
+    attn_mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    num_heads: int,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor | None:
+    """Translate ``nn.MultiheadAttention``'s masks into this package's convention.
+
+    ``nn.MultiheadAttention`` marks *blocked* positions with ``True`` and takes a separate
+    ``key_padding_mask``; this package marks *allowed* positions with ``True`` and takes one mask.
+    Float masks are additive in both and pass through unchanged.
+
+    Args:
+        attn_mask: ``(T, S)`` or ``(B * num_heads, T, S)``, bool (True = blocked) or float.
+        key_padding_mask: ``(B, S)``, bool (True = padding) or float.
+        num_heads: needed to unfold a 3-D ``attn_mask``.
+        dtype: dtype of float masks when bool and float masks are combined.
+
+    Returns:
+        One mask broadcastable to ``(B, H, T, S)``, or ``None`` if both inputs are ``None``.
+
+    Example:
+        >>> masks_from_torch(torch.tensor([[False, True]]), None, num_heads=1).tolist()
+        [[True, False]]
+    """
+    mask = None
+    if attn_mask is not None:
+        mask = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask
+        if mask.ndim == 3:
+            BH, T, S = mask.shape
+            mask = mask.view(BH // num_heads, num_heads, T, S)  # (B, H, T, S)
+    if key_padding_mask is not None:
+        kpm = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
+        mask = combine_masks(mask, kpm[:, None, None, :], dtype)  # kpm: (B, 1, 1, S)
+    return mask

@@ -1,0 +1,84 @@
+"""lessons_src.masks: the one mask convention and its translation from nn.MultiheadAttention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lessons_src.masks import causal_mask, check_mask, combine_masks, masks_from_torch, padding_mask
+
+
+def test_causal_square_is_lower_triangle() -> None:
+    assert torch.equal(causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize(("T", "S"), [(1, 1), (1, 6), (3, 5), (4, 4)])
+def test_causal_is_bottom_right(T: int, S: int) -> None:
+    m = causal_mask(T, S)
+    for i in range(T):
+        for j in range(S):
+            assert bool(m[i, j]) == (j <= i + S - T)
+    assert m[-1].all()  # the newest query sees every key
+
+
+def test_causal_last_rows_equal_full_square() -> None:
+    """Decoding T new tokens after S - T cached ones sees what the full causal pass saw."""
+    assert torch.equal(causal_mask(3, 8), causal_mask(8)[-3:])
+
+
+def test_is_causal_flag_differs_from_ours_when_t_below_s() -> None:
+    """Why this package never passes is_causal=True to SDPA when T != S."""
+    q = torch.randn(1, 1, 2, 4)
+    k = v = torch.randn(1, 1, 5, 4)
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    bottom_right = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(2, 5))
+    assert not torch.allclose(top_left, bottom_right)
+
+
+@pytest.mark.parametrize(("T", "S"), [(0, 3), (4, 3)])
+def test_causal_bad(T: int, S: int) -> None:
+    with pytest.raises(ValueError, match=f"1 <= T <= S .* got T={T}, S={S}"):
+        causal_mask(T, S)
+
+
+def test_padding_mask() -> None:
+    m = padding_mask([3, 1, 4], S=5)
+    assert m.shape == (3, 1, 1, 5)
+    assert m[:, 0, 0].int().tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]]
+    assert padding_mask(torch.tensor([2, 3])).shape == (2, 1, 1, 3)
+
+
+def test_padding_bad() -> None:
+    with pytest.raises(ValueError, match=r"between 1 and S=3; got \[0, 5\]"):
+        padding_mask([0, 2, 5], S=3)
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        padding_mask([[1, 2]])
+
+
+def test_check_mask_accepts_broadcastable() -> None:
+    for shape in [(5, 7), (2, 1, 1, 7), (1, 4, 5, 7), (7,)]:
+        check_mask(torch.ones(shape, dtype=torch.bool), (2, 4, 5, 7), torch.float32)
+
+
+def test_combine() -> None:
+    a = torch.tensor([True, False, True])
+    b = torch.tensor([True, True, False])
+    assert combine_masks(a, b, torch.float32).tolist() == [True, False, False]
+    f = combine_masks(a, torch.tensor([1.0, 2.0, 3.0]), torch.float32)
+    assert f.tolist() == [1.0, float("-inf"), 3.0]
+    assert combine_masks(None, b, torch.float32) is b
+
+
+def test_masks_from_torch_inverts_bool_and_unfolds_heads() -> None:
+    blocked = torch.tensor([[False, True], [False, False]])
+    assert torch.equal(masks_from_torch(blocked, None, num_heads=2), ~blocked)
+    per_head = torch.zeros(6, 2, 2, dtype=torch.bool)  # (B * H, T, S) with B=3, H=2
+    per_head[3, 0, 1] = True  # batch 1, head 1
+    out = masks_from_torch(per_head, None, num_heads=2)
+    assert out.shape == (3, 2, 2, 2) and not out[1, 1, 0, 1] and out.sum() == 23
+    kpm = torch.tensor([[False, True]])  # key 1 is padding
+    both = masks_from_torch(blocked, kpm, num_heads=2)
+    assert both.shape == (1, 1, 2, 2) and both[0, 0].tolist() == [[True, False], [True, False]]
+    fl = masks_from_torch(torch.zeros(2, 2), kpm, num_heads=2)
+    assert fl[0, 0, 0].tolist() == [0.0, float("-inf")]
