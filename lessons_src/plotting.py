@@ -6,12 +6,15 @@ matplotlib is imported lazily, so the rest of the package needs only torch.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from torch import Tensor
 
-__all__ = ["figure", "svg"]
+__all__ = ["attention_heatmap", "attention_heatmaps", "figure", "svg"]
 
 
 def figure(**kwargs: Any) -> Figure:
@@ -48,3 +51,88 @@ def svg(fig: Figure, *, title: str | None = None) -> str:
     if title is not None:
         body = body.replace("<svg ", f'<svg role="img" aria-label="{title}" ', 1)
     return f'<figure class="lesson-figure">{body}</figure>'
+
+
+def attention_heatmap(
+    ax: Axes,
+    weights: Tensor,
+    *,
+    queries: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None,
+    title: str | None = None,
+    annotate: bool = False,
+) -> None:
+    """Draw one head's attention weights on ``ax``: rows are queries, columns are keys.
+
+    Args:
+        ax: the axes to draw on.
+        weights: one head's weights, rows summing to 1.
+        queries: labels of the rows (query tokens).
+        keys: labels of the columns (key tokens).
+        title: axes title.
+        annotate: write each weight in its cell (for small maps).
+
+    Shapes:
+        weights: ``(T, S)``
+    """
+    w = weights.detach().float().cpu()
+    ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    T, S = w.shape
+    ax.set_xticks(range(S), labels=list(keys) if keys is not None else range(S), rotation=90, fontsize=8)
+    ax.set_yticks(range(T), labels=list(queries) if queries is not None else range(T), fontsize=8)
+    ax.set_xlabel("key (attended to)", fontsize=8)
+    ax.set_ylabel("query", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    if annotate:
+        for i in range(T):
+            for j in range(S):
+                value = float(w[i, j])
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if value > 0.5 else "white",
+                )
+
+
+def attention_heatmaps(
+    weights: Tensor,
+    tokens: Sequence[str] | None = None,
+    *,
+    titles: Sequence[str] | None = None,
+    cols: int = 4,
+    size: float = 2.4,
+) -> Figure:
+    """A grid of heatmaps, one per head.
+
+    Args:
+        weights: attention weights of several heads over one sequence.
+        tokens: token labels (used for both axes of self-attention).
+        titles: one title per head (default ``head 0``, ``head 1``, ...).
+        cols: heads per row.
+        size: inches per panel.
+
+    Shapes:
+        weights: ``(H, T, S)``
+
+    Example:
+        >>> import torch
+        >>> fig = attention_heatmaps(torch.rand(2, 3, 3).softmax(-1), ["a", "b", "c"])
+    """
+    H = weights.shape[0]
+    cols = min(cols, H)
+    rows = -(-H // cols)
+    fig = figure(figsize=(size * cols, size * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= H:
+            ax.set_axis_off()
+            continue
+        title = titles[h] if titles is not None else f"head {h}"
+        attention_heatmap(ax, weights[h], queries=tokens, keys=tokens, title=title)
+    return fig
