@@ -1,0 +1,153 @@
+"""Support for the real-browser tests: the built site/ served locally, and Debian's Chromium via Playwright.
+
+The site is served on 127.0.0.1 under the same sub-path GitHub Pages will use (the path of ``site_url`` in
+mkdocs.yml), so relative links, instant navigation and the sitemap behave as they will in production.
+Every request the browser makes goes through a route: requests to the local server continue, anything else
+is aborted and recorded, and the test that caused it fails.
+
+Chromium is Debian's (``/usr/bin/chromium``, or ``$CHROMIUM``); no browser is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "site"
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless=new",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-default-apps",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+]
+
+
+def site_url() -> str:
+    match = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    assert match, "mkdocs.yml has no site_url"
+    return match.group(1).rstrip("/") + "/"
+
+
+BASE_PATH = urlsplit(site_url()).path  # e.g. "/multi-head-attention/"
+
+
+def chromium_path() -> str:
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("Debian's chromium is not installed: `apt-get install chromium` (.ci/run does)", pytrace=False)
+    return path
+
+
+def site_pages() -> list[str]:
+    """Every page of the built site, as paths below the base path ("", "reference/code/", ...), from sitemap.xml."""
+    sitemap = SITE / "sitemap.xml"
+    if not sitemap.exists():
+        pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
+    ns = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
+    locs = [el.text or "" for el in ET.parse(sitemap).getroot().findall("s:url/s:loc", ns)]
+    prefix = site_url()
+    pages = []
+    for loc in locs:
+        assert loc.startswith(prefix), f"sitemap entry {loc} is not under site_url {prefix}"
+        pages.append(loc[len(prefix) :])
+    assert pages, "sitemap.xml lists no page"
+    return pages
+
+
+def page_file(page: str) -> Path:
+    return SITE / page / "index.html" if page == "" or page.endswith("/") else SITE / page
+
+
+class SiteHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves site/ under BASE_PATH only; everything else is a 404, as on GitHub Pages."""
+
+    def translate_path(self, path: str) -> str:
+        path = urlsplit(path).path
+        if not path.startswith(BASE_PATH):
+            return str(SITE / "__outside_base_path__")
+        return super().translate_path("/" + path[len(BASE_PATH) :])
+
+    def do_GET(self) -> None:
+        # Material's instant navigation only follows links listed in sitemap.xml, whose entries carry
+        # site_url's host. It swaps in the page's protocol and host name but keeps the sitemap's port, so
+        # on a test port it would fall back to full page loads. Serve the sitemap as GitHub Pages
+        # effectively does: with the entries on the origin that serves it.
+        if urlsplit(self.path).path == BASE_PATH + "sitemap.xml":
+            host, port = self.server.server_address[:2]
+            origin = "{0.scheme}://{0.netloc}".format(urlsplit(site_url()))
+            body = (SITE / "sitemap.xml").read_bytes().replace(origin.encode(), f"http://{host}:{port}".encode())
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+
+@dataclass
+class Watch:
+    """What went wrong while a page was open: console errors, page errors, failed and third-party requests."""
+
+    origin: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    third_party: list[str] = field(default_factory=list)
+
+    def problems(self) -> dict[str, list[str]]:
+        return {k: v for k, v in vars(self).items() if k != "origin" and v}
+
+
+def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]:
+    """A fresh browser context whose pages may only talk to the local server."""
+    origin = "{0.scheme}://{0.netloc}/".format(urlsplit(server))
+    watch = Watch(origin)
+    context = browser.new_context(service_workers="block", **options)
+
+    def route(r: Any) -> None:
+        url = r.request.url
+        if url.startswith(origin):
+            r.continue_()
+        else:
+            watch.third_party.append(url)
+            r.abort("blockedbyclient")
+
+    context.route("**/*", route)
+
+    def on_page(page: Any) -> None:
+        page.on("console", lambda m: m.type == "error" and watch.console_errors.append(f"{m.text} @ {m.location}"))
+        page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
+        page.on(
+            "requestfailed",
+            lambda r: r.url.startswith(origin) and watch.failed.append(f"{r.url}: {r.failure}"),
+        )
+        page.on("response", lambda r: r.status >= 400 and watch.failed.append(f"{r.url}: HTTP {r.status}"))
+
+    context.on("page", on_page)
+    return context, watch
+
+
+def pages_with(marker: str) -> list[str]:
+    """Built pages whose HTML contains `marker` (e.g. a widget's data attribute)."""
+    return [p for p in site_pages() if marker in page_file(p).read_text(encoding="utf-8")]
