@@ -1,0 +1,88 @@
+"""No silent failures: a lesson whose code fails makes `mkdocs build --strict` fail.
+
+Each test builds a tiny MkDocs project with the site's own configuration (mkdocs.yml: theme, hooks,
+markdown-exec, mkdocs-jupyter, extensions, strict), only the pages replaced, and checks the outcome. The
+first proves that the tiny project builds when its code is fine, so the failures below are caused by the
+failing code and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD_MD = '# Fine\n\n$a^2$\n\n```python exec="on" source="above" result="text"\nprint(6 * 7)\n```\n'
+FAILING_MD = '# Broken\n\n```python exec="on" source="above" result="text"\nprint(1 / 0)\n```\n'
+
+
+def notebook(source: str) -> str:
+    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": [source]}
+    nb = {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Notebook"]}, cell],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(nb)
+
+
+def build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Build `pages` (name -> text) with the site's mkdocs.yml; return the finished `mkdocs build` process."""
+    config: dict[str, Any] = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs" / "assets", docs / "assets")
+    for name, text in pages.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    config.update(
+        docs_dir=str(docs),
+        site_dir=str(tmp_path / "site"),
+        nav=[{name.split(".")[0]: name} for name in pages],
+        hooks=[str(ROOT / hook) for hook in config["hooks"]],
+    )
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg"}
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_tiny_project_builds_when_its_code_is_fine(tmp_path: Path) -> None:
+    proc = build(tmp_path, {"index.md": GOOD_MD, "nb.ipynb": notebook("print(6 * 7)")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "42" in page and 'class="katex"' in page  # the block ran, the hooks rendered the math
+    assert "42" in (tmp_path / "site" / "nb" / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_failing_exec_block_fails_the_build(tmp_path: Path) -> None:
+    proc = build(tmp_path, {"index.md": FAILING_MD})
+    assert proc.returncode != 0
+    assert "ZeroDivisionError" in proc.stderr or "exited with errors" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_cell_fails_the_build(tmp_path: Path) -> None:
+    proc = build(tmp_path, {"index.md": "# Home\n", "nb.ipynb": notebook("raise RuntimeError('cell failed')")})
+    assert proc.returncode != 0
+    assert "cell failed" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_formula_katex_cannot_parse_fails_the_build(tmp_path: Path) -> None:
+    proc = build(tmp_path, {"index.md": "# Math\n\n$\\frac{1}{$\n"})
+    assert proc.returncode != 0
+    assert "KaTeX" in proc.stderr, proc.stderr[-3000:]
