@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check bench clean distclean lock
+.PHONY: deps help serve build test lint unit site-check browser bench clean distclean lock
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -46,15 +46,19 @@ lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflo
 	$(BIN)/zizmor --offline --no-progress .github/workflows
 
 unit: $(DEPS) ## Unit tests of lessons_src
-	$(BIN)/python -m pytest --ignore=tests/site
+	$(BIN)/python -m pytest --ignore=tests/site --ignore=tests/browser
 
-site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/ (run after build)
-	$(BIN)/python -m pytest tests/site
+site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, reproducibility (run after build)
+	$(BIN)/python -m pytest -n 2 tests/site
 
-test: lint unit build site-check ## Everything CI runs: lint, unit tests, strict build, checks on the built site
+browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
+	$(BIN)/python -m pytest tests/browser
+
+test: lint unit build site-check browser ## Everything CI runs: lint, unit tests, strict build, site and browser checks
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench_mha.py
+	$(BIN)/python tools/bench_site.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -7,7 +7,12 @@ hooks fix, in the built HTML, what those audits found in mkdocs-material's templ
   aria-progressbar-name);
 * display math, which scrolls sideways on narrow screens, is focusable so keyboard users can scroll it
   (axe: scrollable-region-focusable);
-* markdown-exec's Pyodide assets, which no page uses, are not loaded (two render-blocking requests less).
+* performance (Lighthouse): markdown-exec's Pyodide scripts and its ANSI colour stylesheet are not loaded
+  when no page of the site uses them (site-wide, because instant navigation does not load a new page's
+  stylesheets); the site's own scripts (Material's bundle, then
+  extra_javascript, in that order) are deferred, so they no longer block the first paint. Deferred scripts
+  run in document order before DOMContentLoaded, so a widget script that subscribes to Material's
+  ``document$`` still finds it.
 """
 
 from __future__ import annotations
@@ -19,12 +24,33 @@ _SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog
 _PROGRESS = '<div class="md-progress" data-md-component="progress" role="progressbar">'
 _DISPLAY_MATH = re.compile(r'<div class="math">(?=<span class="katex-display">)')
 _PYODIDE_ASSETS = re.compile(r'\s*<(?:link|script)\b[^>]*_markdown_exec_pyodide\.(?:css|js)"[^>]*>(?:\s*</script>)?')
+_ANSI_CSS = re.compile(r'\s*<link\b[^>]*_markdown_exec_ansi\.css"[^>]*>')
+_ANSI_OUTPUT = re.compile(r'class="[^"]*-Color-')
+_LOCAL_SCRIPT = re.compile(r'<script (src="(?!https?:|//)[^"]+")></script>')
+
+
+_uses: set[str] = set()
+
+
+def on_pre_build(**kwargs: Any) -> None:
+    _uses.clear()
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    # MkDocs renders every page's content before it writes any page, so on_post_page sees the whole site.
+    if "pyodide" in html:
+        _uses.add("pyodide")
+    if _ANSI_OUTPUT.search(html):
+        _uses.add("ansi")
+    return html
 
 
 def on_post_page(output: str, **kwargs: Any) -> str:
     output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
     output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
     output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
-    if "pyodide" not in output.replace("_markdown_exec_pyodide", ""):
+    if "pyodide" not in _uses:
         output = _PYODIDE_ASSETS.sub("", output)
-    return output
+    if "ansi" not in _uses:
+        output = _ANSI_CSS.sub("", output)
+    return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)

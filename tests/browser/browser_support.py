@@ -10,6 +10,7 @@ Chromium is Debian's (``/usr/bin/chromium``, or ``$CHROMIUM``); no browser is ev
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import os
 import re
@@ -25,6 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("SITE_DIR", ROOT / "site")).resolve()  # SITE_DIR: test another build
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+_COMPRESSIBLE = {".html", ".css", ".js", ".json", ".xml", ".svg", ".txt", ".map"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--headless=new",
@@ -76,7 +78,8 @@ def page_file(page: str) -> Path:
 
 
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves site/ under BASE_PATH only; everything else is a 404, as on GitHub Pages."""
+    """Serves site/ under BASE_PATH only (everything else is a 404), as GitHub Pages does: text is gzipped
+    for clients that accept it, and responses may be cached for 10 minutes."""
 
     def translate_path(self, path: str) -> str:
         path = urlsplit(path).path
@@ -85,21 +88,35 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         return super().translate_path("/" + path[len(BASE_PATH) :])
 
     def do_GET(self) -> None:
-        # Material's instant navigation only follows links listed in sitemap.xml, whose entries carry
-        # site_url's host. It swaps in the page's protocol and host name but keeps the sitemap's port, so
-        # on a test port it would fall back to full page loads. Serve the sitemap as GitHub Pages
-        # effectively does: with the entries on the origin that serves it.
-        if urlsplit(self.path).path == BASE_PATH + "sitemap.xml":
+        path = Path(self.translate_path(self.path))
+        if path.is_dir():
+            if not urlsplit(self.path).path.endswith("/"):
+                super().do_GET()  # the redirect to the path with a slash
+                return
+            path = path / "index.html"
+        if not path.is_file():
+            self.send_error(404, "File not found")
+            return
+        body = path.read_bytes()
+        if path == SITE / "sitemap.xml":
+            # Material's instant navigation only follows links listed in sitemap.xml, whose entries carry
+            # site_url's host. It swaps in the page's protocol and host name but keeps the sitemap's port,
+            # so on a test port it would fall back to full page loads. Serve the sitemap as GitHub Pages
+            # effectively does: with the entries on the origin that serves it.
             host, port = self.server.server_address[:2]
             origin = "{0.scheme}://{0.netloc}".format(urlsplit(site_url()))
-            body = (SITE / "sitemap.xml").read_bytes().replace(origin.encode(), f"http://{host}:{port}".encode())
-            self.send_response(200)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        super().do_GET()
+            body = body.replace(origin.encode(), f"http://{host}:{port}".encode())
+        ctype = self.guess_type(str(path))
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Cache-Control", "max-age=600")
+        if "gzip" in self.headers.get("Accept-Encoding", "") and path.suffix in _COMPRESSIBLE:
+            body = gzip.compress(body, mtime=0)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Vary", "Accept-Encoding")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
