@@ -152,6 +152,12 @@ def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]
 
     context.route("**/*", route)
 
+    def route_socket(ws: Any) -> None:  # the site has no WebSocket; any is a request to record and refuse
+        watch.third_party.append(ws.url)
+        ws.close()
+
+    context.route_web_socket(re.compile(".*"), route_socket)
+
     def on_page(page: Any) -> None:
         page.on("console", lambda m: m.type == "error" and watch.console_errors.append(f"{m.text} @ {m.location}"))
         page.on("pageerror", lambda e: watch.page_errors.append(str(e)))

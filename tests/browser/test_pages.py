@@ -189,3 +189,21 @@ def test_instant_navigation_keeps_the_page_and_renders_math(page: Any, context: 
     assert page.evaluate("window.__not_reloaded === true"), "navigation reloaded the page (instant loading is off)"
     assert "Multi-head attention, computed" in page.title()
     assert_clean(context[1])
+
+
+def test_the_watch_catches_what_it_must(browser: Any, server: str) -> None:
+    """The checks above can fail: a third-party request, a console error and a 404 are all recorded."""
+    context, watch = open_context(browser, server)
+    try:
+        page = context.new_page()
+        page.goto(server, wait_until="load")
+        page.evaluate("() => fetch('https://cdn.example.com/lib.js').catch(() => null)")
+        page.evaluate("() => { const i = new Image(); i.src = '//fonts.example.org/x.png'; document.body.append(i); }")
+        page.evaluate("() => console.error('boom')")
+        page.evaluate("() => fetch('no-such-file.js').catch(() => null)")
+        page.wait_for_timeout(300)
+        assert set(watch.third_party) == {"https://cdn.example.com/lib.js", "http://fonts.example.org/x.png"}
+        assert any("boom" in e for e in watch.console_errors)
+        assert any("no-such-file.js: HTTP 404" in f for f in watch.failed)
+    finally:
+        context.close()
