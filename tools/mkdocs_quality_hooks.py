@@ -7,6 +7,9 @@ hooks fix, in the built HTML, what those audits found in mkdocs-material's templ
   aria-progressbar-name);
 * display math, which scrolls sideways on narrow screens, is focusable so keyboard users can scroll it
   (axe: scrollable-region-focusable);
+* reproducible notebooks: a kernel's printed output reaches nbclient in chunks whose boundaries depend on
+  timing, and each chunk became a separate output block, so two builds of the same notebook differed.
+  Consecutive stream outputs are merged (nbclient's ``coalesce_streams``), as a notebook shows them.
 * performance (Lighthouse): markdown-exec's Pyodide scripts and its ANSI colour stylesheet are not loaded
   when no page of the site uses them (site-wide, because instant navigation does not load a new page's
   stylesheets); the site's own scripts (Material's bundle, then
@@ -30,6 +33,23 @@ _LOCAL_SCRIPT = re.compile(r'<script (src="(?!https?:|//)[^"]+")></script>')
 
 
 _uses: set[str] = set()
+
+
+def on_config(config: Any, **kwargs: Any) -> Any:
+    # mkdocs-jupyter replaces nbconvert's whole ExecutePreprocessor configuration (a config file cannot
+    # reach it), so every ExecutePreprocessor is told to coalesce streams as it is created.
+    from nbconvert.preprocessors import ExecutePreprocessor
+
+    if not getattr(ExecutePreprocessor, "_coalesces_streams", False):
+        original_init = ExecutePreprocessor.__init__
+
+        def init(self: Any, *args: Any, **kw: Any) -> None:
+            original_init(self, *args, **kw)
+            self.coalesce_streams = True
+
+        ExecutePreprocessor.__init__ = init  # type: ignore[method-assign]
+        ExecutePreprocessor._coalesces_streams = True  # type: ignore[attr-defined]
+    return config
 
 
 def on_pre_build(**kwargs: Any) -> None:
