@@ -126,6 +126,12 @@ def test_split_worked_example_and_w_o() -> None:
     assert "animate=0.94, state=0.94, pronoun=0.00" in text
     assert "head 0 can change, W_O = I: xxxx...." in text and "head 1 can change, W_O = I: ....xxxx" in text
     assert "concat @ W_O == sum of per-head writes: True" in text
+    # The prose says the learned W_O is zero except row 0 -> column 0 and row 4 -> column 1.
+    start = text.rindex("output coordinates):\n")  # the printed output, after the code that prints it
+    block = text[start : text.index("output at 'it', named", start)]
+    rows = [[float(v) for v in re.findall(r"-?[0-9]+\.[0-9]+", line)] for line in block.splitlines()[1:9]]
+    big = {(i, j) for i, row in enumerate(rows) for j, v in enumerate(row) if abs(v) > 0.05}
+    assert len(rows) == 8 and big == {(0, 0), (4, 1)}
 
 
 # --- 3. Parameters and compute -----------------------------------------------------------------------
@@ -156,7 +162,7 @@ def test_flop_tables_match_the_counter() -> None:
     growth = re.findall(r"\d+ +[0-9,]+ +[0-9,]+ +[0-9.]+% +([0-9.]+)\n", text)
     assert growth == ["4.0"] * 4
     # The prose says the T^2 term overtakes the D^2 term at T = 2D: there the share is exactly half.
-    assert re.search(r"\n +1024 +[0-9,]+ +[0-9,]+ +50\.0% ", text)
+    assert re.search(r"\n +512 +[0-9,]+ +[0-9,]+ +50\.0% ", text)  # d_model = 256 in that table
 
 
 def test_timings_are_shown_as_ratios() -> None:
@@ -188,6 +194,7 @@ def test_pitfalls_numbers() -> None:
     assert "attention layers run: 12" in text
     assert f"(one softmax-weighted average per head per layer): {12 * 12}" in text
     assert "24 layers, 384 attention computations" in text
+    assert "bottom-right (causal_mask): 4" in text and "top-left (is_causal=True): 1" in text
     assert number_after("mask flipped (~)  : largest difference", text) < 1e-5
     assert number_after("mask passed as is : largest difference", text) > 0.1
     assert number_after("causal_mask    : largest difference", text) < 1e-5
