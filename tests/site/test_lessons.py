@@ -117,6 +117,8 @@ def test_split_wrong_reshape_is_wrong_and_right_one_is_exact() -> None:
     wrong = re.search(r"wrong ([0-9.]+)\n", text)
     assert wrong is not None and float(wrong.group(1)) > 0.1
     assert "wrong, head 0: [[0, 1, 2], [3, 4, 5], [100, 101, 102], [103, 104, 105]]" in text
+    assert number_after("right: change at position 0 after changing the last token:", text) == 0.0
+    assert number_after("wrong: change at position 0 after changing the last token:", text) > 0.01
 
 
 def test_split_worked_example_and_w_o() -> None:
