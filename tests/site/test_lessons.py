@@ -98,8 +98,8 @@ def test_why_sweep_never_exceeds_one_and_rescues_are_measured() -> None:
     assert all(abs(h - 0.5) < 0.02 for h in halves)
     assert number_after("change at 'it' after the FFN      :", text) == 0.0
     assert inspect.signature(it_example).parameters["strength"].default == 5.0  # exercise 3 uses 5.0
-    for got, formula in re.findall(r"weight on 'animal' ([0-9.]+), e\^5 / \(e\^5 \+ \d+\) = ([0-9.]+)", text):
-        assert got == formula
+    dilution = re.findall(r"weight on 'animal' ([0-9.]+), e\^5 / \(e\^5 \+ \d+\) = ([0-9.]+)", text)
+    assert len(dilution) == 3 and all(got == formula for got, formula in dilution)
     assert number_after("change at 'it' after the attention:", text) > 0.5
     assert number_after("head 1's weights moved by", text) == 0.0
     assert number_after("layer 2's weights moved by up to", text) > 0.0
