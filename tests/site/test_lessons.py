@@ -208,6 +208,12 @@ def test_pitfalls_numbers() -> None:
     assert number_after("3 heads -> 2 heads, largest change in the output:", text) < 1e-5
     assert "head counts that divide 100 are 1, 2, 4, 5, 10, 20, 25, 50, 100" in text
     assert number_after("largest difference from nn.MultiheadAttention:", text) < 1e-5
+    assert number_after("rows where the most-attended token is not the largest contributor:", text) > 0
+    assert number_after("change at token 0 after changing the last token:", text) == 0.0
+    experts = re.search(r"parameters: (\d+) experts = ([0-9,]+); run per token: ([0-9,]+)", text)
+    assert experts is not None
+    n, total, each = (int(g.replace(",", "")) for g in experts.groups())
+    assert total == n * each == n * (16 * 64 + 64 + 64 * 16 + 16)
 
 
 def test_pitfalls_entropy_orders_the_scalings() -> None:
