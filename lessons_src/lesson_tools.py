@@ -180,7 +180,8 @@ def fit_single_head(
 
     With one head, the loss is ``-sum(log w[target])`` over all targets: the head is asked to attend to
     every target at once. With ``num_heads == len(targets)``, head ``i`` is asked to attend to
-    ``targets[i]`` only. Adam, learning rate 0.1, full batch.
+    ``targets[i]`` only. Adam, learning rate 0.1, full batch; training stops early once every target
+    weight exceeds 0.999.
 
     Args:
         x: embeddings ``(T, D)``.
@@ -213,13 +214,15 @@ def fit_single_head(
 
     def row() -> Tensor:
         q = x[query] @ wq  # (H, E)
-        k = torch.einsum("sd,hde->hse", x, wk)  # (H, S, E)
-        scores = torch.einsum("he,hse->hs", q, k) / math.sqrt(head_dim)  # (H, S)
+        k = x @ wk  # (H, S, E)
+        scores = (k @ q[:, :, None]).squeeze(-1) / math.sqrt(head_dim)  # (H, S)
         return scores.softmax(-1)
 
     for step in range(1, steps + 1):
         w = row()
         picked = w[0, idx] if num_heads == 1 else w[torch.arange(num_heads), idx]
+        if bool((picked > 0.999).all()):
+            break  # nothing left to learn (and the tiny gradients that follow would be slow denormals)
         loss = -picked.log().sum()
         grads = torch.autograd.grad(loss, [wq, wk])
         with torch.no_grad():  # Adam, written out (torch.optim's first use is slow to import)
