@@ -104,6 +104,9 @@ def test_why_sweep_never_exceeds_one_and_rescues_are_measured() -> None:
     assert number_after("change at 'it' after the attention:", text) > 0.5
     assert number_after("head 1's weights moved by", text) == 0.0
     assert number_after("layer 2's weights moved by up to", text) > 0.0
+    layer = MultiHeadAttention(16, 1)
+    params = sum(p.numel() for p in layer.parameters())
+    assert f"parameters: two 1-head layers {2 * params:,}, one 2-head layer {params:,}" in text
 
 
 # --- 2. Split, run, concatenate ----------------------------------------------------------------------
