@@ -289,6 +289,12 @@ def count_parameters(module: nn.Module) -> int:
 def attention_flops(d_model: int, num_heads: int, T: int, *, batch: int = 1) -> dict[str, int]:
     """Count one forward pass's FLOPs with ``FlopCounterMode``, split into projections and attention.
 
+    Args:
+        d_model: model width ``D``.
+        num_heads: heads ``H`` (must divide ``d_model``).
+        T: sequence length (self-attention, so ``S = T``).
+        batch: batch size ``B``.
+
     The explicit path (``need_weights=True``) is counted: its matmuls are plain ``mm``/``bmm`` calls
     that the counter knows. (In torch 2.x the counter has no formula for the fused CPU attention
     kernel, so the fast path would be under-counted.)
@@ -357,6 +363,10 @@ class TinyTransformer(nn.Module):
 def count_attention_calls(model: nn.Module, x: Tensor) -> tuple[int, int]:
     """Run ``model(x)`` and count, with forward hooks, how much attention it computed.
 
+    Args:
+        model: any module containing :class:`MultiHeadAttention` layers.
+        x: its input.
+
     Returns:
         ``(layers, heads)``: how many :class:`MultiHeadAttention` modules ran, and how many separate
         attention computations (one softmax-weighted average per head) they did in total.
@@ -384,11 +394,17 @@ def count_attention_calls(model: nn.Module, x: Tensor) -> tuple[int, int]:
 def attention_entropy(weights: Tensor) -> Tensor:
     """Mean entropy (in nats) of attention rows; ``log(S)`` is uniform, ``0`` is one-hot.
 
+    Args:
+        weights: rows of probabilities (each row sums to 1).
+
+    Returns:
+        The entropy averaged over all rows, a 0-d tensor.
+
     Shapes:
         weights: ``(..., T, S)``; output: scalar.
 
     Example:
-        >>> float(attention_entropy(torch.full((2, 4), 0.25))) == math.log(4)
+        >>> round(float(attention_entropy(torch.full((2, 4), 0.25))), 4) == round(math.log(4), 4)
         True
     """
     w = weights.clamp_min(torch.finfo(weights.dtype).tiny)
@@ -399,7 +415,15 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, war
     """Median seconds per call of each function, timed round-robin (one call of each in turn).
 
     Round-robin means a busy machine slows every function alike, so the ratios between them are more
-    trustworthy than the absolute times.
+    trustworthy than the absolute times. Calls run under ``torch.no_grad()``, warm-up included.
+
+    Args:
+        fns: the functions to time, by name; each is called with no arguments.
+        repeats: timed calls of each function.
+        warmup: untimed calls of each function first (lazy initialisation, caches).
+
+    Returns:
+        Median seconds per call, by name.
 
     Raises:
         ValueError: if ``repeats < 1``.
@@ -411,11 +435,11 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, war
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1; got repeats={repeats}")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     with torch.no_grad():
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
         for _ in range(repeats):
             for name, fn in fns.items():
                 start = time.perf_counter()
