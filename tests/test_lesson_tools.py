@@ -155,3 +155,12 @@ def test_data_flow_diagram_names_the_real_shapes() -> None:
     assert "(1, 10, 2304)" in text and "(1, 10, 64)" in text and "head 12" in text
     assert "8 more heads" in text
     assert text == svg(data_flow_diagram(flow, num_heads=12), title="flow")  # reproducible
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import lessons_src.lesson_tools as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 8 and result.failed == 0
