@@ -170,7 +170,10 @@ class MultiHeadLatentAttention(nn.Module):
         else:
             kv = cache.update(latent, k_rope)  # (B, S, C + R)
         S = kv.shape[1]
-        mask = None if T == 1 else causal_mask(T, S, device=x.device)  # (T, S), bottom-right
+        # Causal mask, bottom-right; not needed for one query (it sees every key) nor for T == S in the
+        # naive mode, which uses SDPA's causal flag instead.
+        needs_mask = T > 1 and (T != S or mode == "absorbed")
+        mask = causal_mask(T, S, device=x.device) if needs_mask else None  # (T, S)
 
         if mode == "naive":
             y = self._naive(q_nope, q_rope, kv, mask)  # (B, H, T, Ev)
@@ -192,9 +195,9 @@ class MultiHeadLatentAttention(nn.Module):
         pad = E + R - Ev
         if pad > 0:
             v = F.pad(v, (0, pad))  # (B, H, S, E + R)
-        is_causal = mask is not None and T == S
+        is_causal = T == S and T > 1  # top-left and bottom-right agree when T == S
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=None if is_causal else mask, is_causal=is_causal, scale=self.scale
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale
         )  # (B, H, T, max(Ev, E + R))
         return y[..., :Ev]  # (B, H, T, Ev)
 
