@@ -344,12 +344,12 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and context is not None:
             raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
         B, T, _ = x.shape
+        S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
+        if attn_mask is not None:  # checked before the cache is touched
+            check_mask(attn_mask, (B, self.num_heads, T, S), x.dtype)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         if cache is not None:
             k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
-        S = k.shape[2]
-        if attn_mask is not None:
-            check_mask(attn_mask, (B, self.num_heads, T, S), x.dtype)
         dropout_p = self.dropout if self.training else 0.0
 
         use_causal_flag = is_causal and attn_mask is None and T == S

@@ -112,3 +112,12 @@ def test_dtype_and_size_errors() -> None:
         LatentCache(1, 0, 4, max_len=4)
     with pytest.raises(ValueError, match=r"latent of shape \(2, 1, 4\) does not fit .* \(B, T, C\)"):
         LatentCache(1, 4, 2, max_len=4).update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+
+
+def test_bad_mask_leaves_the_cache_untouched() -> None:
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2)
+    cache = KVCache(1, 2, 4, max_len=8)
+    layer(torch.randn(1, 3, 16), is_causal=True, cache=cache)
+    with pytest.raises(ValueError, match=r"not broadcastable .* \(B, H, T, S\) = \(1, 4, 1, 4\)"):
+        layer(torch.randn(1, 1, 16), attn_mask=torch.ones(1, 3, dtype=torch.bool), cache=cache)
+    assert cache.length == 3
