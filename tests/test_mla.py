@@ -128,3 +128,58 @@ def test_bad_input() -> None:
         m(torch.randn(2, 5, 32, dtype=torch.float64), cache=LatentCache(2, 16, 2, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="RoPE rotates pairs"):
         rope_cos_sin(torch.arange(3), 5)
+
+
+# ------------------------------------------------------- against Hugging Face's DeepSeek-V2 attention
+
+
+def hf_pair(q_latent_dim: int | None):
+    """HF DeepseekV2Attention and our module with the same weights.
+
+    HF applies RMSNorms to the latents (not part of section 2.1; replaced by identities here) and pairs
+    RoPE features as (2i, 2i+1) where we pair (i, i + R/2): the same rotation on permuted features, so
+    the RoPE rows are permuted when copying. Scores are unchanged since queries and keys get the same
+    permutation.
+    """
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as hf
+
+    H, D, C, R, E, Ev = 4, 32, 16, 4, 8, 6
+    cfg = transformers.DeepseekV2Config(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=H, q_lora_rank=q_latent_dim,
+        kv_lora_rank=C, qk_rope_head_dim=R, qk_nope_head_dim=E, v_head_dim=Ev, attention_bias=False,
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    ref = hf.DeepseekV2Attention(cfg, layer_idx=0).eval()
+    ref.kv_a_layernorm = torch.nn.Identity()
+    if q_latent_dim is not None:
+        ref.q_a_layernorm = torch.nn.Identity()
+    sizes = {"head_dim": E, "v_head_dim": Ev, "q_latent_dim": q_latent_dim}
+    ours = MultiHeadLatentAttention(D, H, kv_latent_dim=C, rope_dim=R, **sizes)
+    perm = torch.cat([torch.arange(0, R, 2), torch.arange(1, R, 2)])  # our RoPE feature j is HF's perm[j]
+    with torch.no_grad():
+        q_w = (ref.q_proj if q_latent_dim is None else ref.q_b_proj).weight.view(H, E + R, -1)
+        ours.q_proj.weight.copy_(torch.cat([q_w[:, :E], q_w[:, E:][:, perm]], dim=1).reshape(H * (E + R), -1))
+        if q_latent_dim is not None:
+            ours.q_down_proj.weight.copy_(ref.q_a_proj.weight)  # type: ignore[union-attr]
+        kv_a = ref.kv_a_proj_with_mqa.weight
+        ours.kv_down_proj.weight.copy_(torch.cat([kv_a[:C], kv_a[C:][perm]]))
+        kv_b = ref.kv_b_proj.weight.view(H, E + Ev, C)  # per head: [k_nope rows | v rows]
+        ours.k_up_proj.weight.copy_(kv_b[:, :E].reshape(H * E, C))
+        ours.v_up_proj.weight.copy_(kv_b[:, E:].reshape(H * Ev, C))
+        ours.out_proj.weight.copy_(ref.o_proj.weight)
+    return ref, ours.eval(), hf.DeepseekV2RotaryEmbedding(cfg)
+
+
+@pytest.mark.parametrize("q_latent_dim", [None, 12])
+@pytest.mark.parametrize("mode", ["naive", "absorbed"])
+def test_matches_hugging_face_deepseek_v2(q_latent_dim: int | None, mode: str) -> None:
+    ref, ours, rotary = hf_pair(q_latent_dim)
+    B, T = 2, 7
+    x = torch.randn(B, T, 32)
+    positions = torch.arange(T)[None].expand(B, T)
+    mask = torch.zeros(B, 1, T, T).masked_fill(~causal_mask(T), float("-inf"))  # HF eager: additive
+    with torch.no_grad():
+        expected, _ = ref(x, attention_mask=mask, position_embeddings=rotary(x, positions))
+        torch.testing.assert_close(ours(x, mode=mode), expected, atol=1e-5, rtol=1e-4)  # type: ignore[arg-type]
