@@ -129,3 +129,28 @@ def test_cache_with_context_is_refused() -> None:
     layer = MultiHeadAttention(16, 4, num_kv_heads=2)
     with pytest.raises(ValueError, match="cache is for self-attention decoding"):
         layer(torch.randn(1, 2, 16), torch.randn(1, 3, 16), cache=KVCache(1, 2, 4, 8))
+
+
+@pytest.mark.parametrize("K", [6, 3, 2, 1])
+def test_matches_hugging_face_llama_attention(K: int) -> None:
+    """GQA against transformers' LlamaAttention (its own repeat_kv), RoPE switched off with cos=1, sin=0."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    D, H, T = 24, 6, 7
+    cfg = transformers.LlamaConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=K, attention_bias=True)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    ref = LlamaAttention(cfg, layer_idx=0).eval()
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, bias=True).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_()  # biases start at zero; make every parameter matter
+        ours.qkv_proj.weight.copy_(torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]))
+        ours.qkv_proj.bias.copy_(torch.cat([ref.q_proj.bias, ref.k_proj.bias, ref.v_proj.bias]))
+        ours.out_proj.load_state_dict(ref.o_proj.state_dict())
+        x = torch.randn(2, T, D)
+        no_rotation = (torch.ones(2, T, D // H), torch.zeros(2, T, D // H))
+        mask = torch.zeros(2, 1, T, T).masked_fill(~causal_mask(T), float("-inf"))
+        expected, _ = ref(x, position_embeddings=no_rotation, attention_mask=mask)
+        torch.testing.assert_close(ours(x, is_causal=True), expected, atol=1e-4, rtol=1e-4)
