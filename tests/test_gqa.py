@@ -154,3 +154,14 @@ def test_matches_hugging_face_llama_attention(K: int) -> None:
         mask = torch.zeros(2, 1, T, T).masked_fill(~causal_mask(T), float("-inf"))
         expected, _ = ref(x, position_embeddings=no_rotation, attention_mask=mask)
         torch.testing.assert_close(ours(x, is_causal=True), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("K", [2, 1])
+def test_gqa_trains(K: int) -> None:
+    """Gradients reach every projection on the causal (enable_gqa) and the masked (grouped) paths."""
+    torch.manual_seed(4)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=K, dropout=0.1)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    (layer(x, is_causal=True).sum() + layer(x, attn_mask=padding_mask([5, 3])).sum()).backward()
+    assert x.grad is not None and layer.qkv_proj.weight.grad is not None
+    assert layer.qkv_proj.weight.grad[16:].abs().sum() > 0  # the K/V rows
