@@ -199,7 +199,7 @@ def grouped_attention(
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
         mask = mask.expand(mask.shape[0], H, T, S).reshape(mask.shape[0], K, n_rep * T, S)  # like qg
     y = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    return y.view(B, H, T, Ev)  # (B, H, T, Ev)
+    return y.reshape(B, H, T, Ev)  # (B, H, T, Ev)
 
 
 class MultiHeadAttention(nn.Module):

@@ -12,12 +12,13 @@ from lessons_src.kv_cache import KVCache, LatentCache, kv_bytes_per_token, laten
 @pytest.mark.parametrize("K", [6, 3, 2, 1])  # MHA, GQA, GQA, MQA
 @pytest.mark.parametrize("steps", [[4, 1, 1, 1, 1, 1], [1] * 9, [2, 3, 4], [9]])
 @pytest.mark.parametrize("bias", [False, True])
-def test_cached_decoding_equals_full_causal_pass(K: int, steps: list[int], bias: bool) -> None:
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32 runs the fused kernel
+def test_cached_decoding_equals_full_causal_pass(K: int, steps: list[int], bias: bool, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    layer = MultiHeadAttention(24, 6, num_kv_heads=K, bias=bias).double().eval()
-    x = torch.randn(2, sum(steps), 24, dtype=torch.float64)
+    layer = MultiHeadAttention(24, 6, num_kv_heads=K, bias=bias).to(dtype).eval()
+    x = torch.randn(2, sum(steps), 24, dtype=dtype)
     full = layer(x, is_causal=True)
-    cache = KVCache(2, K, 4, max_len=12, dtype=torch.float64)
+    cache = KVCache(2, K, 4, max_len=12, dtype=dtype)
     outs, t = [], 0
     for n in steps:
         outs.append(layer(x[:, t : t + n], is_causal=True, cache=cache))
