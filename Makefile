@@ -55,6 +55,7 @@ test: lint unit build site-check ## Everything CI runs: lint, unit tests, strict
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench_mha.py
+	$(BIN)/python tools/bench_decode.py && $(BIN)/python tools/gqa_convert_quality.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
