@@ -1,0 +1,227 @@
+"""Build-time helpers for the practice pages: flashcards, quiz and head-explorer data.
+
+The pages' hidden ``markdown-exec`` blocks call these functions; ``tests/test_practice_data.py`` calls
+the same ones, so what the tests validate is exactly what the site renders.
+
+* Flashcards and quiz questions live in ``docs/_data/flashcards.json`` and ``docs/_data/quiz.json``.
+  Their text may hold ``{name}`` placeholders; :func:`computed_values` fills them with numbers computed
+  by ``lessons_src`` when the site is built, so no derived number is typed into the data files.
+* :func:`render_flashcards` and :func:`render_quiz` turn the data into HTML with the stable hooks the
+  JavaScript (``docs/assets/js/practice.js``) and the browser tests use.
+* :func:`pack_attention` turns attention weights ``(L, H, T, T)`` into the small JSON the head explorer
+  embeds (weights as integer hundredths).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import string
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "_data"
+MIN_FLASHCARDS = 12
+MIN_QUIZ = 8
+
+
+@cache
+def computed_values() -> dict[str, str]:
+    """Numbers the practice data refers to by name, computed by ``lessons_src`` (formatted with commas)."""
+    from lessons_src import MultiHeadAttention
+    from lessons_src.configs import load_configs
+
+    def n_params(m: Any) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    cfgs = load_configs()
+    bert, mistral = cfgs["BERT-base"], cfgs["Mistral 7B"]
+    m768 = MultiHeadAttention(768, 12)
+    m1024_16 = MultiHeadAttention(1024, 16)
+    m1024_32 = MultiHeadAttention(1024, 32)
+    values: dict[str, int] = {
+        "bert_d_model": bert.d_model,
+        "bert_heads": bert.num_heads,
+        "bert_layers": bert.num_layers,
+        "bert_head_dim": bert.head_dim,
+        "bert_maps": bert.num_layers * bert.num_heads,
+        "bert_wo": m768.out_proj.weight.numel(),
+        "mha768_params": n_params(m768),
+        "hd_1024_16": m1024_16.head_dim,
+        "hd_1024_32": m1024_32.head_dim,
+        "wq_head_1024_16": m1024_16.d_model * m1024_16.head_dim,
+        "wq_all_1024_16": m1024_16.qkv_proj.weight[: m1024_16.d_model].numel(),
+        "wq_all_1024_32": m1024_32.qkv_proj.weight[: m1024_32.d_model].numel(),
+        "params_1024_16": n_params(m1024_16),
+        "params_1024_32": n_params(m1024_32),
+        "mistral_heads": mistral.num_heads,
+        "mistral_kv_heads": mistral.num_kv_heads,
+        "mistral_n_rep": mistral.n_rep,
+        "mistral_head_dim": mistral.head_dim,
+    }
+    return {k: f"{v:,}" for k, v in values.items()}
+
+
+def placeholders(text: str) -> set[str]:
+    """The ``{name}`` placeholders in ``text``."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def fill(text: str) -> str:
+    """Replace placeholders with computed values.
+
+    Raises:
+        ValueError: naming any placeholder that :func:`computed_values` does not know.
+    """
+    values = computed_values()
+    unknown = placeholders(text) - set(values)
+    if unknown:
+        raise ValueError(f"unknown placeholders {sorted(unknown)} in {text!r}; known: {sorted(values)}")
+    return text.format(**values)
+
+
+def _strings(obj: Any) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str]]:
+    """Load and validate the flashcards (``id``, ``front``, ``back``; unique ids; at least 12)."""
+    cards = json.loads(path.read_text(encoding="utf-8"))["cards"]
+    _require(isinstance(cards, list), f"{path}: 'cards' must be a list")
+    _require(len(cards) >= MIN_FLASHCARDS, f"{path}: {len(cards)} cards; at least {MIN_FLASHCARDS} are needed")
+    ids = [c.get("id") for c in cards]
+    _require(len(set(ids)) == len(ids), f"{path}: duplicate card ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    for card in cards:
+        keys = sorted(card)
+        _require(set(card) == {"id", "front", "back"}, f"card {card.get('id')}: keys {keys}; want id, front, back")
+        for key in ("id", "front", "back"):
+            _require(isinstance(card[key], str) and card[key].strip() != "", f"card {card['id']}: empty '{key}'")
+        for s in _strings(card):
+            fill(s)
+    return [{k: fill(v) for k, v in card.items()} for card in cards]
+
+
+def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
+    """Load and validate the quiz: 2+ options per question, exactly one correct, an explanation for each."""
+    questions = json.loads(path.read_text(encoding="utf-8"))["questions"]
+    _require(len(questions) >= MIN_QUIZ, f"{path}: {len(questions)} questions; at least {MIN_QUIZ} are needed")
+    ids = [q.get("id") for q in questions]
+    _require(len(set(ids)) == len(ids), f"{path}: duplicate question ids")
+    for q in questions:
+        qid = q.get("id")
+        _require({"id", "prompt", "options"} <= set(q), f"question {qid}: needs id, prompt, options; has {sorted(q)}")
+        opts = q["options"]
+        _require(len(opts) >= 2, f"question {qid}: {len(opts)} options; at least 2 are needed")
+        n_correct = sum(o.get("correct") is True for o in opts)
+        _require(n_correct == 1, f"question {qid}: {n_correct} correct options; exactly 1 is needed")
+        for i, o in enumerate(opts):
+            _require(set(o) == {"text", "correct", "explanation"}, f"question {qid} option {i}: keys {sorted(o)}")
+            _require(isinstance(o["correct"], bool), f"question {qid} option {i}: 'correct' must be true or false")
+            _require(o["text"].strip() != "", f"question {qid} option {i}: empty text")
+            _require(len(o["explanation"].strip()) >= 15, f"question {qid} option {i}: explanation too short")
+        texts = [fill(o["text"]) for o in opts]
+        _require(len(set(texts)) == len(texts), f"question {qid}: two options read the same: {texts}")
+        for s in _strings(q):
+            fill(s)
+    return [
+        {
+            "id": q["id"],
+            "prompt": fill(q["prompt"]),
+            "options": [{**o, "text": fill(o["text"]), "explanation": fill(o["explanation"])} for o in q["options"]],
+        }
+        for q in questions
+    ]
+
+
+def render_flashcards(cards: list[dict[str, str]]) -> str:
+    """HTML for the flashcard deck: ``[data-flashcards]`` holding one ``button.flashcard`` per card."""
+    e = html.escape
+    items = []
+    for i, c in enumerate(cards, 1):
+        items.append(
+            f'<li class="flashcard-item">'
+            f'<button type="button" class="flashcard" id="card-{e(c["id"])}" aria-pressed="false" '
+            f'data-card-id="{e(c["id"])}">'
+            f'<span class="flashcard-face flashcard-front"><span class="flashcard-label">Card {i} of {len(cards)}'
+            f' · question</span><span class="flashcard-text">{e(c["front"])}</span></span>'
+            f'<span class="flashcard-face flashcard-back"><span class="flashcard-label">Card {i} of {len(cards)}'
+            f' · answer</span><span class="flashcard-text">{e(c["back"])}</span></span>'
+            f"</button></li>"
+        )
+    return (
+        '<div class="flashcards" data-flashcards>'
+        '<p class="flashcards-toolbar">'
+        '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button> '
+        '<button type="button" class="md-button" data-flip-all>Show all answers</button></p>'
+        f'<ol class="flashcard-list">{"".join(items)}</ol></div>'
+    )
+
+
+def render_quiz(questions: list[dict[str, Any]]) -> str:
+    """HTML for the quiz: ``[data-quiz]``; one ``fieldset.quiz-question`` with radio inputs per question."""
+    e = html.escape
+    parts = []
+    for n, q in enumerate(questions, 1):
+        qid = e(q["id"])
+        opts = []
+        for i, o in enumerate(q["options"]):
+            opts.append(
+                f'<li><label class="quiz-option"><input type="radio" name="quiz-{qid}" value="{i}" '
+                f'data-correct="{str(o["correct"]).lower()}" data-explanation="{e(o["explanation"])}"> '
+                f"<span>{e(o['text'])}</span></label></li>"
+            )
+        parts.append(
+            f'<fieldset class="quiz-question" id="quiz-{qid}" data-question-id="{qid}">'
+            f'<legend><span class="quiz-number">Question {n}.</span> {e(q["prompt"])}</legend>'
+            f'<ol class="quiz-options" type="A">{"".join(opts)}</ol>'
+            f'<p class="quiz-feedback" aria-live="polite"></p></fieldset>'
+        )
+    return (
+        f'<form class="quiz" data-quiz data-total="{len(questions)}" onsubmit="return false">'
+        f'<p class="quiz-score-line">Score: <output data-quiz-score aria-live="polite">0 of {len(questions)} answered,'
+        f" 0 correct</output></p>{''.join(parts)}"
+        '<p><button type="reset" class="md-button" data-quiz-reset>Start again</button></p></form>'
+    )
+
+
+def pack_attention(weights: Any, tokens: list[str], decimals: int = 2) -> dict[str, Any]:
+    """One sentence's attention for the head explorer: weights as integers in units of ``10**-decimals``.
+
+    Args:
+        weights: attention probabilities, rows summing to 1.
+        tokens: the token strings, one per position.
+        decimals: precision kept (2 means hundredths).
+
+    Shapes:
+        weights: ``(L, H, T, T)`` (layers, heads, query, key).
+
+    Raises:
+        ValueError: if the shape does not match ``tokens`` or rows do not sum to 1.
+    """
+    import torch
+
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
+        raise ValueError(f"weights must be (L, H, T, T) with T={len(tokens)} tokens; got {tuple(w.shape)}")
+    sums = w.sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+        raise ValueError(f"attention rows must sum to 1; found sums from {sums.min():.4f} to {sums.max():.4f}")
+    scale = 10**decimals
+    return {
+        "tokens": list(tokens),
+        "scale": scale,
+        "weights": (w * scale).round().to(torch.int64).tolist(),  # [L][H][T][T]
+    }
