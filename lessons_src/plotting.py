@@ -78,8 +78,10 @@ def attention_heatmap(
     w = weights.detach().float().cpu()
     ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     T, S = w.shape
-    ax.set_xticks(range(S), labels=list(keys) if keys is not None else [str(j) for j in range(S)], rotation=90, fontsize=8)
-    ax.set_yticks(range(T), labels=list(queries) if queries is not None else [str(i) for i in range(T)], fontsize=8)
+    xlabels = list(keys) if keys is not None else [str(j) for j in range(S)]
+    ylabels = list(queries) if queries is not None else [str(i) for i in range(T)]
+    ax.set_xticks(range(S), labels=xlabels, rotation=90, fontsize=8)
+    ax.set_yticks(range(T), labels=ylabels, fontsize=8)
     ax.set_xlabel("key (attended to)", fontsize=8)
     ax.set_ylabel("query", fontsize=8)
     if title:

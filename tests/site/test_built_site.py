@@ -1,0 +1,108 @@
+"""Checks on the built site in site/ (run by `make test` after `make build`).
+
+They read the HTML that readers get: every page's numbers came from executed code, nothing points at a
+third-party host, and no executed block printed a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+from lessons_src import MultiHeadAttention
+
+SITE = Path(__file__).resolve().parents[2] / "site"
+if not (SITE / "index.html").exists():
+    pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
+
+PAGES = sorted(SITE.rglob("*.html"))
+# Attributes that make the browser fetch something (links in <a href> are navigation, not requests).
+FETCHING = {("script", "src"), ("link", "href"), ("img", "src"), ("iframe", "src"), ("source", "src"),
+            ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data"), ("image", "href")}
+
+
+class Fetches(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value and (tag, name) in FETCHING:
+                if tag == "link" and dict(attrs).get("rel") in {"canonical", "alternate"}:
+                    continue
+                self.urls.append(value)
+        style = dict(attrs).get("style") or ""
+        self.urls += re.findall(r"url\(([^)]+)\)", style)
+
+
+def text_of(page: Path) -> str:
+    return re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))
+
+
+def test_pages_were_built() -> None:
+    assert (SITE / "index.html").exists() and len(PAGES) >= 3
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(SITE)))
+def test_no_third_party_requests(page: Path) -> None:
+    parser = Fetches()
+    parser.feed(page.read_text(encoding="utf-8"))
+    remote = [u for u in parser.urls if re.match(r"^(https?:)?//", u.strip("'\""))]
+    assert remote == [], f"{page.relative_to(SITE)} would fetch from other hosts: {remote}"
+
+
+def test_no_remote_urls_in_css_and_js() -> None:
+    offenders = []
+    for asset in [*SITE.rglob("*.css"), *SITE.rglob("*.js")]:
+        text = asset.read_text(encoding="utf-8", errors="replace")
+        for url in re.findall(r"""url\(\s*['"]?((?:https?:)?//[^'")\s]+)""", text):
+            offenders.append(f"{asset.relative_to(SITE)}: {url}")
+        if "fonts.googleapis" in text or "fonts.gstatic" in text:
+            offenders.append(f"{asset.relative_to(SITE)}: Google Fonts")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(SITE)))
+def test_no_traceback_in_executed_output(page: Path) -> None:
+    assert "Traceback (most recent call last)" not in text_of(page)
+
+
+def test_home_page_numbers_come_from_the_code() -> None:
+    text = text_of(SITE / "index.html")
+    mha = MultiHeadAttention(768, 12)
+    params = sum(p.numel() for p in mha.parameters())
+    assert f"parameters {params:,}" in text
+    assert f"{mha.num_heads} of head_dim {mha.head_dim}" in text
+    assert "weights (2, 12, 10, 10)" in text
+    assert "each row of weights sums to 1: True" in text
+    diff = re.search(r"largest difference from nn.MultiheadAttention: ([0-9.e+-]+)", text)
+    assert diff is not None and float(diff.group(1)) < 1e-5
+
+
+def test_math_is_rendered_at_build_time() -> None:
+    html = (SITE / "index.html").read_text(encoding="utf-8")
+    assert 'class="katex-display"' in html and "<math" in html
+    assert 'class="arithmatex"' not in html  # nothing left for a client-side renderer
+    css = SITE / "assets" / "katex" / "katex.min.css"
+    assert css.exists()
+    fonts = set(re.findall(r"fonts/([\w-]+\.woff2)", css.read_text()))
+    assert fonts and all((css.parent / "fonts" / f).exists() for f in fonts)
+
+
+def test_code_page_includes_the_tested_source() -> None:
+    text = text_of(SITE / "reference" / "code" / "index.html")
+    source = (SITE.parent / "lessons_src" / "attention.py").read_text()
+    first_def = "def scaled_dot_product_attention("
+    assert first_def in source and first_def in text
+    assert "fast path == explicit path: True" in text
+    assert "head counts that divide 100 are 1, 2, 4, 5, 10, 20, 25, 50, 100" in text
+
+
+def test_benchmark_page_shows_the_report() -> None:
+    assert "ratio to floor" in text_of(SITE / "reference" / "benchmarks" / "index.html")
+    assert torch.__version__.split("+")[0] in text_of(SITE / "reference" / "benchmarks" / "index.html")
