@@ -225,3 +225,85 @@ def pack_attention(weights: Any, tokens: list[str], decimals: int = 2) -> dict[s
         "scale": scale,
         "weights": (w * scale).round().to(torch.int64).tolist(),  # [L][H][T][T]
     }
+
+
+# The sentences the head explorer shows (few and short, to keep the embedded data small).
+EXPLORER_SENTENCES = [
+    "The cat chased the dog because it was hungry.",
+    "The keys to the old cabinet are on the table.",
+    "She read the letter that her brother had written.",
+]
+
+
+def explorer_source(
+    source_id: str, label: str, note: str, maps: Any, sentences: list[str], decimals: int = 2
+) -> dict[str, Any]:
+    """One model's entry in the explorer data.
+
+    Args:
+        source_id: short id (``"minilm"``).
+        label: what the model menu shows.
+        note: one sentence on where the weights come from.
+        maps: ``sentence -> (tokens, weights)`` with weights ``(L, H, T, T)``.
+        sentences: the sentences to run.
+        decimals: precision kept for the weights.
+    """
+    packed = []
+    shape: tuple[int, int] | None = None
+    for text in sentences:
+        tokens, weights = maps(text)
+        packed.append({"text": text, **pack_attention(weights, list(tokens), decimals)})
+        L, H = int(weights.shape[0]), int(weights.shape[1])
+        if shape not in (None, (L, H)):
+            raise ValueError(f"{source_id}: sentences disagree on (layers, heads): {shape} and {(L, H)}")
+        shape = (L, H)
+    if shape is None:
+        raise ValueError(f"{source_id}: no sentences given; pass at least one")
+    return {"id": source_id, "label": label, "note": note, "num_layers": shape[0], "num_heads": shape[1],
+            "sentences": packed}
+
+
+def render_head_explorer(sources: list[dict[str, Any]]) -> str:
+    """HTML for the head explorer: controls, an empty stage the JavaScript fills, and the data as JSON."""
+    e = html.escape
+    first = sources[0]
+    payload = json.dumps({"sources": sources}, separators=(",", ":")).replace("</", "<\\/")
+
+    def options(items: list[tuple[str, str]], selected: str) -> str:
+        return "".join(
+            f'<option value="{e(v)}"{" selected" if v == selected else ""}>{e(t)}</option>' for v, t in items
+        )
+
+    models = options([(str(i), s["label"]) for i, s in enumerate(sources)], "0")
+    sents = options([(str(i), s["text"]) for i, s in enumerate(first["sentences"])], "0")
+    layers = options([(str(i), f"layer {i}") for i in range(first["num_layers"])], "0")
+    heads = options([("all", "all heads")] + [(str(i), f"head {i}") for i in range(first["num_heads"])], "0")
+    return (
+        '<div class="head-explorer" data-head-explorer>'
+        '<div class="hx-controls">'
+        f'<label>Model <select name="model">{models}</select></label>'
+        f'<label class="hx-sentence">Sentence <select name="sentence">{sents}</select></label>'
+        f'<label>Layer <select name="layer">{layers}</select></label>'
+        f'<label>Head <select name="head">{heads}</select></label>'
+        "</div>"
+        '<div class="hx-legend" aria-hidden="true"></div>'
+        '<div class="hx-stage"></div>'
+        '<p class="hx-readout" aria-live="polite">The explorer needs JavaScript; the data is embedded in this page.</p>'
+        f'<script type="application/json" class="hx-data">{payload}</script>'
+        "</div>"
+    )
+
+
+def explorer_data() -> list[dict[str, Any]]:
+    """The head explorer's data: the pretrained all-MiniLM-L6-v2, run through ``lessons_src.minilm``."""
+    from lessons_src import minilm
+
+    return [
+        explorer_source(
+            "minilm",
+            "all-MiniLM-L6-v2 (pretrained)",
+            "sentence-transformers/all-MiniLM-L6-v2: 6 layers x 12 heads, run with lessons_src.minilm",
+            minilm.attention_maps,
+            EXPLORER_SENTENCES,
+        )
+    ]
