@@ -159,3 +159,27 @@ def test_pack_attention_rounds_and_checks() -> None:
         pp.pack_attention(w, ["a", "b", "c"])
     with pytest.raises(ValueError, match="rows must sum to 1"):
         pp.pack_attention(w * 2, ["a", "b", "c", "d"])
+
+
+def test_explorer_source_checks_its_inputs() -> None:
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 4, 4).softmax(-1)
+    b = torch.randn(2, 4, 5, 5).softmax(-1)
+    src = pp.explorer_source("x", "X", "note", [("one", list("abcd"), a)])
+    assert (src["num_layers"], src["num_heads"]) == (2, 3) and src["sentences"][0]["tokens"] == list("abcd")
+    with pytest.raises(ValueError, match="disagree on"):
+        pp.explorer_source("x", "X", "note", [("one", list("abcd"), a), ("two", list("abcde"), b)])
+    with pytest.raises(ValueError, match="no inputs"):
+        pp.explorer_source("x", "X", "note", [])
+
+
+def test_rendered_explorer_embeds_its_data() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(2, 3, 4, 4).softmax(-1)
+    src = pp.explorer_source("x", "X </script> note", "n", [("a </script> b", list("abcd"), w)])
+    html = pp.render_head_explorer([src])
+    payload = html.split('class="hx-data">', 1)[1].rsplit("</script>", 1)[0]
+    assert "</script>" not in payload  # cannot close the script element early
+    assert json.loads(payload.replace("<\\/", "</"))["sources"][0]["label"] == "X </script> note"
+    names = {a.get("name") for t, a in _parse(html) if t == "select"}
+    assert names == {"model", "sentence", "layer", "head"}

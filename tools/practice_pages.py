@@ -235,30 +235,28 @@ EXPLORER_SENTENCES = [
 ]
 
 
-def explorer_source(
-    source_id: str, label: str, note: str, maps: Any, sentences: list[str], decimals: int = 2
-) -> dict[str, Any]:
+def explorer_source(source_id: str, label: str, note: str, items: list[tuple[str, list[str], Any]]) -> dict[str, Any]:
     """One model's entry in the explorer data.
 
     Args:
         source_id: short id (``"minilm"``).
         label: what the model menu shows.
         note: one sentence on where the weights come from.
-        maps: ``sentence -> (tokens, weights)`` with weights ``(L, H, T, T)``.
-        sentences: the sentences to run.
-        decimals: precision kept for the weights.
+        items: ``(menu text, tokens, weights)`` per input, weights ``(L, H, T, T)``.
+
+    Raises:
+        ValueError: if ``items`` is empty or the inputs disagree on the number of layers and heads.
     """
     packed = []
     shape: tuple[int, int] | None = None
-    for text in sentences:
-        tokens, weights = maps(text)
-        packed.append({"text": text, **pack_attention(weights, list(tokens), decimals)})
+    for text, tokens, weights in items:
+        packed.append({"text": text, **pack_attention(weights, list(tokens))})
         L, H = int(weights.shape[0]), int(weights.shape[1])
         if shape not in (None, (L, H)):
-            raise ValueError(f"{source_id}: sentences disagree on (layers, heads): {shape} and {(L, H)}")
+            raise ValueError(f"{source_id}: inputs disagree on (layers, heads): {shape} and {(L, H)}")
         shape = (L, H)
     if shape is None:
-        raise ValueError(f"{source_id}: no sentences given; pass at least one")
+        raise ValueError(f"{source_id}: no inputs given; pass at least one")
     return {"id": source_id, "label": label, "note": note, "num_layers": shape[0], "num_heads": shape[1],
             "sentences": packed}
 
@@ -294,16 +292,47 @@ def render_head_explorer(sources: list[dict[str, Any]]) -> str:
     )
 
 
-def explorer_data() -> list[dict[str, Any]]:
-    """The head explorer's data: the pretrained all-MiniLM-L6-v2, run through ``lessons_src.minilm``."""
-    from lessons_src import minilm
+TOY_SEEDS = (0, 1)  # the random sequences shown for the trained toy model
+TOY_SEGMENT = 8  # tokens before the repeat
 
+
+def toy_inputs(vocab_size: int) -> list[tuple[str, list[int]]]:
+    """The toy model's inputs: ``TOY_SEGMENT`` random tokens, then the same tokens again."""
+    from lessons_src.toy_models import repeated_random_tokens
+
+    out = []
+    for seed in TOY_SEEDS:
+        ids = repeated_random_tokens(TOY_SEGMENT, vocab_size, seed=seed)[0].tolist()
+        out.append((f"{TOY_SEGMENT} random tokens, then the same {TOY_SEGMENT} again (seed {seed})", ids))
+    return out
+
+
+def explorer_data() -> list[dict[str, Any]]:
+    """The head explorer's data, computed by ``lessons_src`` when the site is built.
+
+    * the pretrained all-MiniLM-L6-v2, through ``lessons_src.minilm.attention_maps``;
+    * the project's 2-layer attention-only model trained on repeated random tokens, from its committed
+      checkpoint, through ``lessons_src.toy_models.attention_maps``.
+    """
+    from lessons_src import minilm, toy_models
+
+    real = [(text, *minilm.attention_maps(text)) for text in EXPLORER_SENTENCES]
+    toy = toy_models.load_induction_model()
+    toy_items = [
+        (text, [str(i) for i in ids], toy_models.attention_maps(ids, toy))
+        for text, ids in toy_inputs(toy.cfg.vocab_size)
+    ]
     return [
         explorer_source(
             "minilm",
             "all-MiniLM-L6-v2 (pretrained)",
             "sentence-transformers/all-MiniLM-L6-v2: 6 layers x 12 heads, run with lessons_src.minilm",
-            minilm.attention_maps,
-            EXPLORER_SENTENCES,
-        )
+            real,
+        ),
+        explorer_source(
+            "induction",
+            "the project's toy model (trained here)",
+            "2-layer attention-only transformer trained on repeated random tokens (lessons_src.toy_models)",
+            toy_items,
+        ),
     ]

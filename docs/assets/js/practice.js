@@ -191,7 +191,8 @@
       fillSelect(sel.layer, layers, sel.layer.value);
       var hs = [{ value: "all", label: "all heads" }];
       for (var h = 0; h < src.num_heads; h++) hs.push({ value: h, label: "head " + h });
-      fillSelect(sel.head, hs, sel.head.value || "0");
+      var keep = sel.head.value === "all" || Number(sel.head.value) < src.num_heads;
+      fillSelect(sel.head, hs, keep && sel.head.value ? sel.head.value : "0");
     }
 
     function render() {
