@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import torch
 
 from lessons_src import MultiHeadAttention
 from lessons_src.configs import load_configs
@@ -31,6 +32,7 @@ PAGES = {
     "interview": SITE / "practice" / "interview" / "index.html",
     "flashcards": SITE / "practice" / "flashcards" / "index.html",
     "quiz": SITE / "practice" / "quiz" / "index.html",
+    "explorer": SITE / "practice" / "head-explorer" / "index.html",
     "lab": SITE / "practice" / "lab" / "index.html",
     "summary": SITE / "summary" / "index.html",
 }
@@ -75,7 +77,7 @@ def test_page_is_built_small_and_loads_the_widgets(name: str) -> None:
 def test_nav_has_the_practice_section_and_the_summary() -> None:
     home = (SITE / "index.html").read_text(encoding="utf-8")
     for href in ("summary/", "practice/questions/", "practice/interview/", "practice/flashcards/",
-                 "practice/quiz/", "practice/lab/"):
+                 "practice/quiz/", "practice/head-explorer/", "practice/lab/"):
         assert f'href="{href}"' in home, href
 
 
@@ -159,6 +161,59 @@ def test_quiz_is_rendered_from_the_data_file() -> None:
     assert len(feedback) == len(questions) and all(a.get("aria-live") == "polite" for a in feedback)
     text = text_of("quiz")
     assert str(MultiHeadAttention(1024, 16).head_dim) in text and f"{4 * 1024**2:,}" in text
+
+
+def explorer_data() -> dict[str, list[dict[str, object]]]:
+    m = re.search(r'<script type="application/json" class="hx-data">(.*?)</script>', html_of("explorer"), re.S)
+    assert m is not None, "the head explorer's data is not embedded"
+    data: dict[str, list[dict[str, object]]] = json.loads(m.group(1).replace("<\\/", "</"))
+    return data
+
+
+def test_head_explorer_has_its_controls() -> None:
+    tags = tags_of("explorer")
+    assert sum("data-head-explorer" in a for _, a in tags) == 1
+    names = {a.get("name") for t, a in tags if t == "select"}
+    assert {"model", "sentence", "layer", "head"} <= names
+    heads = [a.get("value") for t, a in tags if t == "option"]
+    assert "all" in heads
+
+
+def test_head_explorer_data_is_well_formed() -> None:
+    for src in explorer_data()["sources"]:
+        L, H = src["num_layers"], src["num_heads"]
+        assert isinstance(L, int) and isinstance(H, int)
+        for s in src["sentences"]:  # type: ignore[attr-defined]
+            T = len(s["tokens"])
+            w = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+            assert tuple(w.shape) == (L, H, T, T)
+            assert ((w.sum(-1) - 1).abs() <= 0.006 * T).all()  # rows sum to 1 up to rounding
+
+
+def test_head_explorer_shows_the_real_pretrained_model() -> None:
+    from lessons_src import minilm
+
+    (src,) = [s for s in explorer_data()["sources"] if s["id"] == "minilm"]
+    assert (src["num_layers"], src["num_heads"]) == (6, 12)  # all-MiniLM-L6-v2's published shape
+    for s in src["sentences"]:  # type: ignore[attr-defined]
+        tokens, weights = minilm.attention_maps(s["text"])
+        assert s["tokens"] == tokens
+        got = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+        torch.testing.assert_close(got, weights.double(), atol=0.0051, rtol=0)
+
+
+def test_head_explorer_shows_the_trained_toy_model() -> None:
+    from lessons_src import toy_models
+
+    (src,) = [s for s in explorer_data()["sources"] if s["id"] == "induction"]
+    model = toy_models.load_induction_model()
+    assert (src["num_layers"], src["num_heads"]) == (model.cfg.num_layers, model.cfg.num_heads)
+    inputs = pp.toy_inputs(model.cfg.vocab_size)
+    assert [s["text"] for s in src["sentences"]] == [text for text, _ in inputs]  # type: ignore[attr-defined]
+    for s, (_, ids) in zip(src["sentences"], inputs, strict=True):  # type: ignore[call-overload]
+        assert s["tokens"] == [str(i) for i in ids]
+        got = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+        torch.testing.assert_close(got, toy_models.attention_maps(ids, model).double(), atol=0.0051, rtol=0)
 
 
 def test_lab_notebook_was_executed_and_can_be_downloaded() -> None:
