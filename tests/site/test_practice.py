@@ -70,7 +70,7 @@ def test_page_is_built_small_and_loads_the_widgets(name: str) -> None:
     assert PAGES[name].exists(), f"{name} was not built"
     html = html_of(name)
     assert "assets/js/practice.js" in html and "assets/practice.css" in html
-    assert len(html.encode()) < 1_000_000 or name == "lab"  # the lab carries mkdocs-jupyter's inline CSS
+    assert len(html.encode()) < 1_000_000  # the lab is the largest: mkdocs-jupyter inlines its CSS
     assert "Traceback (most recent call last)" not in text_of(name)
 
 
