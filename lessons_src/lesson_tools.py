@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURES",
     "TOKENS",
+    "AttentionStack",
     "ItExample",
-    "TinyTransformer",
     "attention_entropy",
     "attention_flops",
     "count_attention_calls",
@@ -334,7 +334,7 @@ class _Block(nn.Module):
         return out
 
 
-class TinyTransformer(nn.Module):
+class AttentionStack(nn.Module):
     """A stack of ``num_layers`` pre-norm blocks, each with one multi-head attention layer.
 
     Args:
@@ -346,7 +346,7 @@ class TinyTransformer(nn.Module):
         x: ``(B, T, D)``; output: ``(B, T, D)``.
 
     Example:
-        >>> TinyTransformer(2, 8, 2)(torch.randn(1, 3, 8)).shape
+        >>> AttentionStack(2, 8, 2)(torch.randn(1, 3, 8)).shape
         torch.Size([1, 3, 8])
     """
 
@@ -372,7 +372,7 @@ def count_attention_calls(model: nn.Module, x: Tensor) -> tuple[int, int]:
         attention computations (one softmax-weighted average per head) they did in total.
 
     Example:
-        >>> count_attention_calls(TinyTransformer(3, 8, 2), torch.randn(1, 4, 8))
+        >>> count_attention_calls(AttentionStack(3, 8, 2), torch.randn(1, 4, 8))
         (3, 6)
     """
     calls: list[int] = []

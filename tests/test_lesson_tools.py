@@ -12,7 +12,7 @@ from lessons_src import MultiHeadAttention
 from lessons_src.lesson_tools import (
     FEATURES,
     TOKENS,
-    TinyTransformer,
+    AttentionStack,
     attention_entropy,
     attention_flops,
     count_attention_calls,
@@ -119,7 +119,7 @@ def test_attention_grows_with_t_squared() -> None:
 
 @pytest.mark.parametrize(("layers", "heads"), [(12, 12), (3, 2), (1, 1)])
 def test_count_attention_calls(layers: int, heads: int) -> None:
-    model = TinyTransformer(layers, 4 * heads, heads)
+    model = AttentionStack(layers, 4 * heads, heads)
     assert count_attention_calls(model, torch.randn(1, 3, 4 * heads)) == (layers, layers * heads)
     # The hooks are removed afterwards.
     assert all(not m._forward_hooks for m in model.modules())
