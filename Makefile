@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench clean distclean lock
+.PHONY: deps help serve build test lint unit site-check browser bench clean distclean lock train train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -58,7 +58,17 @@ test: lint unit build site-check browser ## Everything CI runs: lint, unit tests
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench_mha.py
+	$(BIN)/python tools/bench_decode.py && $(BIN)/python tools/gqa_convert_quality.py
 	$(BIN)/python tools/bench_site.py
+
+train: $(DEPS) ## Retrain the 2-layer induction model into artifacts/ (seeded, CPU, a few minutes)
+	$(BIN)/python tools/train_induction.py
+
+train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into artifacts/ (seeded, minutes)
+	$(BIN)/python tools/train_one_vs_many.py
+
+ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into artifacts/ (seconds)
+	$(BIN)/python tools/ablate_minilm.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

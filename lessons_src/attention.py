@@ -10,8 +10,17 @@ Two ways to compute the same thing:
 Masks follow PyTorch SDPA's convention (bool ``True`` = may attend, float = added); see
 :mod:`lessons_src.masks`.
 
+Grouped-query attention (GQA) lets ``K = num_kv_heads`` key/value heads serve ``H = num_heads`` query
+heads, ``n_rep = H // K`` each: ``K == H`` is ordinary multi-head attention (MHA), ``K == 1`` is
+multi-query attention (MQA). Query head ``h`` uses KV head ``h // n_rep`` (the order of
+``repeat_interleave``). With a :class:`lessons_src.kv_cache.KVCache`, :meth:`MultiHeadAttention.forward`
+decodes incrementally.
+
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (arXiv:1706.03762), section 3.2.
+    Shazeer, "Fast Transformer Decoding: One Write-Head is All You Need", 2019 (arXiv:1911.02150).
+    Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
+    Checkpoints", EMNLP 2023 (arXiv:2305.13245).
     PyTorch documentation of ``torch.nn.functional.scaled_dot_product_attention``.
 """
 
@@ -23,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .kv_cache import KVCache
 from .masks import causal_mask, check_mask, combine_masks, masks_from_torch
 
-__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = ["MultiHeadAttention", "grouped_attention", "repeat_kv", "scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(
@@ -109,35 +119,132 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """Repeat each key/value head ``n_rep`` times, so ``K`` KV heads line up with ``H = K * n_rep`` query heads.
+
+    Equivalent to ``torch.repeat_interleave(x, n_rep, dim=1)``: head ``k`` becomes heads
+    ``k * n_rep, ..., k * n_rep + n_rep - 1``. It copies the keys and values ``n_rep`` times, which is
+    what grouped-query attention exists to avoid; :func:`grouped_attention` does not need it.
+
+    Shapes:
+        x: ``(B, K, S, E)``; output: ``(B, K * n_rep, S, E)``.
+
+    Example:
+        >>> repeat_kv(torch.arange(2.0).view(1, 2, 1, 1), 3).flatten().tolist()
+        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    """
+    if n_rep == 1:
+        return x
+    B, K, S, E = x.shape
+    return x[:, :, None].expand(B, K, n_rep, S, E).reshape(B, K * n_rep, S, E)  # (B, K * n_rep, S, E)
+
+
+def grouped_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> Tensor:
+    """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads, on the fused kernel.
+
+    * ``K == H``: plain SDPA.
+    * ``is_causal`` (``T == S``, no mask; a prefill): SDPA with ``enable_gqa=True`` and its causal flag.
+    * otherwise (decoding): the ``n_rep`` query heads of each group are stacked along the query axis,
+      ``q (B, H, T, E) -> (B, K, n_rep * T, E)``, so that each KV head is read once and serves its whole
+      group in one matmul; the mask is tiled the same way. This is what makes GQA and MQA decoding fast.
+
+    Args:
+        q: queries; ``H`` must be a multiple of ``K``.
+        k: keys.
+        v: values.
+        attn_mask: bool (``True`` = may attend) or float mask, broadcastable to ``(B, H, T, S)``.
+        is_causal: top-left causal flag, as SDPA's; only for ``T == S`` without ``attn_mask``.
+        dropout_p: dropout on the weights.
+        scale: score multiplier, default ``1 / sqrt(E)``.
+
+    Returns:
+        The attention output.
+
+    Shapes:
+        q: ``(B, H, T, E)``, k: ``(B, K, S, E)``, v: ``(B, K, S, Ev)``; output: ``(B, H, T, Ev)``.
+
+    Example:
+        >>> q, kv = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 5, 8)
+        >>> grouped_attention(q, kv, kv).shape
+        torch.Size([1, 4, 1, 8])
+    """
+    B, H, T, E = q.shape
+    K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
+    if K < 1 or H % K != 0:
+        raise ValueError(
+            f"q has {H} heads, which is not a multiple of the {K} key/value heads of k; "
+            f"KV-head counts that divide {H} are {_divisors(H)}"
+        )
+    if K == H:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
+        )
+    if is_causal:
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=dropout_p, scale=scale, enable_gqa=True
+        )  # (B, H, T, Ev)
+    n_rep = H // K
+    qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E): row r * T + t is query head k * n_rep + r
+    mask = attn_mask
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+        mask = mask.expand(mask.shape[0], H, T, S).reshape(mask.shape[0], K, n_rep * T, S)  # like qg
+    y = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    return y.reshape(B, H, T, Ev)  # (B, H, T, Ev)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: split into heads, attend in each, concatenate, mix with ``W_O``.
 
-    Self-attention uses one fused ``(3 * d_model, d_model)`` projection for Q, K and V (one matmul
-    instead of three). Cross-attention uses the same weights, the Q rows on ``x`` and the K/V rows on
-    ``context``. The weight layout is ``nn.MultiheadAttention``'s ``in_proj_weight``, so weights copy
-    across unchanged (:meth:`from_torch`).
+    Self-attention uses one fused projection for Q, K and V (one matmul instead of three), with rows
+    ``[W_Q (H*E); W_K (K*E); W_V (K*E)]``. With ``num_kv_heads == num_heads`` (the default) that is the
+    ``(3 * d_model, d_model)`` layout of ``nn.MultiheadAttention``'s ``in_proj_weight``, so weights copy
+    across unchanged (:meth:`from_torch`). Cross-attention uses the same weights, the Q rows on ``x``
+    and the K/V rows on ``context``.
 
     Args:
         d_model: model width ``D`` (HF ``hidden_size``, nanoGPT ``n_embd``, PyTorch ``embed_dim``).
-        num_heads: number of heads ``H``; must divide ``d_model``. Each head has ``head_dim = D // H``.
+        num_heads: number of query heads ``H``; must divide ``d_model``. Each head has ``head_dim = D // H``.
+        num_kv_heads: number of key/value heads ``K`` (HF ``num_key_value_heads``); must divide
+            ``num_heads``. ``None`` or ``num_heads``: MHA; ``1``: MQA; in between: GQA.
         bias: add biases to the projections.
         dropout: dropout on the attention weights, in training mode only.
 
     Shapes:
         x: ``(B, T, D)``; context: ``(B, S, D)``; attn_mask: broadcastable to ``(B, H, T, S)``;
-        output: ``(B, T, D)``; weights: ``(B, H, T, S)``.
+        output: ``(B, T, D)``; weights: ``(B, H, T, S)``. With a cache, ``S`` = cached + ``T``.
 
     Raises:
-        ValueError: if ``num_heads < 1`` or ``num_heads`` does not divide ``d_model`` (the message lists
-            the head counts that would), and, in :meth:`forward`, on malformed inputs.
+        ValueError: if ``num_heads < 1``, ``num_heads`` does not divide ``d_model`` or ``num_kv_heads``
+            does not divide ``num_heads`` (the messages list the counts that would), and, in
+            :meth:`forward`, on malformed inputs.
 
     Example:
         >>> mha = MultiHeadAttention(d_model=8, num_heads=2)
         >>> mha(torch.randn(1, 5, 8), is_causal=True).shape
         torch.Size([1, 5, 8])
+        >>> MultiHeadAttention(d_model=64, num_heads=8, num_kv_heads=2).n_rep
+        4
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, bias: bool = False, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if num_heads < 1:
             raise ValueError(f"num_heads must be at least 1; got num_heads={num_heads}")
@@ -148,39 +255,49 @@ class MultiHeadAttention(nn.Module):
                 f"d_model={d_model} is not divisible by num_heads={num_heads}; "
                 f"head counts that divide {d_model} are {_divisors(d_model)}"
             )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
+                f"valid num_kv_heads for num_heads={num_heads} are {_divisors(num_heads)}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1); got dropout={dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.n_rep = num_heads // num_kv_heads  # query heads served by each KV head
         self.head_dim = d_model // num_heads
+        self.kv_dim = num_kv_heads * self.head_dim  # K * E
         self.dropout = dropout
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: [W_Q; W_K; W_V]
+        self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}"
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}"
+        )
 
-    def _split_heads(self, t: Tensor) -> Tensor:
+    def _split_heads(self, t: Tensor, heads: int) -> Tensor:
         B, L, _ = t.shape
-        return t.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, E)
+        return t.view(B, L, heads, self.head_dim).transpose(1, 2)  # (B, heads, L, E)
 
     def project_qkv(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Project to per-head queries, keys and values (no checks; :meth:`forward` checks).
 
         Shapes:
-            x: ``(B, T, D)``, context: ``(B, S, D)``; returns q ``(B, H, T, E)``, k and v ``(B, H, S, E)``.
+            x: ``(B, T, D)``, context: ``(B, S, D)``; returns q ``(B, H, T, E)``, k and v ``(B, K, S, E)``.
         """
-        B, T, D = x.shape
+        D, KE = self.d_model, self.kv_dim
         if context is None:
-            qkv = self.qkv_proj(x)  # (B, T, 3D): one matmul for Q, K and V
-            q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, E)
-            return q, k, v
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q = F.linear(x, w[:D], None if b is None else b[:D])  # (B, T, D)
-        kv = F.linear(context, w[D:], None if b is None else b[D:])  # (B, S, 2D)
-        S = context.shape[1]
-        k, v = kv.view(B, S, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, E)
-        return self._split_heads(q), k, v
+            q, k, v = self.qkv_proj(x).split([D, KE, KE], dim=-1)  # (B, T, D), 2 x (B, T, K*E): one matmul
+        else:
+            w, b = self.qkv_proj.weight, self.qkv_proj.bias
+            q = F.linear(x, w[:D], None if b is None else b[:D])  # (B, T, D)
+            k, v = torch.split(F.linear(context, w[D:], None if b is None else b[D:]), [KE, KE], dim=-1)  # (B, S, K*E)
+        H, K = self.num_heads, self.num_kv_heads
+        return self._split_heads(q, H), self._split_heads(k, K), self._split_heads(v, K)
 
     def forward(
         self,
@@ -190,6 +307,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -201,33 +319,51 @@ class MultiHeadAttention(nn.Module):
                 may be combined with ``attn_mask``.
             need_weights: also return the attention weights. This takes the explicit path, which builds
                 the ``(B, H, T, S)`` weight matrix; without it the fused SDPA kernel is used.
+            cache: a :class:`lessons_src.kv_cache.KVCache` for incremental self-attention decoding: the new
+                keys and values are appended to it and ``x`` attends to everything cached so far
+                (``S`` = cached + ``T``). Pass the prompt first (prefill), then one or more new tokens
+                per call, with ``is_causal=True``.
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with weights ``(B, H, T, S)``.
 
         Raises:
-            ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, or the mask's
-                dtype or shape is not accepted.
+            ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, the mask's
+                dtype or shape is not accepted, ``cache`` is combined with ``context``, or the cache
+                does not fit (see :meth:`lessons_src.kv_cache.KVCache.update`).
+
+        Example:
+            >>> from lessons_src.kv_cache import KVCache
+            >>> gqa = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+            >>> cache = KVCache(batch_size=1, num_kv_heads=2, head_dim=4, max_len=8)
+            >>> _ = gqa(torch.randn(1, 5, 16), is_causal=True, cache=cache)  # prefill 5 tokens
+            >>> gqa(torch.randn(1, 1, 16), is_causal=True, cache=cache).shape, cache.length
+            (torch.Size([1, 1, 16]), 6)
         """
         self._check_inputs(x, context)
+        if cache is not None and context is not None:
+            raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
         B, T, _ = x.shape
-        S = T if context is None else context.shape[1]
-        if attn_mask is not None:
+        S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
+        if attn_mask is not None:  # checked before the cache is touched
             check_mask(attn_mask, (B, self.num_heads, T, S), x.dtype)
-        q, k, v = self.project_qkv(x, context)
+        q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
+        if cache is not None:
+            k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
 
         use_causal_flag = is_causal and attn_mask is None and T == S
         mask = attn_mask
-        if is_causal and not use_causal_flag:
+        if is_causal and not use_causal_flag and T > 1:  # with one query, the causal mask keeps every key
             mask = combine_masks(attn_mask, causal_mask(T, S, device=x.device), x.dtype)
 
         if need_weights:
             y, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p
+                q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), attn_mask=mask,
+                is_causal=use_causal_flag, dropout_p=dropout_p,
             )  # (B, H, T, E), (B, H, T, S)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p)
+            y = grouped_attention(q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
         out = self.out_proj(y)  # (B, T, D)
         return (out, weights) if need_weights else out

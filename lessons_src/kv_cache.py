@@ -1,0 +1,232 @@
+"""Caches for incremental decoding: keep what past tokens contributed so each new token costs one step.
+
+A decoder generates one token at a time, and every new query attends to the keys and values of all the
+tokens before it. Those keys and values never change, so they are computed once and kept: that is the
+KV cache. It is preallocated to ``max_len`` positions, filled by a *prefill* (the prompt, all at once),
+then grown by one or more new tokens per decoding step.
+
+* :class:`KVCache` holds per-head keys and values, ``(B, K, S, E)`` each: MHA (``K = H``), GQA, MQA
+  (``K = 1``). Bytes per token per layer: ``K * (E + Ev) * bytes_per_element``.
+* :class:`LatentCache` holds what multi-head latent attention (MLA) needs: one compressed latent of size
+  ``C`` and one RoPE key of size ``R`` per token, shared by all heads, stored side by side as
+  ``(B, S, C + R)``. Bytes per token per layer: ``(C + R) * bytes_per_element``.
+
+The ``nbytes`` of a cache is measured from its tensors; :func:`kv_bytes_per_token` and
+:func:`latent_bytes_per_token` are the formulas. The tests and the lesson check that the two agree.
+
+References:
+    Pope et al., "Efficiently Scaling Transformer Inference", 2022 (arXiv:2211.05102), on why the KV
+    cache dominates decoding memory.
+    DeepSeek-AI, "DeepSeek-V2", 2024 (arXiv:2405.04434), section 2.1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["KVCache", "LatentCache", "kv_bytes_per_token", "latent_bytes_per_token"]
+
+
+def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_head_dim: int | None = None) -> int:
+    """Bytes one token adds to a layer's K/V cache: ``K * (E + Ev) * bytes_per_element``.
+
+    Example:
+        >>> kv_bytes_per_token(num_kv_heads=8, head_dim=128, dtype=torch.bfloat16)  # Llama 3 8B, one layer
+        4096
+    """
+    v_head_dim = head_dim if v_head_dim is None else v_head_dim
+    return num_kv_heads * (head_dim + v_head_dim) * torch.empty((), dtype=dtype).element_size()
+
+
+def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype) -> int:
+    """Bytes one token adds to a layer's MLA cache: ``(C + R) * bytes_per_element``.
+
+    Example:
+        >>> latent_bytes_per_token(kv_latent_dim=512, rope_dim=64, dtype=torch.bfloat16)  # DeepSeek-V2
+        1152
+    """
+    return (kv_latent_dim + rope_dim) * torch.empty((), dtype=dtype).element_size()
+
+
+def _check_new(name: str, t: Tensor, expected: tuple[int | None, ...], names: str, buf: Tensor) -> None:
+    """Raise a ValueError unless ``t`` has ``expected`` shape (``None`` = any length) and ``buf``'s dtype."""
+    ok = t.ndim == len(expected) and all(e is None or e == n for e, n in zip(expected, t.shape, strict=False))
+    if not ok:
+        want = tuple("T" if e is None else e for e in expected)
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not fit this cache: expected {names} = {want}"
+            " (batch size and widths are fixed when the cache is made)"
+        )
+    if t.dtype != buf.dtype:
+        raise ValueError(f"{name} has dtype {t.dtype} but the cache stores {buf.dtype}; convert one of them")
+
+
+class _Preallocated:
+    """Shared bookkeeping: a fixed number of positions, of which the first ``length`` are filled."""
+
+    max_len: int
+    length: int
+
+    def _reserve(self, T: int) -> tuple[int, int]:
+        if T < 1:
+            raise ValueError(f"nothing to append: got {T} new positions")
+        if self.length + T > self.max_len:
+            raise ValueError(
+                f"cache is full: it holds {self.length} of max_len={self.max_len} positions and cannot take "
+                f"{T} more; make it with max_len >= {self.length + T}"
+            )
+        start, self.length = self.length, self.length + T
+        return start, self.length
+
+    def reset(self) -> None:
+        """Forget every cached token (the memory stays allocated)."""
+        self.length = 0
+
+
+class KVCache(_Preallocated):
+    """Keys and values of past tokens for one attention layer (MHA, GQA or MQA), preallocated.
+
+    Args:
+        batch_size: ``B``.
+        num_kv_heads: ``K`` (``num_heads`` for MHA, ``1`` for MQA).
+        head_dim: ``E``, the key width per head.
+        max_len: positions to preallocate (prompt + every token to be generated).
+        v_head_dim: ``Ev``, the value width per head (default ``E``).
+        dtype: element type.
+        device: where to allocate.
+
+    Shapes:
+        k: ``(B, K, max_len, E)``, v: ``(B, K, max_len, Ev)``; :meth:`update` takes ``(B, K, T, E)`` and
+        ``(B, K, T, Ev)`` and returns the filled part, ``(B, K, S, E)`` and ``(B, K, S, Ev)``.
+
+    Raises:
+        ValueError: if a size is below 1, and in :meth:`update` (see there).
+
+    Example:
+        >>> cache = KVCache(batch_size=2, num_kv_heads=1, head_dim=4, max_len=10)
+        >>> k, v = cache.update(torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
+        >>> k.shape, cache.nbytes == 3 * 2 * kv_bytes_per_token(1, 4, torch.float32)
+        (torch.Size([2, 1, 3, 4]), True)
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        v_head_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        sizes = {"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+        sizes |= {"max_len": max_len, "v_head_dim": v_head_dim}
+        bad = {name: n for name, n in sizes.items() if n < 1}
+        if bad:
+            raise ValueError(f"cache sizes must be at least 1; got {bad}")
+        self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
+        self.head_dim, self.v_head_dim = head_dim, v_head_dim
+        self.max_len, self.length = max_len, 0
+        self.k = torch.zeros(batch_size, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)  # (B, K, L, E)
+        self.v = torch.zeros(batch_size, num_kv_heads, max_len, v_head_dim, dtype=dtype, device=device)  # (B, K, L, Ev)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``T`` new positions and return all cached keys and values (views, no copy).
+
+        Raises:
+            ValueError: if the batch size, head count or width of ``k``/``v`` differs from the cache's,
+                ``k`` and ``v`` have different lengths, the dtype differs, or the cache would grow past
+                ``max_len``.
+        """
+        B, K = self.batch_size, self.num_kv_heads
+        _check_new("k", k, (B, K, None, self.head_dim), "(B, K, T, E)", self.k)
+        _check_new("v", v, (B, K, None, self.v_head_dim), "(B, K, T, Ev)", self.v)
+        if k.shape[2] != v.shape[2]:
+            raise ValueError(
+                f"k and v must add the same number of positions; got k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        start, end = self._reserve(k.shape[2])
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]  # (B, K, S, E), (B, K, S, Ev)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached tokens, measured from the tensors (not the preallocated total)."""
+        k, v = self.k[:, :, : self.length], self.v[:, :, : self.length]
+        return k.numel() * k.element_size() + v.numel() * v.element_size()
+
+
+class LatentCache(_Preallocated):
+    """What multi-head latent attention caches for one layer: a latent and a RoPE key per token.
+
+    Both are shared by all heads and stored side by side in one tensor, ``kv = [latent | k_rope]``, so
+    that absorbed MLA can use the same tensor as the key and (its first ``C`` columns) as the value.
+
+    Args:
+        batch_size: ``B``.
+        kv_latent_dim: ``C`` (the paper's ``d_c``).
+        rope_dim: ``R`` (the paper's ``d_h^R``).
+        max_len: positions to preallocate.
+        dtype: element type.
+        device: where to allocate.
+
+    Shapes:
+        kv: ``(B, max_len, C + R)``; :meth:`update` takes ``(B, T, C)`` and ``(B, T, R)`` and returns
+        ``(B, S, C + R)``.
+
+    Raises:
+        ValueError: if a size is below 1, and in :meth:`update` (see there).
+
+    Example:
+        >>> cache = LatentCache(batch_size=1, kv_latent_dim=8, rope_dim=2, max_len=4)
+        >>> cache.update(torch.randn(1, 3, 8), torch.randn(1, 3, 2)).shape
+        torch.Size([1, 3, 10])
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        kv_latent_dim: int,
+        rope_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        sizes = {"batch_size": batch_size, "kv_latent_dim": kv_latent_dim, "max_len": max_len}
+        bad = {name: n for name, n in sizes.items() if n < 1} | ({"rope_dim": rope_dim} if rope_dim < 0 else {})
+        if bad:
+            raise ValueError(f"cache sizes must be at least 1 (rope_dim at least 0); got {bad}")
+        self.batch_size, self.kv_latent_dim, self.rope_dim = batch_size, kv_latent_dim, rope_dim
+        self.max_len, self.length = max_len, 0
+        self.kv = torch.zeros(batch_size, max_len, kv_latent_dim + rope_dim, dtype=dtype, device=device)  # (B, L, C+R)
+
+    def update(self, latent: Tensor, k_rope: Tensor) -> Tensor:
+        """Append ``T`` new positions and return everything cached, ``[latent | k_rope]`` (a view).
+
+        Raises:
+            ValueError: if the batch size or width differs from the cache's, the two lengths differ,
+                the dtype differs, or the cache would grow past ``max_len``.
+        """
+        B = self.batch_size
+        _check_new("latent", latent, (B, None, self.kv_latent_dim), "(B, T, C)", self.kv)
+        _check_new("k_rope", k_rope, (B, None, self.rope_dim), "(B, T, R)", self.kv)
+        if latent.shape[1] != k_rope.shape[1]:
+            raise ValueError(
+                f"latent and k_rope must add the same number of positions; got {tuple(latent.shape)}, "
+                f"{tuple(k_rope.shape)}"
+            )
+        start, end = self._reserve(latent.shape[1])
+        self.kv[:, start:end, : self.kv_latent_dim] = latent
+        self.kv[:, start:end, self.kv_latent_dim :] = k_rope
+        return self.kv[:, :end]  # (B, S, C + R)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached tokens, measured from the tensor (not the preallocated total)."""
+        kv = self.kv[:, : self.length]
+        return kv.numel() * kv.element_size()

@@ -1,0 +1,242 @@
+"""Checks on the built practice pages and the summary (run after the site is built into site/).
+
+They read the HTML readers get: the widgets carry the documented hooks, the embedded data is what the
+data files and the models give, and every numeric answer is the one the code computes now.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from html import unescape
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+from lessons_src import MultiHeadAttention
+from lessons_src.configs import load_configs
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "site"
+sys.path.insert(0, str(ROOT / "tools"))
+import practice_pages as pp  # noqa: E402
+
+if not (SITE / "index.html").exists():
+    pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
+
+PAGES = {
+    "questions": SITE / "practice" / "questions" / "index.html",
+    "interview": SITE / "practice" / "interview" / "index.html",
+    "flashcards": SITE / "practice" / "flashcards" / "index.html",
+    "quiz": SITE / "practice" / "quiz" / "index.html",
+    "explorer": SITE / "practice" / "head-explorer" / "index.html",
+    "lab": SITE / "practice" / "lab" / "index.html",
+    "summary": SITE / "summary" / "index.html",
+}
+
+
+def html_of(name: str) -> str:
+    return PAGES[name].read_text(encoding="utf-8")
+
+
+def text_of(name: str) -> str:
+    return unescape(re.sub(r"<[^>]+>", "", html_of(name)))
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags_of(name: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = Tags()
+    parser.feed(html_of(name))
+    return parser.tags
+
+
+def has_class(attrs: dict[str, str | None], cls: str) -> bool:
+    return cls in (attrs.get("class") or "").split()
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_page_is_built_small_and_loads_the_widgets(name: str) -> None:
+    assert PAGES[name].exists(), f"{name} was not built"
+    html = html_of(name)
+    assert "assets/js/practice.js" in html and "assets/practice.css" in html
+    assert len(html.encode()) < 1_000_000  # the lab is the largest: mkdocs-jupyter inlines its CSS
+    assert "Traceback (most recent call last)" not in text_of(name)
+
+
+def test_nav_has_the_practice_section_and_the_summary() -> None:
+    home = (SITE / "index.html").read_text(encoding="utf-8")
+    for href in ("summary/", "practice/questions/", "practice/interview/", "practice/flashcards/",
+                 "practice/quiz/", "practice/head-explorer/", "practice/lab/"):
+        assert f'href="{href}"' in home, href
+
+
+def test_questions_page_has_seven_collapsible_answers() -> None:
+    details = [a for t, a in tags_of("questions") if t == "details" and has_class(a, "question")]
+    assert len(details) >= 7
+
+
+def test_dimension_exercise_outcomes_come_from_the_code() -> None:
+    text = text_of("questions")
+    for h in (16, 32):
+        mha = MultiHeadAttention(1024, h)
+        E = mha.head_dim
+        assert f"1. d_k = 1024 / {h} = {E}" in text
+        assert f"concatenated {h} x {E} = {h * E} -> after W_O 1024" in text
+        assert f"one head's W_Q: 1024 x {E} = {1024 * E:,}; all {h} heads: {1024 * 1024:,}" in text
+        assert f"5. all projection weights: {sum(p.numel() for p in mha.parameters()):,}" in text
+    assert "d_model=768, h=10 -> d_model=768 is not divisible by num_heads=10" in text
+
+
+def test_config_exercise_lists_every_model_with_computed_head_size() -> None:
+    text = text_of("questions")
+    for cfg in load_configs().values():
+        if cfg.mla:
+            continue
+        row = re.search(rf"{re.escape(cfg.name)}\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\w+)", text)
+        assert row is not None, cfg.name
+        fields, d_model, heads, kv, head_dim, n_rep, kind = row.groups()
+        assert fields.split("/")[0] == cfg.card_names["d_model"]
+        assert (int(d_model), int(heads), int(kv)) == (cfg.d_model, cfg.num_heads, cfg.num_kv_heads)
+        assert (int(head_dim), int(n_rep), kind) == (cfg.head_dim, cfg.n_rep, cfg.attention_kind)
+    bert = load_configs()["BERT-base"]
+    assert f"= {bert.num_layers * bert.num_heads} attention maps" in text
+
+
+def test_interview_gives_a_common_wrong_answer_for_every_question() -> None:
+    tags = tags_of("interview")
+    questions = [a for t, a in tags if t == "details" and has_class(a, "question")]
+    wrong = [a for t, a in tags if t == "div" and has_class(a, "failure")]
+    assert len(questions) >= 8 and len(wrong) == len(questions)
+    text = text_of("interview")
+    assert text.count("Common wrong answer") == len(questions)
+    for h in (1, 8, 16, 64):
+        assert f"h={h:>2}  d_k={1024 // h:>4}  weights={4 * 1024**2:,}" in text
+
+
+def test_flashcards_are_rendered_from_the_data_file() -> None:
+    cards = pp.load_flashcards()
+    tags = tags_of("flashcards")
+    buttons = [a for t, a in tags if t == "button" and has_class(a, "flashcard")]
+    assert len(buttons) == len(cards) >= 12
+    assert all(a.get("aria-pressed") == "false" for a in buttons)
+    assert any("data-print-flashcards" in a for t, a in tags if t == "button")
+    assert sum("data-flashcards" in a for _, a in tags) == 1
+    text = text_of("flashcards")
+    for card in cards:
+        assert card["front"] in text and card["back"] in text
+    assert f"{4 * 768 * 768:,}" in text  # the parameter-count card was filled in by the code
+
+
+def test_print_stylesheet_puts_one_card_per_page() -> None:
+    css = (SITE / "assets" / "practice.css").read_text(encoding="utf-8")
+    media_print = css[css.index("@media print") :]
+    assert "break-after: page" in media_print
+    assert ".flashcard-back" in media_print and "display: block !important" in media_print
+
+
+def test_quiz_is_rendered_from_the_data_file() -> None:
+    questions = pp.load_quiz()
+    tags = tags_of("quiz")
+    fieldsets = [a for t, a in tags if t == "fieldset" and has_class(a, "quiz-question")]
+    assert len(fieldsets) == len(questions) >= 8
+    radios = [a for t, a in tags if t == "input" and a.get("type") == "radio"]
+    for q in questions:
+        mine = [a for a in radios if a.get("name") == f"quiz-{q['id']}"]
+        assert len(mine) == len(q["options"])
+        assert [a.get("data-correct") for a in mine].count("true") == 1
+        assert all(a.get("data-explanation") for a in mine)
+    assert sum(1 for _, a in tags if "data-quiz-score" in a) == 1
+    feedback = [a for _, a in tags if has_class(a, "quiz-feedback")]
+    assert len(feedback) == len(questions) and all(a.get("aria-live") == "polite" for a in feedback)
+    text = text_of("quiz")
+    assert str(MultiHeadAttention(1024, 16).head_dim) in text and f"{4 * 1024**2:,}" in text
+
+
+def explorer_data() -> dict[str, list[dict[str, object]]]:
+    m = re.search(r'<script type="application/json" class="hx-data">(.*?)</script>', html_of("explorer"), re.S)
+    assert m is not None, "the head explorer's data is not embedded"
+    data: dict[str, list[dict[str, object]]] = json.loads(m.group(1).replace("<\\/", "</"))
+    return data
+
+
+def test_head_explorer_has_its_controls() -> None:
+    tags = tags_of("explorer")
+    assert sum("data-head-explorer" in a for _, a in tags) == 1
+    names = {a.get("name") for t, a in tags if t == "select"}
+    assert {"model", "sentence", "layer", "head"} <= names
+    heads = [a.get("value") for t, a in tags if t == "option"]
+    assert "all" in heads
+
+
+def test_head_explorer_data_is_well_formed() -> None:
+    for src in explorer_data()["sources"]:
+        L, H = src["num_layers"], src["num_heads"]
+        assert isinstance(L, int) and isinstance(H, int)
+        for s in src["sentences"]:  # type: ignore[attr-defined]
+            T = len(s["tokens"])
+            w = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+            assert tuple(w.shape) == (L, H, T, T)
+            assert ((w.sum(-1) - 1).abs() <= 0.006 * T).all()  # rows sum to 1 up to rounding
+
+
+def test_head_explorer_shows_the_real_pretrained_model() -> None:
+    from lessons_src import minilm
+
+    (src,) = [s for s in explorer_data()["sources"] if s["id"] == "minilm"]
+    assert (src["num_layers"], src["num_heads"]) == (6, 12)  # all-MiniLM-L6-v2's published shape
+    for s in src["sentences"]:  # type: ignore[attr-defined]
+        tokens, weights = minilm.attention_maps(s["text"])
+        assert s["tokens"] == tokens
+        got = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+        torch.testing.assert_close(got, weights.double(), atol=0.0051, rtol=0)
+
+
+def test_head_explorer_shows_the_trained_toy_model() -> None:
+    from lessons_src import toy_models
+
+    (src,) = [s for s in explorer_data()["sources"] if s["id"] == "induction"]
+    model = toy_models.load_induction_model()
+    assert (src["num_layers"], src["num_heads"]) == (model.cfg.num_layers, model.cfg.num_heads)
+    inputs = pp.toy_inputs(model.cfg.vocab_size)
+    assert [s["text"] for s in src["sentences"]] == [text for text, _ in inputs]  # type: ignore[attr-defined]
+    for s, (_, ids) in zip(src["sentences"], inputs, strict=True):  # type: ignore[call-overload]
+        assert s["tokens"] == [str(i) for i in ids]
+        got = torch.tensor(s["weights"], dtype=torch.float64) / s["scale"]
+        torch.testing.assert_close(got, toy_models.attention_maps(ids, model).double(), atol=0.0051, rtol=0)
+
+
+def test_lab_notebook_was_executed_and_can_be_downloaded() -> None:
+    text = text_of("lab")
+    assert "by hand == MultiHeadAttention: True" in text
+    assert "same as PyTorch's kernel: True" in text
+    assert f"parameters={4 * 768**2:,}" in text
+    for label in ("largest output difference", "largest weight difference"):
+        m = re.search(rf"{label}:\s+([0-9.e+-]+)", text)
+        assert m is not None and float(m.group(1)) < 1e-5, label
+    assert (SITE / "practice" / "lab" / "lab.ipynb").exists()
+    assert 'href="lab.ipynb"' in html_of("lab")
+    nb = json.loads((ROOT / "docs" / "practice" / "lab.ipynb").read_text(encoding="utf-8"))
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "import lessons_src" in code or "from lessons_src" in code
+    assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")  # stored clean
+
+
+def test_summary_has_five_sections_with_one_figure_each() -> None:
+    html = html_of("summary")
+    body = html[html.index('class="md-content"') :]
+    sections = re.split(r"<h2 ", body)[1:]
+    assert len(sections) == 5
+    for section in sections:
+        assert section.count('<svg role="img" aria-label=') == 1
+    assert "summary-title" in html

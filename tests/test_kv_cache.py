@@ -1,0 +1,124 @@
+"""lessons_src.kv_cache: cached decoding equals the full causal pass; sizes equal their formulas; bad input raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lessons_src import MultiHeadAttention
+from lessons_src.kv_cache import KVCache, LatentCache, kv_bytes_per_token, latent_bytes_per_token
+
+
+@pytest.mark.parametrize("K", [6, 3, 2, 1])  # MHA, GQA, GQA, MQA
+@pytest.mark.parametrize("steps", [[4, 1, 1, 1, 1, 1], [1] * 9, [2, 3, 4], [9]])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32 runs the fused kernel
+def test_cached_decoding_equals_full_causal_pass(K: int, steps: list[int], bias: bool, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(24, 6, num_kv_heads=K, bias=bias).to(dtype).eval()
+    x = torch.randn(2, sum(steps), 24, dtype=dtype)
+    full = layer(x, is_causal=True)
+    cache = KVCache(2, K, 4, max_len=12, dtype=dtype)
+    outs, t = [], 0
+    for n in steps:
+        outs.append(layer(x[:, t : t + n], is_causal=True, cache=cache))
+        t += n
+    torch.testing.assert_close(torch.cat(outs, dim=1), full)
+    assert cache.length == sum(steps)
+
+
+def test_cached_decoding_with_weights_and_padding() -> None:
+    """The explicit path and a padding mask work with a cache too (the mask covers all S positions)."""
+    torch.manual_seed(1)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2).double().eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    keep = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    keep[1, ..., 0] = False  # sequence 2 hides its first token from everyone
+    full, w_full = layer(x, is_causal=True, attn_mask=keep, need_weights=True)
+    cache = KVCache(2, 2, 4, max_len=6, dtype=torch.float64)
+    layer(x[:, :4], is_causal=True, attn_mask=keep[..., :4], cache=cache)
+    out, w = layer(x[:, 4:], is_causal=True, attn_mask=keep, cache=cache, need_weights=True)
+    torch.testing.assert_close(out, full[:, 4:])
+    torch.testing.assert_close(w, w_full[:, :, 4:])
+
+
+@pytest.mark.parametrize(("K", "E", "Ev", "dtype"), [(8, 64, 64, torch.float32), (2, 16, 8, torch.bfloat16)])
+def test_kv_nbytes_equals_formula(K: int, E: int, Ev: int, dtype: torch.dtype) -> None:
+    cache = KVCache(3, K, E, max_len=20, v_head_dim=Ev, dtype=dtype)
+    assert cache.nbytes == 0
+    cache.update(torch.zeros(3, K, 7, E, dtype=dtype), torch.zeros(3, K, 7, Ev, dtype=dtype))
+    size = torch.empty((), dtype=dtype).element_size()
+    assert cache.nbytes == 3 * 7 * kv_bytes_per_token(K, E, dtype, v_head_dim=Ev) == 3 * 7 * K * (E + Ev) * size
+    cache.reset()
+    assert cache.length == 0 and cache.nbytes == 0
+
+
+def test_latent_nbytes_equals_formula() -> None:
+    cache = LatentCache(2, 32, 8, max_len=10)
+    cache.update(torch.zeros(2, 5, 32), torch.zeros(2, 5, 8))
+    assert cache.nbytes == 2 * 5 * latent_bytes_per_token(32, 8, torch.float32) == 2 * 5 * 40 * 4
+
+
+def test_update_returns_everything_cached() -> None:
+    cache = KVCache(1, 1, 2, max_len=5)
+    a, b = torch.randn(1, 1, 2, 2), torch.randn(1, 1, 1, 2)
+    cache.update(a, a)
+    k, v = cache.update(b, b)
+    torch.testing.assert_close(k, torch.cat([a, b], dim=2))
+    torch.testing.assert_close(v, k)
+
+
+@pytest.mark.parametrize(
+    ("k_shape", "v_shape", "pattern"),
+    [
+        ((3, 2, 1, 4), (3, 2, 1, 4), r"k of shape \(3, 2, 1, 4\) does not fit .* \(B, K, T, E\) = \(2, 2, 'T', 4\)"),
+        ((2, 1, 1, 4), (2, 1, 1, 4), r"k of shape \(2, 1, 1, 4\) does not fit"),
+        ((2, 2, 1, 4), (2, 2, 1, 5), r"v of shape \(2, 2, 1, 5\) does not fit .* \(B, K, T, Ev\)"),
+        ((2, 2, 4), (2, 2, 4), r"k of shape \(2, 2, 4\) does not fit"),
+        ((2, 2, 1, 4), (2, 2, 2, 4), r"same number of positions"),
+    ],
+)
+def test_kv_update_rejects_mismatches(k_shape, v_shape, pattern) -> None:
+    cache = KVCache(2, 2, 4, max_len=8)
+    with pytest.raises(ValueError, match=pattern):
+        cache.update(torch.zeros(k_shape), torch.zeros(v_shape))
+    assert cache.length == 0  # nothing was written
+
+
+def test_growing_past_max_len_raises() -> None:
+    cache = KVCache(1, 1, 4, max_len=5)
+    cache.update(torch.zeros(1, 1, 4, 4), torch.zeros(1, 1, 4, 4))
+    with pytest.raises(ValueError, match=r"holds 4 of max_len=5 positions and cannot take 2 more; .* max_len >= 6"):
+        cache.update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
+    latent = LatentCache(1, 4, 2, max_len=3)
+    with pytest.raises(ValueError, match=r"max_len=3 .* max_len >= 4"):
+        latent.update(torch.zeros(1, 4, 4), torch.zeros(1, 4, 2))
+
+
+def test_layer_with_wrong_cache_raises() -> None:
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2)
+    with pytest.raises(ValueError, match=r"k of shape \(1, 2, 3, 4\) does not fit"):
+        layer(torch.randn(1, 3, 16), cache=KVCache(2, 2, 4, max_len=8))  # batch 2 cache, batch 1 input
+    with pytest.raises(ValueError, match=r"k of shape \(1, 2, 3, 4\) does not fit"):
+        layer(torch.randn(1, 3, 16), cache=KVCache(1, 4, 4, max_len=8))  # cache made for MHA
+
+
+def test_dtype_and_size_errors() -> None:
+    cache = KVCache(1, 1, 4, max_len=4)
+    with pytest.raises(ValueError, match=r"dtype torch.float64 but the cache stores torch.float32"):
+        cache.update(torch.zeros(1, 1, 1, 4, dtype=torch.float64), torch.zeros(1, 1, 1, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"at least 1; got \{'max_len': 0\}"):
+        KVCache(1, 1, 4, max_len=0)
+    with pytest.raises(ValueError, match=r"got \{'kv_latent_dim': 0\}"):
+        LatentCache(1, 0, 4, max_len=4)
+    with pytest.raises(ValueError, match=r"latent of shape \(2, 1, 4\) does not fit .* \(B, T, C\)"):
+        LatentCache(1, 4, 2, max_len=4).update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+
+
+def test_bad_mask_leaves_the_cache_untouched() -> None:
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2)
+    cache = KVCache(1, 2, 4, max_len=8)
+    layer(torch.randn(1, 3, 16), is_causal=True, cache=cache)
+    with pytest.raises(ValueError, match=r"not broadcastable .* \(B, H, T, S\) = \(1, 4, 1, 4\)"):
+        layer(torch.randn(1, 1, 16), attn_mask=torch.ones(1, 3, dtype=torch.bool), cache=cache)
+    assert cache.length == 3

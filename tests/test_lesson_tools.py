@@ -1,0 +1,166 @@
+"""lessons_src.lesson_tools: the worked example, counters and timer the lessons print from."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from lessons_src import MultiHeadAttention
+from lessons_src.lesson_tools import (
+    FEATURES,
+    TOKENS,
+    AttentionStack,
+    attention_entropy,
+    attention_flops,
+    count_attention_calls,
+    count_parameters,
+    data_flow_diagram,
+    dimension_flow,
+    fit_single_head,
+    it_example,
+    median_times,
+)
+
+
+def test_it_example_two_heads_each_hold_one_relation() -> None:
+    ex = it_example()
+    assert ex.tokens == TOKENS and ex.x.shape == (1, len(TOKENS), len(FEATURES))
+    with torch.no_grad():
+        _, w2 = ex.two_heads(ex.x, need_weights=True)
+        _, w1 = ex.one_head(ex.x, need_weights=True)
+    animal, tired = TOKENS.index("animal"), TOKENS.index("tired")
+    assert w2[0, 0, ex.it].argmax() == animal and w2[0, 1, ex.it].argmax() == tired
+    assert w2[0, 0, ex.it, animal] > 0.9 and w2[0, 1, ex.it, tired] > 0.9
+    # The single head splits its weight evenly (same score on both) and gives each less than half.
+    torch.testing.assert_close(w1[0, 0, ex.it, animal], w1[0, 0, ex.it, tired])
+    assert w1[0, 0, ex.it, animal] < 0.5
+
+
+def test_it_example_matches_torch_attention() -> None:
+    """The hand-set module is an ordinary MultiHeadAttention: nn.MultiheadAttention agrees with it."""
+    ex = it_example()
+    ref = torch.nn.MultiheadAttention(8, 2, bias=False, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(ex.two_heads.qkv_proj.weight)
+        ref.out_proj.weight.copy_(ex.two_heads.out_proj.weight)
+        expected, _ = ref(ex.x, ex.x, ex.x)
+        torch.testing.assert_close(ex.two_heads(ex.x), expected)
+
+
+@pytest.mark.parametrize("strength", [1.0, 5.0, 20.0])
+def test_single_head_never_gives_both_more_than_half(strength: float) -> None:
+    ex = it_example(strength)
+    with torch.no_grad():
+        _, w = ex.one_head(ex.x, need_weights=True)
+    row = w[0, 0, ex.it]
+    assert row[TOKENS.index("animal")] + row[TOKENS.index("tired")] <= 1.0 + 1e-6
+    assert row[TOKENS.index("animal")] <= 0.5
+
+
+@pytest.mark.parametrize("head_dim", [4, 64])
+def test_fit_single_head_reaches_half_and_two_heads_reach_one(head_dim: int) -> None:
+    ex = it_example()
+    targets = [TOKENS.index("animal"), TOKENS.index("tired")]
+    one = fit_single_head(ex.x[0], ex.it, targets, head_dim=head_dim, steps=100)
+    assert one.shape == (1, len(TOKENS))
+    assert all(abs(float(one[0, j]) - 0.5) < 0.02 for j in targets)
+    two = fit_single_head(ex.x[0], ex.it, targets, head_dim=4, num_heads=2, steps=100)
+    assert float(two[0, targets[0]]) > 0.98 and float(two[1, targets[1]]) > 0.98
+
+
+def test_fit_single_head_rejects_bad_head_count() -> None:
+    with pytest.raises(ValueError, match=r"num_heads must be 1 or len\(targets\)=2; got num_heads=3"):
+        fit_single_head(torch.randn(4, 8), 0, [1, 2], head_dim=4, num_heads=3)
+
+
+@pytest.mark.parametrize(("d_model", "heads"), [(768, 12), (64, 4), (48, 1)])
+def test_dimension_flow_shapes(d_model: int, heads: int) -> None:
+    flow = dict(dimension_flow(MultiHeadAttention(d_model, heads), torch.randn(2, 5, d_model)))
+    E = d_model // heads
+    assert flow["input x"] == (2, 5, d_model) == flow["output (after W_O)"] == flow["concatenated heads"]
+    assert flow["fused projection x @ [W_Q; W_K; W_V]^T"] == (2, 5, 3 * d_model)
+    assert flow["per-head queries Q"] == (2, heads, 5, E) == flow["per-head outputs weights @ V"]
+    assert flow["weights softmax(scores)"] == (2, heads, 5, 5)
+
+
+@pytest.mark.parametrize(("d_model", "heads"), [(768, 12), (1024, 16), (1024, 32), (256, 4)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_parameter_count_is_4_d_squared(d_model: int, heads: int, bias: bool) -> None:
+    expected = 4 * d_model**2 + (4 * d_model if bias else 0)
+    assert count_parameters(MultiHeadAttention(d_model, heads, bias=bias)) == expected
+
+
+@pytest.mark.parametrize("heads", [1, 2, 8, 32])
+def test_flops_do_not_depend_on_head_count(heads: int) -> None:
+    D, T = 64, 16
+    f = attention_flops(D, heads, T, batch=2)
+    assert f["projections"] == 8 * 2 * T * D**2
+    assert f["attention"] == 4 * 2 * T**2 * D
+    assert f["total"] == f["projections"] + f["attention"]
+
+
+def test_flops_match_a_direct_count_of_torch_attention() -> None:
+    """Cross-check against FlopCounterMode on nn.MultiheadAttention's math, independent of our module."""
+    D, H, T = 32, 4, 8
+    q, k, v = torch.randn(3, 1, H, T, D // H).unbind(0)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+    assert attention_flops(D, H, T)["attention"] == counter.get_total_flops()
+
+
+def test_attention_grows_with_t_squared() -> None:
+    a, b = attention_flops(32, 4, 16), attention_flops(32, 4, 32)
+    assert b["attention"] == 4 * a["attention"] and b["projections"] == 2 * a["projections"]
+
+
+@pytest.mark.parametrize(("layers", "heads"), [(12, 12), (3, 2), (1, 1)])
+def test_count_attention_calls(layers: int, heads: int) -> None:
+    model = AttentionStack(layers, 4 * heads, heads)
+    assert count_attention_calls(model, torch.randn(1, 3, 4 * heads)) == (layers, layers * heads)
+    # The hooks are removed afterwards.
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_attention_entropy_bounds() -> None:
+    S = 7
+    assert math.isclose(float(attention_entropy(torch.full((3, S), 1 / S))), math.log(S), rel_tol=1e-6)
+    assert float(attention_entropy(torch.eye(S))) == 0.0
+
+
+def test_median_times() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def a() -> None:
+        calls["a"] += 1
+
+    def b() -> None:
+        calls["b"] += 1
+
+    times = median_times({"a": a, "b": b}, repeats=5, warmup=1)
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    assert calls == {"a": 6, "b": 6}
+    with pytest.raises(ValueError, match="repeats must be at least 1; got repeats=0"):
+        median_times({"a": a}, repeats=0)
+
+
+def test_data_flow_diagram_names_the_real_shapes() -> None:
+    from lessons_src.plotting import svg
+
+    flow = dimension_flow(MultiHeadAttention(768, 12), torch.randn(1, 10, 768))
+    text = svg(data_flow_diagram(flow, num_heads=12), title="flow")
+    assert "(1, 10, 2304)" in text and "(1, 10, 64)" in text and "head 12" in text
+    assert "8 more heads" in text
+    assert text == svg(data_flow_diagram(flow, num_heads=12), title="flow")  # reproducible
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import lessons_src.lesson_tools as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 8 and result.failed == 0

@@ -1,0 +1,338 @@
+"""Build-time helpers for the practice pages: flashcards, quiz and head-explorer data.
+
+The pages' hidden ``markdown-exec`` blocks call these functions; ``tests/test_practice_data.py`` calls
+the same ones, so what the tests validate is exactly what the site renders.
+
+* Flashcards and quiz questions live in ``docs/_data/flashcards.json`` and ``docs/_data/quiz.json``.
+  Their text may hold ``{name}`` placeholders; :func:`computed_values` fills them with numbers computed
+  by ``lessons_src`` when the site is built, so no derived number is typed into the data files.
+* :func:`render_flashcards` and :func:`render_quiz` turn the data into HTML with the stable hooks the
+  JavaScript (``docs/assets/js/practice.js``) and the browser tests use.
+* :func:`pack_attention` turns attention weights ``(L, H, T, T)`` into the small JSON the head explorer
+  embeds (weights as integer hundredths).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import string
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "_data"
+MIN_FLASHCARDS = 12
+MIN_QUIZ = 8
+
+
+@cache
+def computed_values() -> dict[str, str]:
+    """Numbers the practice data refers to by name, computed by ``lessons_src`` (formatted with commas)."""
+    from lessons_src import MultiHeadAttention
+    from lessons_src.configs import load_configs
+
+    def n_params(m: Any) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    cfgs = load_configs()
+    bert, mistral = cfgs["BERT-base"], cfgs["Mistral 7B"]
+    m768 = MultiHeadAttention(768, 12)
+    m1024_16 = MultiHeadAttention(1024, 16)
+    m1024_32 = MultiHeadAttention(1024, 32)
+    values: dict[str, int] = {
+        "bert_d_model": bert.d_model,
+        "bert_heads": bert.num_heads,
+        "bert_layers": bert.num_layers,
+        "bert_head_dim": bert.head_dim,
+        "bert_maps": bert.num_layers * bert.num_heads,
+        "bert_wo": m768.out_proj.weight.numel(),
+        "mha768_params": n_params(m768),
+        "hd_1024_16": m1024_16.head_dim,
+        "hd_1024_32": m1024_32.head_dim,
+        "wq_head_1024_16": m1024_16.d_model * m1024_16.head_dim,
+        "wq_all_1024_16": m1024_16.qkv_proj.weight[: m1024_16.d_model].numel(),
+        "wq_all_1024_32": m1024_32.qkv_proj.weight[: m1024_32.d_model].numel(),
+        "params_1024_16": n_params(m1024_16),
+        "params_1024_32": n_params(m1024_32),
+        "mistral_heads": mistral.num_heads,
+        "mistral_kv_heads": mistral.num_kv_heads,
+        "mistral_n_rep": mistral.n_rep,
+        "mistral_head_dim": mistral.head_dim,
+    }
+    return {k: f"{v:,}" for k, v in values.items()}
+
+
+def placeholders(text: str) -> set[str]:
+    """The ``{name}`` placeholders in ``text``."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def fill(text: str) -> str:
+    """Replace placeholders with computed values.
+
+    Raises:
+        ValueError: naming any placeholder that :func:`computed_values` does not know.
+    """
+    values = computed_values()
+    unknown = placeholders(text) - set(values)
+    if unknown:
+        raise ValueError(f"unknown placeholders {sorted(unknown)} in {text!r}; known: {sorted(values)}")
+    return text.format(**values)
+
+
+def _strings(obj: Any) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str]]:
+    """Load and validate the flashcards (``id``, ``front``, ``back``; unique ids; at least 12)."""
+    cards = json.loads(path.read_text(encoding="utf-8"))["cards"]
+    _require(isinstance(cards, list), f"{path}: 'cards' must be a list")
+    _require(len(cards) >= MIN_FLASHCARDS, f"{path}: {len(cards)} cards; at least {MIN_FLASHCARDS} are needed")
+    ids = [c.get("id") for c in cards]
+    _require(len(set(ids)) == len(ids), f"{path}: duplicate card ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    for card in cards:
+        keys = sorted(card)
+        _require(set(card) == {"id", "front", "back"}, f"card {card.get('id')}: keys {keys}; want id, front, back")
+        for key in ("id", "front", "back"):
+            _require(isinstance(card[key], str) and card[key].strip() != "", f"card {card['id']}: empty '{key}'")
+        for s in _strings(card):
+            fill(s)
+    return [{k: fill(v) for k, v in card.items()} for card in cards]
+
+
+def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
+    """Load and validate the quiz: 2+ options per question, exactly one correct, an explanation for each."""
+    questions = json.loads(path.read_text(encoding="utf-8"))["questions"]
+    _require(len(questions) >= MIN_QUIZ, f"{path}: {len(questions)} questions; at least {MIN_QUIZ} are needed")
+    ids = [q.get("id") for q in questions]
+    _require(len(set(ids)) == len(ids), f"{path}: duplicate question ids")
+    for q in questions:
+        qid = q.get("id")
+        _require({"id", "prompt", "options"} <= set(q), f"question {qid}: needs id, prompt, options; has {sorted(q)}")
+        opts = q["options"]
+        _require(len(opts) >= 2, f"question {qid}: {len(opts)} options; at least 2 are needed")
+        n_correct = sum(o.get("correct") is True for o in opts)
+        _require(n_correct == 1, f"question {qid}: {n_correct} correct options; exactly 1 is needed")
+        for i, o in enumerate(opts):
+            _require(set(o) == {"text", "correct", "explanation"}, f"question {qid} option {i}: keys {sorted(o)}")
+            _require(isinstance(o["correct"], bool), f"question {qid} option {i}: 'correct' must be true or false")
+            _require(o["text"].strip() != "", f"question {qid} option {i}: empty text")
+            _require(len(o["explanation"].strip()) >= 15, f"question {qid} option {i}: explanation too short")
+        texts = [fill(o["text"]) for o in opts]
+        _require(len(set(texts)) == len(texts), f"question {qid}: two options read the same: {texts}")
+        for s in _strings(q):
+            fill(s)
+    return [
+        {
+            "id": q["id"],
+            "prompt": fill(q["prompt"]),
+            "options": [{**o, "text": fill(o["text"]), "explanation": fill(o["explanation"])} for o in q["options"]],
+        }
+        for q in questions
+    ]
+
+
+def render_flashcards(cards: list[dict[str, str]]) -> str:
+    """HTML for the flashcard deck: ``[data-flashcards]`` holding one ``button.flashcard`` per card."""
+    e = html.escape
+    items = []
+    for i, c in enumerate(cards, 1):
+        items.append(
+            f'<li class="flashcard-item">'
+            f'<button type="button" class="flashcard" id="card-{e(c["id"])}" aria-pressed="false" '
+            f'data-card-id="{e(c["id"])}">'
+            f'<span class="flashcard-face flashcard-front"><span class="flashcard-label">Card {i} of {len(cards)}'
+            f' · question</span><span class="flashcard-text">{e(c["front"])}</span></span>'
+            f'<span class="flashcard-face flashcard-back"><span class="flashcard-label">Card {i} of {len(cards)}'
+            f' · answer</span><span class="flashcard-text">{e(c["back"])}</span></span>'
+            f"</button></li>"
+        )
+    return (
+        '<div class="flashcards" data-flashcards>'
+        '<p class="flashcards-toolbar">'
+        '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button> '
+        '<button type="button" class="md-button" data-flip-all>Show all answers</button></p>'
+        f'<ol class="flashcard-list">{"".join(items)}</ol></div>'
+    )
+
+
+def render_quiz(questions: list[dict[str, Any]]) -> str:
+    """HTML for the quiz: ``[data-quiz]``; one ``fieldset.quiz-question`` with radio inputs per question."""
+    e = html.escape
+    parts = []
+    for n, q in enumerate(questions, 1):
+        qid = e(q["id"])
+        opts = []
+        for i, o in enumerate(q["options"]):
+            opts.append(
+                f'<li><label class="quiz-option"><input type="radio" name="quiz-{qid}" value="{i}" '
+                f'data-correct="{str(o["correct"]).lower()}" data-explanation="{e(o["explanation"])}"> '
+                f"<span>{e(o['text'])}</span></label></li>"
+            )
+        parts.append(
+            f'<fieldset class="quiz-question" id="quiz-{qid}" data-question-id="{qid}">'
+            f'<legend><span class="quiz-number">Question {n}.</span> {e(q["prompt"])}</legend>'
+            f'<ol class="quiz-options" type="A">{"".join(opts)}</ol>'
+            f'<p class="quiz-feedback" aria-live="polite"></p></fieldset>'
+        )
+    return (
+        f'<form class="quiz" data-quiz data-total="{len(questions)}" onsubmit="return false">'
+        f'<p class="quiz-score-line">Score: <output data-quiz-score aria-live="polite">0 of {len(questions)} answered,'
+        f" 0 correct</output></p>{''.join(parts)}"
+        '<p><button type="reset" class="md-button" data-quiz-reset>Start again</button></p></form>'
+    )
+
+
+def pack_attention(weights: Any, tokens: list[str], decimals: int = 2) -> dict[str, Any]:
+    """One sentence's attention for the head explorer: weights as integers in units of ``10**-decimals``.
+
+    Args:
+        weights: attention probabilities, rows summing to 1.
+        tokens: the token strings, one per position.
+        decimals: precision kept (2 means hundredths).
+
+    Shapes:
+        weights: ``(L, H, T, T)`` (layers, heads, query, key).
+
+    Raises:
+        ValueError: if the shape does not match ``tokens`` or rows do not sum to 1.
+    """
+    import torch
+
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
+        raise ValueError(f"weights must be (L, H, T, T) with T={len(tokens)} tokens; got {tuple(w.shape)}")
+    sums = w.sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+        raise ValueError(f"attention rows must sum to 1; found sums from {sums.min():.4f} to {sums.max():.4f}")
+    scale = 10**decimals
+    return {
+        "tokens": list(tokens),
+        "scale": scale,
+        "weights": (w * scale).round().to(torch.int64).tolist(),  # [L][H][T][T]
+    }
+
+
+# The sentences the head explorer shows (few and short, to keep the embedded data small).
+EXPLORER_SENTENCES = [
+    "The cat chased the dog because it was hungry.",
+    "The keys to the old cabinet are on the table.",
+    "She read the letter that her brother had written.",
+]
+
+
+def explorer_source(source_id: str, label: str, note: str, items: list[tuple[str, list[str], Any]]) -> dict[str, Any]:
+    """One model's entry in the explorer data.
+
+    Args:
+        source_id: short id (``"minilm"``).
+        label: what the model menu shows.
+        note: one sentence on where the weights come from.
+        items: ``(menu text, tokens, weights)`` per input, weights ``(L, H, T, T)``.
+
+    Raises:
+        ValueError: if ``items`` is empty or the inputs disagree on the number of layers and heads.
+    """
+    packed = []
+    shape: tuple[int, int] | None = None
+    for text, tokens, weights in items:
+        packed.append({"text": text, **pack_attention(weights, list(tokens))})
+        L, H = int(weights.shape[0]), int(weights.shape[1])
+        if shape not in (None, (L, H)):
+            raise ValueError(f"{source_id}: inputs disagree on (layers, heads): {shape} and {(L, H)}")
+        shape = (L, H)
+    if shape is None:
+        raise ValueError(f"{source_id}: no inputs given; pass at least one")
+    return {"id": source_id, "label": label, "note": note, "num_layers": shape[0], "num_heads": shape[1],
+            "sentences": packed}
+
+
+def render_head_explorer(sources: list[dict[str, Any]]) -> str:
+    """HTML for the head explorer: controls, an empty stage the JavaScript fills, and the data as JSON."""
+    e = html.escape
+    first = sources[0]
+    payload = json.dumps({"sources": sources}, separators=(",", ":")).replace("</", "<\\/")
+
+    def options(items: list[tuple[str, str]], selected: str) -> str:
+        return "".join(
+            f'<option value="{e(v)}"{" selected" if v == selected else ""}>{e(t)}</option>' for v, t in items
+        )
+
+    models = options([(str(i), s["label"]) for i, s in enumerate(sources)], "0")
+    sents = options([(str(i), s["text"]) for i, s in enumerate(first["sentences"])], "0")
+    layers = options([(str(i), f"layer {i}") for i in range(first["num_layers"])], "0")
+    heads = options([("all", "all heads")] + [(str(i), f"head {i}") for i in range(first["num_heads"])], "0")
+    return (
+        '<div class="head-explorer" data-head-explorer>'
+        '<div class="hx-controls">'
+        f'<label>Model <select name="model">{models}</select></label>'
+        f'<label class="hx-sentence">Sentence <select name="sentence">{sents}</select></label>'
+        f'<label>Layer <select name="layer">{layers}</select></label>'
+        f'<label>Head <select name="head">{heads}</select></label>'
+        "</div>"
+        '<div class="hx-legend" aria-hidden="true"></div>'
+        '<div class="hx-stage"></div>'
+        '<p class="hx-readout" aria-live="polite">The explorer needs JavaScript; the data is embedded in this page.</p>'
+        f'<script type="application/json" class="hx-data">{payload}</script>'
+        "</div>"
+    )
+
+
+TOY_SEEDS = (0, 1)  # the random sequences shown for the trained toy model
+TOY_SEGMENT = 8  # tokens before the repeat
+
+
+def toy_inputs(vocab_size: int) -> list[tuple[str, list[int]]]:
+    """The toy model's inputs: ``TOY_SEGMENT`` random tokens, then the same tokens again."""
+    from lessons_src.toy_models import repeated_random_tokens
+
+    out = []
+    for seed in TOY_SEEDS:
+        ids = repeated_random_tokens(TOY_SEGMENT, vocab_size, seed=seed)[0].tolist()
+        out.append((f"{TOY_SEGMENT} random tokens, then the same {TOY_SEGMENT} again (seed {seed})", ids))
+    return out
+
+
+def explorer_data() -> list[dict[str, Any]]:
+    """The head explorer's data, computed by ``lessons_src`` when the site is built.
+
+    * the pretrained all-MiniLM-L6-v2, through ``lessons_src.minilm.attention_maps``;
+    * the project's 2-layer attention-only model trained on repeated random tokens, from its committed
+      checkpoint, through ``lessons_src.toy_models.attention_maps``.
+    """
+    from lessons_src import minilm, toy_models
+
+    real = [(text, *minilm.attention_maps(text)) for text in EXPLORER_SENTENCES]
+    toy = toy_models.load_induction_model()
+    toy_items = [
+        (text, [str(i) for i in ids], toy_models.attention_maps(ids, toy))
+        for text, ids in toy_inputs(toy.cfg.vocab_size)
+    ]
+    return [
+        explorer_source(
+            "minilm",
+            "all-MiniLM-L6-v2 (pretrained)",
+            "sentence-transformers/all-MiniLM-L6-v2: 6 layers x 12 heads, run with lessons_src.minilm",
+            real,
+        ),
+        explorer_source(
+            "induction",
+            "the project's toy model (trained here)",
+            "2-layer attention-only transformer trained on repeated random tokens (lessons_src.toy_models)",
+            toy_items,
+        ),
+    ]
