@@ -265,7 +265,10 @@ def render_head_explorer(sources: list[dict[str, Any]]) -> str:
     """HTML for the head explorer: controls, an empty stage the JavaScript fills, and the data as JSON."""
     e = html.escape
     first = sources[0]
-    payload = json.dumps({"sources": sources}, separators=(",", ":")).replace("</", "<\\/")
+    # Embedded as the text of a hidden <div>, not a <script type="application/json">: Material's instant
+    # navigation re-creates every <script> of a new page without its attributes, which ran the JSON as
+    # JavaScript (a SyntaxError) and dropped the class the widget looks for.
+    payload = html.escape(json.dumps({"sources": sources}, separators=(",", ":")), quote=False)
 
     def options(items: list[tuple[str, str]], selected: str) -> str:
         return "".join(
@@ -287,7 +290,7 @@ def render_head_explorer(sources: list[dict[str, Any]]) -> str:
         '<div class="hx-legend" aria-hidden="true"></div>'
         '<div class="hx-stage"></div>'
         '<p class="hx-readout" aria-live="polite">The explorer needs JavaScript; the data is embedded in this page.</p>'
-        f'<script type="application/json" class="hx-data">{payload}</script>'
+        f'<div class="hx-data" hidden>{payload}</div>'
         "</div>"
     )
 

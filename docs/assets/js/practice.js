@@ -153,7 +153,7 @@
 
   function setupExplorer(root) {
     if (root.getAttribute("data-ready") === "true") return;
-    var dataNode = root.querySelector("script.hx-data");
+    var dataNode = root.querySelector(".hx-data");
     if (!dataNode) return;
     var data = JSON.parse(dataNode.textContent);
     root.setAttribute("data-ready", "true");
