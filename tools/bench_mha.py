@@ -15,11 +15,10 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lessons_src import MultiHeadAttention, causal_mask
+from lessons_src.lesson_tools import median_times
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "_data" / "bench" / "mha.json"
 B, T, D, H = 8, 512, 512, 8
@@ -88,17 +88,8 @@ def variants(t: int) -> dict[str, Callable[[Tensor], Tensor]]:
 
 
 def time_all(repeats: int, warmup: int) -> dict[str, float]:
-    fns = variants(T)
     x = torch.randn(B, T, D)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    with torch.inference_mode():
-        for i in range(warmup + repeats):
-            for name, fn in fns.items():
-                start = time.perf_counter()
-                fn(x)
-                if i >= warmup:
-                    times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return median_times({name: partial(fn, x) for name, fn in variants(T).items()}, repeats=repeats, warmup=warmup)
 
 
 def _status_kib(field: str) -> int:
