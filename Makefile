@@ -25,6 +25,8 @@ $(DEPS): requirements.txt pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@# checkouts from before the package was named mha-computed have it installed as lessons_src
+	$(BIN)/python -m pip uninstall --quiet --yes lessons_src 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
@@ -57,18 +59,18 @@ browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromiu
 test: lint unit build site-check browser ## Everything CI runs: lint, unit tests, strict build, site and browser checks
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
-	$(BIN)/python tools/bench_mha.py
-	$(BIN)/python tools/bench_decode.py && $(BIN)/python tools/gqa_convert_quality.py
-	$(BIN)/python tools/bench_site.py
+	$(BIN)/python tools/bench/bench_mha.py
+	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
+	$(BIN)/python tools/bench/bench_site.py
 
-train: $(DEPS) ## Retrain the 2-layer induction model into artifacts/ (seeded, CPU, a few minutes)
-	$(BIN)/python tools/train_induction.py
+train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU, a few minutes)
+	$(BIN)/python tools/train/train_induction.py
 
-train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into artifacts/ (seeded, minutes)
-	$(BIN)/python tools/train_one_vs_many.py
+train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded, minutes)
+	$(BIN)/python tools/train/train_one_vs_many.py
 
-ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into artifacts/ (seconds)
-	$(BIN)/python tools/ablate_minilm.py
+ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/ (seconds)
+	$(BIN)/python tools/train/ablate_minilm.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -27,13 +27,16 @@ References:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kv_cache import KVCache
-from .masks import causal_mask, check_mask, combine_masks, masks_from_torch
+from .masks import causal_mask, check_mask, combine_masks
+
+if TYPE_CHECKING:
+    from .kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention", "grouped_attention", "repeat_kv", "scaled_dot_product_attention"]
 
@@ -208,8 +211,8 @@ class MultiHeadAttention(nn.Module):
     Self-attention uses one fused projection for Q, K and V (one matmul instead of three), with rows
     ``[W_Q (H*E); W_K (K*E); W_V (K*E)]``. With ``num_kv_heads == num_heads`` (the default) that is the
     ``(3 * d_model, d_model)`` layout of ``nn.MultiheadAttention``'s ``in_proj_weight``, so weights copy
-    across unchanged (:meth:`from_torch`). Cross-attention uses the same weights, the Q rows on ``x``
-    and the K/V rows on ``context``.
+    across unchanged (:func:`lessons_src.interop.from_torch`). Cross-attention uses the same weights,
+    the Q rows on ``x`` and the K/V rows on ``context``.
 
     Args:
         d_model: model width ``D`` (HF ``hidden_size``, nanoGPT ``n_embd``, PyTorch ``embed_dim``).
@@ -385,40 +388,3 @@ class MultiHeadAttention(nn.Module):
             )
         if context.shape[-1] != D:
             raise ValueError(f"context's last dim must be d_model={D}; got shape {tuple(context.shape)}")
-
-    @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Build an equivalent module from a ``torch.nn.MultiheadAttention``, copying its weights.
-
-        ``batch_first`` does not matter for the weights; feed this module ``(B, T, D)`` tensors. Masks:
-        translate ``nn.MultiheadAttention``'s with :meth:`torch_masks` (its bool masks mean *blocked*).
-
-        Raises:
-            ValueError: for features this class does not have (``kdim``/``vdim`` different from
-                ``embed_dim``, ``add_bias_kv``, ``add_zero_attn``).
-
-        Example:
-            >>> ref = nn.MultiheadAttention(8, 2, batch_first=True)
-            >>> MultiHeadAttention.from_torch(ref).head_dim
-            4
-        """
-        if not module._qkv_same_embed_dim:
-            raise ValueError(
-                f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim} to convert"
-            )
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv=True and add_zero_attn=True have no equivalent here; use False")
-        bias = module.in_proj_bias is not None
-        new = cls(module.embed_dim, module.num_heads, bias=bias, dropout=module.dropout)
-        new = new.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
-        with torch.no_grad():
-            new.qkv_proj.weight.copy_(module.in_proj_weight)
-            new.out_proj.weight.copy_(module.out_proj.weight)
-            if bias:
-                new.qkv_proj.bias.copy_(module.in_proj_bias)
-                new.out_proj.bias.copy_(module.out_proj.bias)
-        return new
-
-    def torch_masks(self, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor | None:
-        """Translate ``nn.MultiheadAttention``-style masks (bool ``True`` = blocked) for :meth:`forward`."""
-        return masks_from_torch(attn_mask, key_padding_mask, num_heads=self.num_heads, dtype=self.out_proj.weight.dtype)

@@ -3,7 +3,7 @@
 A **bool** mask is ``True`` where a query MAY attend to a key. A **float** mask is *added* to the
 attention scores (``0`` keeps a key, ``-inf`` removes it). Every function in ``lessons_src`` takes and
 returns masks in this convention. ``torch.nn.MultiheadAttention`` uses the opposite polarity for bool
-masks (``True`` = blocked); :func:`masks_from_torch` is the one place that translates.
+masks (``True`` = blocked); :func:`lessons_src.interop.masks_from_torch` is the one place that translates.
 
 Causal masks are aligned **bottom-right**: with ``T`` queries and ``S`` keys, query ``i`` may see key
 ``j`` when ``j <= i + S - T``. For ``T == S`` that is the usual lower triangle; for ``T < S`` (new tokens
@@ -20,16 +20,18 @@ wrong for decoding with a cache, so this package never passes ``is_causal=True``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "causal_mask",
     "check_mask",
     "combine_masks",
-    "masks_from_torch",
     "padding_mask",
 ]
 
@@ -149,41 +151,3 @@ def _as_float(mask: Tensor, dtype: torch.dtype) -> Tensor:
     if mask.dtype != torch.bool:
         return mask.to(dtype)
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
-
-
-def masks_from_torch(
-    attn_mask: Tensor | None,
-    key_padding_mask: Tensor | None,
-    *,
-    num_heads: int,
-    dtype: torch.dtype = torch.float32,
-) -> Tensor | None:
-    """Translate ``nn.MultiheadAttention``'s masks into this package's convention.
-
-    ``nn.MultiheadAttention`` marks *blocked* positions with ``True`` and takes a separate
-    ``key_padding_mask``; this package marks *allowed* positions with ``True`` and takes one mask.
-    Float masks are additive in both and pass through unchanged.
-
-    Args:
-        attn_mask: ``(T, S)`` or ``(B * num_heads, T, S)``, bool (True = blocked) or float.
-        key_padding_mask: ``(B, S)``, bool (True = padding) or float.
-        num_heads: needed to unfold a 3-D ``attn_mask``.
-        dtype: dtype of float masks when bool and float masks are combined.
-
-    Returns:
-        One mask broadcastable to ``(B, H, T, S)``, or ``None`` if both inputs are ``None``.
-
-    Example:
-        >>> masks_from_torch(torch.tensor([[False, True]]), None, num_heads=1).tolist()
-        [[True, False]]
-    """
-    mask = None
-    if attn_mask is not None:
-        mask = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask
-        if mask.ndim == 3:
-            BH, T, S = mask.shape
-            mask = mask.view(BH // num_heads, num_heads, T, S)  # (B, H, T, S)
-    if key_padding_mask is not None:
-        kpm = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
-        mask = combine_masks(mask, kpm[:, None, None, :], dtype)  # kpm: (B, 1, 1, S)
-    return mask

@@ -32,15 +32,17 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kv_cache import LatentCache
 from .masks import causal_mask
 from .rope import apply_rope, rope_cos_sin
+
+if TYPE_CHECKING:
+    from .kv_cache import LatentCache
 
 __all__ = ["MultiHeadLatentAttention"]
 

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from lessons_src import minilm
-from lessons_src.toy_models import ARTIFACTS
+from lessons_src.lab import minilm, read_artifact_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_minilm_ablation_recomputes() -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "tools" / "train"))
     from ablate_minilm import embedding_change
 
-    report = json.loads((ARTIFACTS / "minilm_ablation.json").read_text())
+    report = read_artifact_json("minilm_ablation.json")
     assert report["sha256"] == minilm.MODEL_SHA256
     imp = torch.tensor(report["importance"])  # (6, 12)
     base = minilm.sentence_embeddings(minilm.PROBE_SENTENCES)
@@ -34,7 +32,7 @@ def test_minilm_ablation_recomputes() -> None:
 
 
 def test_one_vs_many_results_are_complete() -> None:
-    report = json.loads((ARTIFACTS / "one_vs_many_heads.json").read_text())
+    report = read_artifact_json("one_vs_many_heads.json")
     runs = report["runs"]
     assert sorted({r["num_heads"] for r in runs}) == [1, 2, 4, 8]
     assert len({r["parameters"] for r in runs}) == 1  # same d_model: same parameter count for every h
@@ -43,10 +41,10 @@ def test_one_vs_many_results_are_complete() -> None:
 
 @pytest.mark.slow
 def test_one_vs_many_run_reproduces() -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "tools" / "train"))
     import train_one_vs_many as t
 
-    report = json.loads((ARTIFACTS / "one_vs_many_heads.json").read_text())
+    report = read_artifact_json("one_vs_many_heads.json")
     stored = next(r for r in report["runs"] if r["num_heads"] == 2 and r["seed"] == 0)
     torch.set_num_threads(report["threads"])
     again = t.train_one(2, 0, report["steps"])

@@ -1,10 +1,10 @@
-"""lessons_src.configs: the published configurations file is complete, sourced and self-consistent."""
+"""lessons_src.lab.configs: the published configurations file is complete, sourced and self-consistent."""
 
 from __future__ import annotations
 
 import pytest
 
-from lessons_src.configs import load_configs
+from lessons_src.lab.configs import load_configs
 
 REQUIRED = ["GPT-2 small", "GPT-2 medium", "GPT-3 175B", "LLaMA 7B", "Llama 2 70B", "Mistral 7B", "Llama 3 8B"]
 

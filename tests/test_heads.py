@@ -1,4 +1,4 @@
-"""lessons_src.heads: pattern and induction scores on hand-built maps, ablation against a manual computation."""
+"""lessons_src.lab.heads: pattern and induction scores on hand-built maps, ablation against a manual computation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention, scaled_dot_product_attention
-from lessons_src.heads import (
+from lessons_src.lab.heads import (
     ablate_heads,
     classify_heads,
     copying_score,

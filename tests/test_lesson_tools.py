@@ -1,4 +1,4 @@
-"""lessons_src.lesson_tools: the worked example, counters and timer the lessons print from."""
+"""lessons_src.lab.lesson_tools: the worked example, counters and timer the lessons print from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lessons_src import MultiHeadAttention
-from lessons_src.lesson_tools import (
+from lessons_src.lab.lesson_tools import (
     FEATURES,
     TOKENS,
     AttentionStack,
@@ -148,7 +148,7 @@ def test_median_times() -> None:
 
 
 def test_data_flow_diagram_names_the_real_shapes() -> None:
-    from lessons_src.plotting import svg
+    from lessons_src.lab.plotting import svg
 
     flow = dimension_flow(MultiHeadAttention(768, 12), torch.randn(1, 10, 768))
     text = svg(data_flow_diagram(flow, num_heads=12), title="flow")
@@ -160,7 +160,7 @@ def test_data_flow_diagram_names_the_real_shapes() -> None:
 def test_docstring_examples_run() -> None:
     import doctest
 
-    import lessons_src.lesson_tools as module
+    import lessons_src.lab.lesson_tools as module
 
     result = doctest.testmod(module)
     assert result.attempted >= 8 and result.failed == 0

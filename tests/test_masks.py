@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lessons_src.masks import causal_mask, check_mask, combine_masks, masks_from_torch, padding_mask
+from lessons_src.masks import causal_mask, check_mask, combine_masks, padding_mask
 
 
 def test_causal_square_is_lower_triangle() -> None:
@@ -68,17 +68,3 @@ def test_combine() -> None:
     f = combine_masks(a, torch.tensor([1.0, 2.0, 3.0]), torch.float32)
     assert f.tolist() == [1.0, float("-inf"), 3.0]
     assert combine_masks(None, b, torch.float32) is b
-
-
-def test_masks_from_torch_inverts_bool_and_unfolds_heads() -> None:
-    blocked = torch.tensor([[False, True], [False, False]])
-    assert torch.equal(masks_from_torch(blocked, None, num_heads=2), ~blocked)
-    per_head = torch.zeros(6, 2, 2, dtype=torch.bool)  # (B * H, T, S) with B=3, H=2
-    per_head[3, 0, 1] = True  # batch 1, head 1
-    out = masks_from_torch(per_head, None, num_heads=2)
-    assert out.shape == (3, 2, 2, 2) and not out[1, 1, 0, 1] and out.sum() == 23
-    kpm = torch.tensor([[False, True]])  # key 1 is padding
-    both = masks_from_torch(blocked, kpm, num_heads=2)
-    assert both.shape == (1, 1, 2, 2) and both[0, 0].tolist() == [[True, False], [True, False]]
-    fl = masks_from_torch(torch.zeros(2, 2), kpm, num_heads=2)
-    assert fl[0, 0, 0].tolist() == [0.0, float("-inf")]

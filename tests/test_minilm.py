@@ -1,4 +1,4 @@
-"""lessons_src.minilm: the pretrained encoder, run through our attention, matches Hugging Face's BertModel."""
+"""lessons_src.lab.minilm: the pretrained encoder, run through our attention, matches Hugging Face's BertModel."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from lessons_src import minilm
 from lessons_src.attention import MultiHeadAttention
+from lessons_src.lab import minilm
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")

@@ -1,10 +1,10 @@
-"""lessons_src.plotting: figures render, and their SVG is byte-for-byte reproducible."""
+"""lessons_src.lab.plotting: figures render, and their SVG is byte-for-byte reproducible."""
 
 from __future__ import annotations
 
 import torch
 
-from lessons_src.plotting import attention_heatmaps, figure, svg
+from lessons_src.lab.plotting import attention_heatmaps, figure, svg
 
 
 def test_svg_is_reproducible_and_named() -> None:

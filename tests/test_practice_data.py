@@ -1,4 +1,4 @@
-"""The practice data files (flashcards, quiz) and their build-time renderers in tools/practice_pages.py."""
+"""The practice data files (flashcards, quiz) and their build-time renderers in tools/site_build/practice_pages.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.configs import load_configs
+from lessons_src.lab.configs import load_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import practice_pages as pp  # noqa: E402
 
 

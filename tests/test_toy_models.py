@@ -1,8 +1,7 @@
-"""lessons_src.toy_models: the data, the model, and the committed induction checkpoint's heads."""
+"""lessons_src.lab.toy_models: the data, the model, and the committed induction checkpoint's heads."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lessons_src import toy_models
-from lessons_src.toy_models import TinyConfig, TinyTransformer
+from lessons_src.lab import read_artifact_json, toy_models
+from lessons_src.lab.toy_models import TinyConfig, TinyTransformer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +82,7 @@ def test_committed_checkpoint_has_the_induction_circuit() -> None:
 
 
 def test_training_log_matches_checkpoint() -> None:
-    log = json.loads((toy_models.ARTIFACTS / "induction_training.json").read_text())
+    log = read_artifact_json("induction_training.json")
     assert TinyConfig(**log["config"]) == toy_models.load_induction_model().cfg
     first, last = log["log"][0], log["log"][-1]
     assert last["step"] == log["steps"] and last["in_context_loss"] < 0.5 * first["in_context_loss"]
@@ -91,7 +90,8 @@ def test_training_log_matches_checkpoint() -> None:
 
 @pytest.mark.slow
 def test_retraining_from_the_seed_finds_the_same_heads(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "tools" / "train_induction.py"), "--out", str(tmp_path)], check=True)
+    script = ROOT / "tools" / "train" / "train_induction.py"
+    subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], check=True)
     retrained = TinyTransformer.load(tmp_path / "induction_model.safetensors")
     new = toy_models.find_circuit(toy_models.induction_scores(retrained))
     old = toy_models.find_circuit(toy_models.induction_scores(toy_models.load_induction_model()))

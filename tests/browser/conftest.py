@@ -8,11 +8,13 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from browser_support import BASE_PATH, CHROMIUM_ARGS, SITE, SiteHandler, Watch, chromium_path, open_context
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @pytest.fixture(scope="session")

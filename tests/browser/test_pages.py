@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 import json
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from browser_support import AXE, ROOT, Watch, open_context, page_file, site_pages
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PAGES = site_pages()
 DOCS = ROOT / "docs"

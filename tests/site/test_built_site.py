@@ -94,13 +94,29 @@ def test_math_is_rendered_at_build_time() -> None:
     assert fonts and all((css.parent / "fonts" / f).exists() for f in fonts)
 
 
-def test_code_page_includes_the_tested_source() -> None:
-    text = text_of(SITE / "reference" / "code" / "index.html")
-    source = (SITE.parent / "lessons_src" / "attention.py").read_text()
-    first_def = "def scaled_dot_product_attention("
-    assert first_def in source and first_def in text
-    assert "fast path == explicit path: True" in text
-    assert "head counts that divide 100 are 1, 2, 4, 5, 10, 20, 25, 50, 100" in text
+def test_code_pages_include_every_module_as_tested() -> None:
+    """One page per module of the package, each showing the file's source, linked from the overview."""
+    index = text_of(SITE / "reference" / "code" / "index.html")
+    assert "fast path == explicit path: True" in index
+    assert "head counts that divide 100 are 1, 2, 4, 5, 10, 20, 25, 50, 100" in index
+    pkg = SITE.parent / "lessons_src"
+    modules = sorted(pkg.glob("*.py")) + sorted((pkg / "lab").glob("*.py"))
+    pages = 0
+    for path in modules:
+        if path.name == "__init__.py" and path.parent == pkg:
+            continue  # the top-level __init__ only re-exports
+        rel = path.relative_to(pkg).with_suffix("").as_posix()
+        slug = "lab" if rel == "lab/__init__" else rel.replace("/", "-")
+        page = SITE / "reference" / "code" / slug / "index.html"
+        assert page.is_file(), f"no code page for lessons_src/{rel}.py (expected {page.relative_to(SITE)})"
+        text = text_of(page)
+        # every def and class of the file appears on its page
+        for line in path.read_text().splitlines():
+            if line.startswith(("def ", "class ")):
+                assert line.split("(")[0].split(":")[0] in text, f"{line!r} missing from {slug}"
+        assert f"{slug}/" in (SITE / "reference" / "code" / "index.html").read_text(), f"overview lacks {slug}"
+        pages += 1
+    assert pages == 14
 
 
 def test_benchmark_page_shows_the_report() -> None:

@@ -27,7 +27,7 @@ def test_page_is_small_and_figures_are_named(name: str) -> None:
 
 
 def test_minilm_card_numbers_come_from_config() -> None:
-    from lessons_src import minilm
+    from lessons_src.lab import minilm
 
     cfg = json.loads((minilm.model_dir() / "config.json").read_text())
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -37,7 +37,7 @@ def test_minilm_card_numbers_come_from_config() -> None:
 
 
 def test_induction_page_shows_the_checkpoint_heads() -> None:
-    from lessons_src import toy_models
+    from lessons_src.lab import toy_models
 
     found = toy_models.find_circuit(toy_models.induction_scores(toy_models.load_induction_model()))
     assert str(found) in text_of("induction-heads")

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.configs import load_configs
-from lessons_src.lesson_tools import TOKENS, attention_flops, dimension_flow, it_example
+from lessons_src.lab.configs import load_configs
+from lessons_src.lab.lesson_tools import TOKENS, attention_flops, dimension_flow, it_example
 
 SITE = Path(__file__).resolve().parents[2] / "site"
 LESSONS = ["why-multiple-heads", "split-run-concatenate", "parameters-and-compute", "pitfalls"]

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.configs import load_configs
+from lessons_src.lab.configs import load_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import practice_pages as pp  # noqa: E402
 
 if not (SITE / "index.html").exists():
@@ -191,7 +191,7 @@ def test_head_explorer_data_is_well_formed() -> None:
 
 
 def test_head_explorer_shows_the_real_pretrained_model() -> None:
-    from lessons_src import minilm
+    from lessons_src.lab import minilm
 
     (src,) = [s for s in explorer_data()["sources"] if s["id"] == "minilm"]
     assert (src["num_layers"], src["num_heads"]) == (6, 12)  # all-MiniLM-L6-v2's published shape
@@ -203,7 +203,7 @@ def test_head_explorer_shows_the_real_pretrained_model() -> None:
 
 
 def test_head_explorer_shows_the_trained_toy_model() -> None:
-    from lessons_src import toy_models
+    from lessons_src.lab import toy_models
 
     (src,) = [s for s in explorer_data()["sources"] if s["id"] == "induction"]
     model = toy_models.load_induction_model()

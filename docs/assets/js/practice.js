@@ -1,7 +1,7 @@
 /*
  * Practice widgets: flashcards, quiz and head explorer. Plain JavaScript, no dependencies, no network.
  *
- * The pages' HTML is generated at build time (tools/practice_pages.py); this file only adds behaviour.
+ * The pages' HTML is generated at build time (tools/site_build/practice_pages.py); this file only adds behaviour.
  * Stable hooks (used by the browser tests too):
  *   Flashcards  [data-flashcards] > ... > button.flashcard[aria-pressed]   (click, Enter or Space flips)
  *               button[data-print-flashcards]  -> window.print(); print CSS puts one card per page

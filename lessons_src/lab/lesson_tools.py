@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,9 +32,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from ..attention import MultiHeadAttention, scaled_dot_product_attention
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -456,7 +457,7 @@ def data_flow_diagram(flow: Sequence[tuple[str, tuple[int, ...]]], num_heads: in
         num_heads: heads to draw (at most 4 are drawn, with a gap marked for the rest).
 
     Returns:
-        A matplotlib figure (emit it with :func:`lessons_src.plotting.svg`).
+        A matplotlib figure (emit it with :func:`lessons_src.lab.plotting.svg`).
     """
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "_data"
 MIN_FLASHCARDS = 12
 MIN_QUIZ = 8
@@ -31,7 +31,7 @@ MIN_QUIZ = 8
 def computed_values() -> dict[str, str]:
     """Numbers the practice data refers to by name, computed by ``lessons_src`` (formatted with commas)."""
     from lessons_src import MultiHeadAttention
-    from lessons_src.configs import load_configs
+    from lessons_src.lab.configs import load_configs
 
     def n_params(m: Any) -> int:
         return sum(p.numel() for p in m.parameters())
@@ -301,7 +301,7 @@ TOY_SEGMENT = 8  # tokens before the repeat
 
 def toy_inputs(vocab_size: int) -> list[tuple[str, list[int]]]:
     """The toy model's inputs: ``TOY_SEGMENT`` random tokens, then the same tokens again."""
-    from lessons_src.toy_models import repeated_random_tokens
+    from lessons_src.lab.toy_models import repeated_random_tokens
 
     out = []
     for seed in TOY_SEEDS:
@@ -313,11 +313,11 @@ def toy_inputs(vocab_size: int) -> list[tuple[str, list[int]]]:
 def explorer_data() -> list[dict[str, Any]]:
     """The head explorer's data, computed by ``lessons_src`` when the site is built.
 
-    * the pretrained all-MiniLM-L6-v2, through ``lessons_src.minilm.attention_maps``;
+    * the pretrained all-MiniLM-L6-v2, through ``lessons_src.lab.minilm.attention_maps``;
     * the project's 2-layer attention-only model trained on repeated random tokens, from its committed
-      checkpoint, through ``lessons_src.toy_models.attention_maps``.
+      checkpoint, through ``lessons_src.lab.toy_models.attention_maps``.
     """
-    from lessons_src import minilm, toy_models
+    from lessons_src.lab import minilm, toy_models
 
     real = [(text, *minilm.attention_maps(text)) for text in EXPLORER_SENTENCES]
     toy = toy_models.load_induction_model()
@@ -329,13 +329,13 @@ def explorer_data() -> list[dict[str, Any]]:
         explorer_source(
             "minilm",
             "all-MiniLM-L6-v2 (pretrained)",
-            "sentence-transformers/all-MiniLM-L6-v2: 6 layers x 12 heads, run with lessons_src.minilm",
+            "sentence-transformers/all-MiniLM-L6-v2: 6 layers x 12 heads, run with lessons_src.lab.minilm",
             real,
         ),
         explorer_source(
             "induction",
             "the project's toy model (trained here)",
-            "2-layer attention-only transformer trained on repeated random tokens (lessons_src.toy_models)",
+            "2-layer attention-only transformer trained on repeated random tokens (lessons_src.lab.toy_models)",
             toy_items,
         ),
     ]

@@ -2,7 +2,7 @@
 
 Everything here works on attention weights ``(..., T, T)`` (rows are queries and sum to 1) or on any
 model that exposes its :class:`~lessons_src.attention.MultiHeadAttention` modules, so it serves both the
-pretrained encoder (:mod:`lessons_src.minilm`) and the small models (:mod:`lessons_src.toy_models`).
+pretrained encoder (:mod:`lessons_src.lab.minilm`) and the small models (:mod:`lessons_src.lab.toy_models`).
 
 * Pattern scores (Clark et al. 2019 looked at the same patterns in BERT): how much of a query's weight
   goes to the previous token, the next token, a token with the same id (itself or a copy), the
@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from ..attention import MultiHeadAttention
 
 __all__ = [
     "CATEGORIES",

@@ -6,7 +6,7 @@ report gives each median as a ratio to the floor: fused QKV Linear + F.scaled_do
 Linear. Peak memory at T=2048 is measured in a fresh subprocess per variant as the growth of the process's
 peak resident set size during one forward call (Linux only).
 
-    python tools/bench_mha.py            # writes docs/_data/bench/mha.json and prints a table
+    python tools/bench/bench_mha.py            # writes docs/_data/bench/mha.json and prints a table
 """
 
 from __future__ import annotations
@@ -17,18 +17,21 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lessons_src import MultiHeadAttention, causal_mask
-from lessons_src.lesson_tools import median_times
+from lessons_src.lab.lesson_tools import median_times
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "_data" / "bench" / "mha.json"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "mha.json"
 B, T, D, H = 8, 512, 512, 8
 
 

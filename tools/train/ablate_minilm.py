@@ -3,9 +3,9 @@
 A head's importance is how much the sentence embeddings move when that head alone is removed:
 ``1 - cos(embedding, embedding without the head)``, averaged over ``minilm.PROBE_SENTENCES``. Pruning
 then removes heads cumulatively, least important first, and records the same change after each step.
-Writes ``artifacts/minilm_ablation.json``; a few seconds of CPU, deterministic.
+Writes ``lessons_src/lab/artifacts/minilm_ablation.json``; a few seconds of CPU, deterministic.
 
-    python tools/ablate_minilm.py
+    python tools/train/ablate_minilm.py
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import torch
 
-from lessons_src import minilm
-from lessons_src.heads import ablate_heads
-from lessons_src.toy_models import ARTIFACTS
+from lessons_src.lab import minilm
+from lessons_src.lab.heads import ablate_heads
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "lessons_src" / "lab" / "artifacts"
+"""Where the committed artifacts live in the source tree (the package ships them from there)."""
 
 
 def embedding_change(keep: torch.Tensor, base: torch.Tensor) -> float:

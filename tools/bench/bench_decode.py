@@ -17,7 +17,7 @@ every variant advances one token in turn, so at each step all of them attend ove
 cached positions. The report gives medians (per decoded token, per prefill) and ratios to MHA. Cache
 bytes are measured from the cache tensors after the run and checked to equal the formula exactly.
 
-    python tools/bench_decode.py          # writes docs/_data/bench/decode.json and prints a table
+    python tools/bench/bench_decode.py          # writes docs/_data/bench/decode.json and prints a table
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +38,10 @@ from lessons_src import MultiHeadAttention
 from lessons_src.kv_cache import KVCache, LatentCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.mla import MultiHeadLatentAttention
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "_data" / "bench" / "decode.json"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "decode.json"
 B, D, H, PROMPT, NEW = 8, 512, 8, 2048, 256
 C, R = 256, 32  # MLA latent and RoPE sizes
 DTYPE = torch.float32

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KATEX = ROOT / "node_modules" / "katex" / "dist"
 _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 _REMOTE_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.S)
@@ -28,7 +28,7 @@ def _render(items: list[dict[str, Any]]) -> list[str]:
     if not KATEX.exists():
         raise RuntimeError("KaTeX is not installed: run `npm ci` (the Makefile does) before building the site")
     proc = subprocess.run(
-        ["node", str(ROOT / "tools" / "katex_render.mjs")],
+        ["node", str(ROOT / "tools" / "site_build" / "katex_render.mjs")],
         input=json.dumps(items),
         capture_output=True,
         text=True,

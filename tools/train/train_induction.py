@@ -1,11 +1,12 @@
 """Train the 2-layer attention-only transformer whose heads the induction lesson reads (``make train``).
 
 Seeded and CPU-only: two runs on the same machine and thread count give the same checkpoint. Writes
-``artifacts/induction_model.safetensors`` (the weights) and ``artifacts/induction_training.json`` (the
+``lessons_src/lab/artifacts/induction_model.safetensors`` (the weights) and
+``lessons_src/lab/artifacts/induction_training.json`` (the
 loss curve, split into positions a repeated segment makes predictable and the rest).
 
-    python tools/train_induction.py                 # the committed artifacts
-    python tools/train_induction.py --out /tmp/x    # somewhere else (the slow test does this)
+    python tools/train/train_induction.py                 # the committed artifacts
+    python tools/train/train_induction.py --out /tmp/x    # somewhere else (the slow test does this)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from lessons_src.toy_models import ARTIFACTS, TinyConfig, TinyTransformer, next_token_loss, repeated_segment_batch
+from lessons_src.lab.toy_models import TinyConfig, TinyTransformer, next_token_loss, repeated_segment_batch
 
 CONFIG = TinyConfig(vocab_size=48, d_model=64, num_heads=4, num_layers=2, max_len=64)
 SEED = 0
@@ -29,6 +30,9 @@ LR = 3e-3
 LOG_EVERY = 20
 EVAL_BATCH = 256
 MIN_SEG, MAX_SEG = 16, 32  # length of the repeated segment
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "lessons_src" / "lab" / "artifacts"
+"""Where the committed artifacts live in the source tree (the package ships them from there)."""
 
 
 def train(out: Path, steps: int = STEPS, seed: int = SEED, threads: int = 1) -> dict[str, object]:

@@ -6,10 +6,11 @@ matplotlib is imported lazily, so the rest of the package needs only torch.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from torch import Tensor

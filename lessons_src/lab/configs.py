@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
+
+from . import data_file
 
 __all__ = ["ModelConfig", "load_configs"]
 
@@ -89,5 +90,5 @@ def _parse(entry: dict[str, Any]) -> ModelConfig:
 
 def load_configs() -> dict[str, ModelConfig]:
     """All published configurations, by name, in the file's order."""
-    text = resources.files("lessons_src").joinpath("data/model_configs.json").read_text(encoding="utf-8")
+    text = data_file("model_configs.json").read_text(encoding="utf-8")
     return {cfg.name: cfg for cfg in map(_parse, json.loads(text)["models"])}

@@ -6,9 +6,9 @@ With ``d_ff=0`` it is *attention-only*, the model in which Olsson et al. found i
 layers it learns to continue a repeated segment ``... A B ... A -> B``, a previous-token head in layer 1
 feeding an induction head in layer 2.
 
-The induction model is trained by ``tools/train_induction.py`` (``make train``); its checkpoint
-(``artifacts/induction_model.safetensors``) is loaded by :func:`load_induction_model`, and
-:func:`attention_maps` returns its attention on any token sequence.
+The induction model is trained by ``tools/train/train_induction.py`` (``make train``); its checkpoint
+(``lessons_src/lab/artifacts/induction_model.safetensors``, shipped in the package) is loaded by
+:func:`load_induction_model`, and :func:`attention_maps` returns its attention on any token sequence.
 
 References:
     Elhage et al., "A Mathematical Framework for Transformer Circuits", Anthropic 2021.
@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from importlib import resources
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from ..attention import MultiHeadAttention
+from . import artifact
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
-    "ARTIFACTS",
     "INDUCTION_CHECKPOINT",
     "TinyConfig",
     "TinyTransformer",
@@ -42,10 +46,8 @@ __all__ = [
     "repeated_segment_batch",
 ]
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-"""The repository's ``artifacts/`` folder: committed checkpoints and training logs."""
-
-INDUCTION_CHECKPOINT = ARTIFACTS / "induction_model.safetensors"
+INDUCTION_CHECKPOINT = "induction_model.safetensors"
+"""The committed induction model's file name among the package's artifacts (:func:`lessons_src.lab.artifact`)."""
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,16 @@ def repeated_random_tokens(n: int, vocab_size: int, seed: int = 0, batch: int = 
     return torch.cat([first, first], dim=1)  # (batch, 2n)
 
 
-def load_induction_model(path: str | Path = INDUCTION_CHECKPOINT) -> TinyTransformer:
-    """The committed 2-layer attention-only model (``make train`` regenerates it)."""
-    return TinyTransformer.load(path)
+def load_induction_model(path: str | Path | None = None) -> TinyTransformer:
+    """The committed 2-layer attention-only model (``make train`` regenerates it), or the one at ``path``.
+
+    The committed checkpoint ships inside the package and is read through :mod:`importlib.resources`,
+    so it loads from an installed wheel as from a checkout.
+    """
+    if path is not None:
+        return TinyTransformer.load(path)
+    with resources.as_file(artifact(INDUCTION_CHECKPOINT)) as file:
+        return TinyTransformer.load(file)
 
 
 @torch.no_grad()

@@ -29,16 +29,18 @@ import functools
 import hashlib
 import importlib.util
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from ..attention import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "EXAMPLE_SENTENCES",

@@ -12,7 +12,7 @@ different words:
 
 No uptraining is done here; Ainslie et al. (2023) uptrain for 5% of the original pre-training steps.
 
-    python tools/gqa_convert_quality.py    # writes docs/_data/bench/gqa_convert.json and prints a table
+    python tools/bench/gqa_convert_quality.py    # writes docs/_data/bench/gqa_convert.json and prints a table
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "_data" / "bench" / "gqa_convert.json"
+OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "gqa_convert.json"
 
 PAIRS = [
     ("The cat is sleeping on the sofa.", "A kitten naps on the couch."),

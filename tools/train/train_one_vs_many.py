@@ -2,9 +2,9 @@
 
 Every model has one block (our MultiHeadAttention, bidirectional, then a ReLU MLP) with the same
 d_model, so the same number of parameters; only how d_model is split into heads differs. Each head count
-is trained from several seeds; held-out accuracy and loss go to ``artifacts/one_vs_many_heads.json``.
+is trained from several seeds; held-out accuracy and loss go to ``lessons_src/lab/artifacts/one_vs_many_heads.json``.
 
-    python tools/train_one_vs_many.py
+    python tools/train/train_one_vs_many.py
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lessons_src.toy_models import ARTIFACTS, TinyConfig, TinyTransformer, neighbour_pair_batch
+from lessons_src.lab.toy_models import TinyConfig, TinyTransformer, neighbour_pair_batch
 
 VOCAB = 16
 SEQ_LEN = 12
@@ -31,6 +31,9 @@ EVAL_EVERY = 50
 BATCH = 64
 LR = 3e-3
 EVAL_BATCH = 1024
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "lessons_src" / "lab" / "artifacts"
+"""Where the committed artifacts live in the source tree (the package ships them from there)."""
 
 
 def config(num_heads: int) -> TinyConfig:

@@ -13,9 +13,9 @@ A report, not a test (`make bench` runs it). It measures:
 
 It writes docs/_data/bench/site.json (shown on the Benchmarks page at the next build) and prints a table.
 
-    python tools/bench_site.py                   # everything
-    python tools/bench_site.py --no-build        # reuse site/ (no build timing)
-    python tools/bench_site.py --presets mobile  # one Lighthouse preset
+    python tools/bench/bench_site.py                   # everything
+    python tools/bench/bench_site.py --no-build        # reuse site/ (no build timing)
+    python tools/bench/bench_site.py --presets mobile  # one Lighthouse preset
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 from browser_support import BASE_PATH, SITE, SiteHandler, chromium_path, site_pages  # noqa: E402
 

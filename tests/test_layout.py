@@ -1,0 +1,135 @@
+"""The package's layout: a core readers copy, and the lessons' apparatus (``lab``) on top of it.
+
+* the core never imports ``lab`` (nor anything outside the standard library and torch);
+* each core file runs when copied with at most two sibling core files: the ones it imports at run time
+  (imports used only in annotations sit under ``TYPE_CHECKING``);
+* ``nn.MultiheadAttention`` is mentioned in code only by ``interop.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lessons_src
+
+PKG = Path(lessons_src.__file__).resolve().parent
+CORE = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+ALLOWED_TOP_LEVEL = {"torch", "__future__", "collections", "dataclasses", "math", "typing", "functools"}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imports(module: str) -> tuple[set[str], set[str], set[str]]:
+    """(sibling modules imported at run time, sibling modules imported for type checking only, absolute roots)."""
+    tree = ast.parse((PKG / f"{module}.py").read_text())
+    runtime: set[str] = set()
+    typing_only: set[str] = set()
+    absolute: set[str] = set()
+
+    def visit(nodes: list[ast.stmt], in_tc: bool) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and _is_type_checking(node):
+                visit(node.body, True)
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom) and sub.level > 0:
+                    targets = [sub.module] if sub.module else [a.name for a in sub.names]
+                    for t in targets:
+                        (typing_only if in_tc else runtime).add(f"{'.' * (sub.level - 1)}{t}")
+                elif isinstance(sub, ast.ImportFrom) and sub.module:
+                    absolute.add(sub.module.split(".")[0])
+                elif isinstance(sub, ast.Import):
+                    absolute.update(a.name.split(".")[0] for a in sub.names)
+
+    visit(tree.body, False)
+    return runtime, typing_only, absolute
+
+
+def closure(module: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for dep in imports(todo.pop())[0]:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    seen.discard(module)
+    return seen
+
+
+def test_core_and_lab_are_where_the_readme_says() -> None:
+    assert CORE == ["attention", "convert", "interop", "kv_cache", "masks", "mla", "rope"]
+    assert (PKG / "lab" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_file_imports_only_core_torch_and_stdlib(module: str) -> None:
+    runtime, typing_only, absolute = imports(module)
+    for dep in runtime | typing_only:
+        assert dep in CORE, f"core file {module}.py imports {dep!r}, not a core file (lab imports core, never back)"
+    assert absolute <= ALLOWED_TOP_LEVEL, f"{module}.py imports {sorted(absolute - ALLOWED_TOP_LEVEL)}"
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_file_runs_copied_with_at_most_two_siblings(module: str, tmp_path: Path) -> None:
+    needed = closure(module)
+    assert len(needed) <= 2, f"{module}.py needs {sorted(needed)} at run time; at most two siblings"
+    pkg = tmp_path / "mycopy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in {module, *needed}:
+        shutil.copy(PKG / f"{name}.py", pkg / f"{name}.py")
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "lessons_src" not in proc.stderr
+
+
+def test_lab_imports_the_core_only_through_the_package() -> None:
+    for path in sorted((PKG / "lab").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                assert node.module in CORE, f"{path.name} imports ..{node.module}"
+
+
+def test_only_interop_knows_nn_multiheadattention() -> None:
+    for module in CORE:
+        code = ast.unparse(ast.parse((PKG / f"{module}.py").read_text()))  # code only, docstrings kept
+        tree = ast.parse(code)
+        uses = [
+            n for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and n.attr == "MultiheadAttention"
+        ]
+        assert bool(uses) == (module == "interop"), f"{module}.py uses nn.MultiheadAttention in code"
+
+
+def test_top_level_exports() -> None:
+    from lessons_src import MultiHeadLatentAttention
+    from lessons_src.mla import MultiHeadLatentAttention as M
+
+    assert MultiHeadLatentAttention is M
+    for name in lessons_src.__all__:
+        assert hasattr(lessons_src, name), name
+
+
+def test_code_page_says_what_each_core_file_needs() -> None:
+    """The reference page's "needs" column is the run-time closure computed here, not a hand-typed claim."""
+    page = (PKG.parent / "docs" / "reference" / "code" / "index.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("[`") and "/" not in cells[0]:
+            name = cells[0].split("`")[1].removesuffix(".py")
+            needs = [] if cells[2] == "nothing" else cells[2].split(",")
+            rows[name] = {c.strip("` ").removesuffix(".py") for c in needs}
+    assert rows == {m: closure(m) for m in CORE}

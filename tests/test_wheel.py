@@ -1,0 +1,120 @@
+"""The wheel: built reproducibly, installed into a fresh environment, it loads its own artifacts.
+
+A checkout hides packaging mistakes (an editable install reads files straight from the repository), so
+this test builds the wheel twice (same bytes), installs it with ``--no-deps`` into a new virtual
+environment that borrows only the project's installed dependencies (torch, safetensors), and runs
+from a directory outside the repository, checking that the imported package is the installed one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "package"))
+from build_wheel import build_wheel  # noqa: E402
+
+import lessons_src  # noqa: E402
+from lessons_src.lab import ARTIFACT_FILES, DATA_FILES  # noqa: E402
+
+CHECK = r"""
+import hashlib, importlib.metadata, json, sys
+from importlib import resources
+from pathlib import Path
+
+import lessons_src
+from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
+from lessons_src.lab import ARTIFACT_FILES, DATA_FILES, artifact, data_file, read_artifact_json
+from lessons_src.lab.configs import load_configs
+from lessons_src.lab.toy_models import load_induction_model
+
+model = load_induction_model()
+report = {
+    "file": lessons_src.__file__,
+    "version": lessons_src.__version__,
+    "dist_version": importlib.metadata.version("mha-computed"),
+    "py_typed": resources.files("lessons_src").joinpath("py.typed").is_file(),
+    "artifacts": {n: hashlib.sha256(artifact(n).read_bytes()).hexdigest() for n in ARTIFACT_FILES},
+    "data": {n: hashlib.sha256(data_file(n).read_bytes()).hexdigest() for n in DATA_FILES},
+    "json_steps": read_artifact_json("induction_training.json")["steps"],
+    "model_layers": len(model.attentions),
+    "configs": len(load_configs()),
+    "mla": MultiHeadLatentAttention.__module__,
+}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    a = build_wheel(tmp_path_factory.mktemp("a"), epoch="1700000000")
+    b = build_wheel(tmp_path_factory.mktemp("b"), epoch="1700000000")
+    assert a.name == b.name
+    assert a.read_bytes() == b.read_bytes(), "two builds of the same source gave different wheels"
+    return a
+
+
+def test_wheel_name_and_contents(wheel: Path) -> None:
+    assert wheel.name == f"mha_computed-{lessons_src.__version__}-py3-none-any.whl"
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ARTIFACT_FILES:
+        assert f"lessons_src/lab/artifacts/{name}" in names
+    for name in DATA_FILES:
+        assert f"lessons_src/lab/data/{name}" in names
+    assert "lessons_src/py.typed" in names
+    assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
+    meta = zipfile.ZipFile(wheel).read(f"mha_computed-{lessons_src.__version__}.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch>=2.5" in meta
+    for extra in ("plot", "toy", "minilm", "lab"):
+        assert f"Provides-Extra: {extra}" in meta
+
+
+def test_installed_wheel_loads_its_artifacts(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
+         str(wheel)],
+        check=True,
+    )
+    # Borrow the project's installed dependencies (torch, safetensors) without its editable checkout: a
+    # plain path line in a .pth file adds the folder but does not run the .pth files inside it.
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(site, "project_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    proc = subprocess.run(
+        [str(python), "-c", CHECK], cwd=outside, capture_output=True, text=True, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert Path(report["file"]).is_relative_to(venv), f"imported {report['file']}, not the installed wheel"
+    assert report["version"] == report["dist_version"] == lessons_src.__version__
+    assert report["py_typed"]
+    here = ROOT / "lessons_src" / "lab"
+    assert report["artifacts"] == {
+        n: hashlib.sha256((here / "artifacts" / n).read_bytes()).hexdigest() for n in ARTIFACT_FILES
+    }
+    assert report["data"] == {n: hashlib.sha256((here / "data" / n).read_bytes()).hexdigest() for n in DATA_FILES}
+    assert report["model_layers"] == 2 and report["configs"] > 0 and report["json_steps"] > 0
+    assert report["mla"] == "lessons_src.mla"
+
+
+def test_every_shipped_file_is_listed() -> None:
+    """A new artifact or data file must be added to ARTIFACT_FILES / DATA_FILES (and so to this test)."""
+    here = ROOT / "lessons_src" / "lab"
+    assert sorted(p.name for p in (here / "artifacts").iterdir()) == sorted(ARTIFACT_FILES)
+    assert sorted(p.name for p in (here / "data").iterdir()) == sorted(DATA_FILES)
