@@ -187,6 +187,9 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
         >>> repeat_kv(torch.arange(2.0).view(1, 2, 1, 1), 3).flatten().tolist()
         [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     """
+    n_rep = _size("n_rep", n_rep)
+    if not isinstance(x, Tensor) or x.ndim != 4:
+        raise ValueError(f"x must be (B, K, S, E); got shape {tuple(getattr(x, 'shape', ()))}")
     if n_rep == 1:
         return x
     B, K, S, E = x.shape
@@ -251,7 +254,9 @@ def sdpa_attention(
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
     n_rep = H // K
-    if mask.mask is None and (not mask.causal or T <= S):
+    # (under torch.compile the causal_lower_right object cannot be traced; a bool mask is used instead)
+    lower_right_ok = T == S or not torch.compiler.is_compiling()
+    if mask.mask is None and (not mask.causal or T <= S) and lower_right_ok:
         if not mask.causal:
             flag, bias = False, None
         elif T == S:
@@ -287,6 +292,8 @@ def register_attention(name: str, fn: AttentionFunction) -> None:
     """Make ``fn`` available as ``implementation=name`` (it receives inputs checked by :func:`attention`)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"an implementation needs a non-empty name; got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"an implementation must be callable; got {type(fn).__name__}")
     ATTENTION_FUNCTIONS[name] = fn
 
 

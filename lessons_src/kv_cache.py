@@ -36,7 +36,8 @@ def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_h
         4096
     """
     v_head_dim = head_dim if v_head_dim is None else v_head_dim
-    return num_kv_heads * (head_dim + v_head_dim) * torch.empty((), dtype=dtype).element_size()
+    _count("num_kv_heads", num_kv_heads), _count("head_dim", head_dim), _count("v_head_dim", v_head_dim)
+    return num_kv_heads * (head_dim + v_head_dim) * _element_size(dtype)
 
 
 def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype) -> int:
@@ -46,7 +47,23 @@ def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype
         >>> latent_bytes_per_token(kv_latent_dim=512, rope_dim=64, dtype=torch.bfloat16)  # DeepSeek-V2
         1152
     """
-    return (kv_latent_dim + rope_dim) * torch.empty((), dtype=dtype).element_size()
+    _count("kv_latent_dim", kv_latent_dim), _count("rope_dim", rope_dim)
+    return (kv_latent_dim + rope_dim) * _element_size(dtype)
+
+
+def _count(name: str, n: object) -> int:
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{name} must be an int; got {n!r} of type {type(n).__name__}")
+    value = int(n.__index__())
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={value}")
+    return value
+
+
+def _element_size(dtype: object) -> int:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16; got {dtype!r}")
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _sizes(sizes: dict[str, object]) -> dict[str, int]:

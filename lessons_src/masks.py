@@ -157,6 +157,12 @@ def combine_masks(a: Tensor | None, b: Tensor | None, dtype: torch.dtype) -> Ten
         return b
     if b is None:
         return a
+    try:
+        torch.broadcast_shapes(a.shape, b.shape)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        raise ValueError(f"masks of shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast together") from None
+    if a.device != b.device:
+        raise ValueError(f"masks on {a.device} and {b.device} cannot be combined; move them to one device")
     if a.dtype == torch.bool and b.dtype == torch.bool:
         return a & b
     return _as_float(a, dtype) + _as_float(b, dtype)
