@@ -114,11 +114,8 @@ class ConfigTable(dict[str, ModelConfig]):
 def load_configs() -> ConfigTable:
     """All published configurations, by name, in the file's order.
 
-    Example:
-        >>> load_configs()["no such model"]
-        Traceback (most recent call last):
-        ...
-        lessons_src.lab.configs.UnknownModelError: no published configuration named 'no such model'; ...
+    Looking up a name the file does not have raises :class:`UnknownModelError` (a ``KeyError``) whose
+    message lists the names it has.
     """
     text = data_file("model_configs.json").read_text(encoding="utf-8")
     return ConfigTable((cfg.name, cfg) for cfg in map(_parse, json.loads(text)["models"]))
