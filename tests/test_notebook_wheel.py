@@ -1,11 +1,11 @@
 """The lab notebook runs top to bottom in a fresh environment, installing the package from the wheel itself.
 
-A fresh virtual environment borrows only the project's installed third-party packages (torch,
-Jupyter's kernel machinery) through a plain path line in a .pth file, as tests/test_wheel.py does, leaving
-out the project's own editable install: it has no lessons_src. The repository's notebook, with its first cell's WHEEL pointed at a locally built wheel, is run
-by nbclient from that environment's Python, in a directory outside the repository, with pip kept off the
-network: the first cell must install the wheel, every later cell must run, and the lessons_src they import
-must be the installed wheel's.
+A fresh virtual environment borrows only the project's installed third-party packages (torch, Jupyter's
+kernel machinery) through a plain path line in a .pth file, as tests/test_wheel.py does, leaving out the
+project's own editable install: it has no lessons_src. The repository's notebook, with its first cell's
+WHEEL pointed at a locally built wheel, is run by nbclient from that environment's Python, in a directory
+outside the repository, with pip kept off the network: the first cell must install the wheel, every later
+cell must run, and the lessons_src they import must be the installed wheel's.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ nb = nbformat.read(sys.argv[1], as_version=4)
 nbclient.NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": "."}}).execute()
 nbformat.write(nb, sys.argv[2])
 """
-WHERE = "import json, lessons_src\nprint(json.dumps({'file': lessons_src.__file__, 'version': lessons_src.__version__}))"
+WHERE = "import json, lessons_src\nprint(json.dumps({'file': lessons_src.__file__, 'v': lessons_src.__version__}))"
 
 
 def test_lab_runs_in_a_fresh_environment_from_the_wheel(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_lab_runs_in_a_fresh_environment_from_the_wheel(tmp_path: Path) -> None:
     assert not any(o.output_type == "error" for c in code for o in c.outputs)
     report = json.loads("".join(o.text for o in code[-1].outputs if o.output_type == "stream"))
     assert Path(report["file"]).is_relative_to(venv), f"the lab imported {report['file']}, not the installed wheel"
-    assert wheel.name == f"mha_computed-{report['version']}-py3-none-any.whl"
+    assert wheel.name == f"mha_computed-{report['v']}-py3-none-any.whl"
     # the lessons' cells printed what they print on the site (e.g. the parameter count of the GPT-2 layer)
     printed = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "by hand == MultiHeadAttention: True" in printed
