@@ -138,7 +138,8 @@ def build_mini(tmp_path: Path, env: dict[str, str]) -> Path:
 def test_fallback_chain_end_to_end(tmp_path: Path) -> None:
     known = build_mini(tmp_path / "known", {"SITE_REPO": "octo-org/mha", "SITE_URL": "https://docs.example.org/mha"})
     lesson = (known / "lessons" / "demo" / "index.html").read_text(encoding="utf-8")
-    assert 'href="https://github.com/octo-org/mha"' in lesson  # the header's repository link
+    assert 'href="https://github.com/octo-org/mha"' in lesson  # the header's repository link ...
+    assert 'data-md-component="source"' not in lesson  # ... which Material's script would not fetch counts for
     assert 'href="https://github.com/octo-org/mha/raw/main/docs/lessons/demo.md"' in lesson
     assert 'href="https://github.com/octo-org/mha/blob/main/lessons_src/attention.py"' in lesson
     assert '<link rel="canonical" href="https://docs.example.org/mha/lessons/demo/">' in lesson

@@ -106,10 +106,11 @@ def clone() -> str:
     )
 
 
-def home() -> str:
-    """The home page's way to the code: the "Get the code" page, and the repository when known."""
+def home(get_the_code: str = "get-the-code/") -> str:
+    """The home page's way to the code: the "Get the code" page (its URL from the home page: MkDocs does not
+    rewrite links in a block's output), and the repository when known."""
     links = site_links.current()
-    text = ("[**Get the code**](get-the-code.md): install the package the lessons run from this site's wheel, "
+    text = (f"[**Get the code**]({get_the_code}): install the package the lessons run from this site's wheel, "
             "with one `pip install`, and see what it holds and needs.")
     if not links.repo_url:
         return text + "\n"
