@@ -1,7 +1,8 @@
 """Support for the real-browser tests: the built site/ served locally, and Debian's Chromium via Playwright.
 
-The site is served on 127.0.0.1 under the same sub-path GitHub Pages will use (the path of ``site_url`` in
-mkdocs.yml), so relative links, instant navigation and the sitemap behave as they will in production.
+The site is served on 127.0.0.1 under the same sub-path it was built for (the path of the ``site_url`` the
+build resolved, read from the built sitemap: GitHub Pages' sub-path in CI, the root for a build that knows no
+public address), so relative links, instant navigation and the sitemap behave as they will in production.
 Every request the browser makes goes through a route: requests to the local server continue, anything else
 is aborted and recorded, and the test that caused it fails.
 
@@ -42,9 +43,14 @@ CHROMIUM_ARGS = [
 
 
 def site_url() -> str:
-    match = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
-    assert match, "mkdocs.yml has no site_url"
-    return match.group(1).rstrip("/") + "/"
+    """The address the site was built for (tools/site_build/site_links.py resolves it): the sitemap's home page."""
+    sitemap = SITE / "sitemap.xml"
+    if not sitemap.exists():
+        pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
+    ns = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
+    locs = [el.text or "" for el in ET.parse(sitemap).getroot().findall("s:url/s:loc", ns)]
+    assert locs, "sitemap.xml lists no page"
+    return min(locs, key=len)
 
 
 BASE_PATH = urlsplit(site_url()).path  # e.g. "/multi-head-attention/"

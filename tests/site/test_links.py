@@ -21,9 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
-SITE_URL = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
-assert SITE_URL is not None
-BASE = SITE_URL.group(1).rstrip("/") + "/"  # https://example.github.io/multi-head-attention/
+# The address the site was built for (tools/site_build/site_links.py resolves it): the sitemap's home page.
+BASE = min(re.findall(r"<loc>([^<]+)</loc>", (SITE / "sitemap.xml").read_text(encoding="utf-8")), key=len)
 PAGES = sorted(SITE.rglob("*.html"))
 LINK_ATTRS = {"href", "src", "data", "poster", "action"}
 

@@ -1,0 +1,81 @@
+"""The lab notebook runs top to bottom in a fresh environment, installing the package from the wheel itself.
+
+A fresh virtual environment borrows only the project's installed third-party packages (torch, Jupyter's
+kernel machinery) through a plain path line in a .pth file, as tests/test_wheel.py does, leaving out the
+project's own editable install: it has no lessons_src. The repository's notebook, with its first cell's
+WHEEL pointed at a locally built wheel, is run by nbclient from that environment's Python, in a directory
+outside the repository, with pip kept off the network: the first cell must install the wheel, every later
+cell must run, and the lessons_src they import must be the installed wheel's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "package"))
+from build_wheel import build_wheel  # noqa: E402
+
+RUN = r"""
+import sys
+import nbclient, nbformat
+
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": "."}}).execute()
+nbformat.write(nb, sys.argv[2])
+"""
+WHERE = "import json, lessons_src\nprint(json.dumps({'file': lessons_src.__file__, 'v': lessons_src.__version__}))"
+
+
+def test_lab_runs_in_a_fresh_environment_from_the_wheel(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "dist", epoch="1700000000")
+    venv = tmp_path / "venv"
+    # No pip of its own: `%pip` runs the borrowed pip, which installs into this environment (and sees the
+    # borrowed setuptools and torch, so it needs no index).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    # The project's packages minus its own editable install (whose metadata would make pip skip the wheel).
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("mha_computed", "__editable__", "lessons_src")):
+            (deps / entry.name).symlink_to(entry)
+    Path(site, "project_deps.pth").write_text(f"{deps}\n")
+
+    nb = nbformat.read(ROOT / "docs" / "practice" / "lab.ipynb", as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    first.source, n = re.subn(r'^WHEEL = ".*"$', f'WHEEL = "{wheel}"', first.source, flags=re.M)
+    assert n == 1, "the lab's first code cell has no WHEEL line"
+    nb.cells.append(nbformat.v4.new_code_cell(WHERE))
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    nbformat.write(nb, work / "lab.ipynb")
+
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "MPLBACKEND": "Agg",
+           "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "JUPYTER_PLATFORM_DIRS": "1"}
+    proc = subprocess.run(
+        [str(python), "-c", RUN, "lab.ipynb", "executed.ipynb"], cwd=work, env=env,
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    done = nbformat.read(work / "executed.ipynb", as_version=4)
+    code = [c for c in done.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "a cell did not run"
+    assert not any(o.output_type == "error" for c in code for o in c.outputs)
+    report = json.loads("".join(o.text for o in code[-1].outputs if o.output_type == "stream"))
+    assert Path(report["file"]).is_relative_to(venv), f"the lab imported {report['file']}, not the installed wheel"
+    assert wheel.name == f"mha_computed-{report['v']}-py3-none-any.whl"
+    # the lessons' cells printed what they print on the site (e.g. the parameter count of the GPT-2 layer)
+    printed = "".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "by hand == MultiHeadAttention: True" in printed

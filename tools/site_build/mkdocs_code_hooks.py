@@ -1,0 +1,231 @@
+"""MkDocs hooks: the way to the code. Repository and site addresses, the wheel, source links, the lab's copy.
+
+* ``on_config``: the repository and site addresses come from :mod:`site_links` (environment, else the
+  GitHub remote, else none), so ``mkdocs.yml`` types in neither. With a repository, Material's
+  ``repo_url`` and ``edit_uri`` give every page a "view source" button (``content.action.view``). Under
+  ``mkdocs serve``, MkDocs has already set ``site_url`` to the local address it serves at, which wins; a
+  build that knows no public address gets the local one (``make serve``'s), at the root.
+* ``on_files``: the package's wheel is built (reproducibly: ``SOURCE_DATE_EPOCH``, see
+  ``tools/package/build_wheel.py``) and published as ``downloads/<wheel>``, so pages link it like any file.
+* ``on_page_markdown``: each lesson ends with a line linking its source file and the modules its code
+  imports (their reference pages, and their source on GitHub when the repository is known).
+* The lab notebook: its first cell's ``WHEEL = ...`` line is set to this site's wheel before it runs, the
+  executed notebook replaces the unexecuted copy mkdocs-jupyter publishes (so the download is this build's
+  run, with its outputs), and the page gets its download and "Open in Colab" links.
+* ``on_post_page``: Material's header repository link would fetch star and fork counts from GitHub's API
+  (a request to another host); its ``data-md-component="source"`` is dropped so it stays a plain link.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import site_links  # this folder is on sys.path while MkDocs loads a hook
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = "practice/lab.ipynb"
+_WHEEL_LINE = re.compile(r'^WHEEL = ".*"$', re.M)
+_IMPORT = re.compile(
+    r"\bfrom[ \t]+lessons_src((?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[\w \t,]+)"  # from lessons_src.x import a, b
+    r"|\bimport[ \t]+lessons_src((?:\.\w+)+)"  # import lessons_src.x
+)
+_SNIPPET = re.compile(r'--8<--\s+"(lessons_src/[\w/]+\.py)')
+
+_state: dict[str, Any] = {"tmp": None, "executed": {}, "docs": "docs"}
+
+
+def _docs_prefix(config: Any) -> str:
+    """The docs folder's path in the repository (``docs``)."""
+    docs = Path(config.docs_dir).resolve()
+    return docs.relative_to(ROOT).as_posix() if docs.is_relative_to(ROOT) else docs.name
+
+
+def on_config(config: Any, **kwargs: Any) -> Any:
+    links = site_links.resolve(os.environ, site_links.git_remote(ROOT))
+    # MkDocs and Material need an address (the sitemap, which instant navigation reads; canonical links).
+    # Under `mkdocs serve`, MkDocs has set it to where it serves; a build that knows no public address
+    # uses the local one `make serve` serves at. Pages still print the wheel's address only when public.
+    if not config.site_url:
+        config.site_url = links.site_url or site_links.local_url()
+    if links.repo_url:
+        config.repo_url = links.repo_url
+        config.repo_name = links.repo_slug
+        config.edit_uri = f"blob/{site_links.BRANCH}/{_docs_prefix(config)}/"
+    else:
+        config.repo_url = config.repo_name = config.edit_uri = None
+    site_links.CURRENT = links
+    _state["docs"] = _docs_prefix(config)
+    _patch_notebook_execution()
+    return config
+
+
+def on_files(files: Any, config: Any, **kwargs: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    sys.path.insert(0, str(ROOT / "tools" / "package"))
+    try:
+        from build_wheel import build_wheel
+    finally:
+        sys.path.remove(str(ROOT / "tools" / "package"))
+    if _state["tmp"] is not None:
+        _state["tmp"].cleanup()
+    _state["tmp"] = tempfile.TemporaryDirectory()
+    wheel = build_wheel(Path(_state["tmp"].name))
+    site_links.WHEEL_PATH = wheel
+    files.append(
+        File.generated(config, f"{site_links.DOWNLOADS}/{wheel.name}", abs_src_path=str(wheel))
+    )
+    return files
+
+
+def module_page(module: str) -> str | None:
+    """The reference page (relative to docs/) of a module path like ``lessons_src/lab/heads.py``."""
+    rel = module.removeprefix("lessons_src/").removesuffix(".py")
+    name = {"__init__": "index", "lab/__init__": "lab"}.get(rel, rel.replace("/", "-"))
+    return f"reference/code/{name}.md" if (ROOT / "docs" / "reference" / "code" / f"{name}.md").exists() else None
+
+
+def modules_used(markdown: str) -> list[str]:
+    """The package's modules a page's code uses (``lessons_src/attention.py``, ...), most used first."""
+    import importlib
+
+    counts: dict[str, int] = {}
+
+    def add(path: str) -> None:
+        if (ROOT / path).is_file():
+            counts[path] = counts.get(path, 0) + 1
+
+    for m in _IMPORT.finditer(markdown):
+        dotted = "lessons_src" + (m.group(1) if m.group(1) is not None else m.group(3))
+        as_module = dotted.replace(".", "/")
+        if (ROOT / f"{as_module}.py").is_file():
+            add(f"{as_module}.py")
+            continue
+        # from a package: each imported name is a module of it, or a name it re-exports from one
+        package = importlib.import_module(dotted)
+        for item in (m.group(2) or "").strip("()").split(","):
+            if not (name := item.split()[0] if item.split() else ""):
+                continue
+            if (ROOT / as_module / f"{name}.py").is_file():
+                add(f"{as_module}/{name}.py")
+            elif (module := sys.modules.get(getattr(getattr(package, name, None), "__module__", None) or "")):
+                add(Path(str(module.__file__)).resolve().relative_to(ROOT).as_posix())
+    for m in _SNIPPET.finditer(markdown):
+        add(m.group(1))
+    return sorted(counts, key=lambda p: (-counts[p], p))
+
+
+def source_line(page_src: str, markdown: str) -> str:
+    """The closing line of a lesson: its source file, and the modules its code uses."""
+    links = site_links.current()
+    depth = page_src.count("/")
+    up = "../" * depth
+    src = f"{_state['docs']}/{page_src}"
+    parts = []
+    for module in modules_used(markdown):
+        ref = module_page(module)
+        label = f"`{module.removeprefix('lessons_src/')}`"
+        shown = f"[{label}]({up}{ref})" if ref else label
+        if blob := links.blob_url(module):
+            shown += f" ([source]({blob}))"
+        parts.append(shown)
+    page = f"[`{src}`]({links.blob_url(src)})" if links.repo_url else f"`{src}`"
+    line = f"**Source**: this page is {page}"
+    if parts:
+        line += "; the code it runs is in " + ", ".join(parts)
+    return line + "."
+
+
+def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
+    if page.file.src_uri.startswith("lessons/"):
+        return markdown.rstrip("\n") + "\n\n" + source_line(page.file.src_uri, markdown) + "\n"
+    return markdown
+
+
+# ---- the lab notebook -------------------------------------------------------------------------------------
+
+
+def wheel_target() -> str:
+    """What the notebook's first cell installs: the site's wheel, or its file name next to the notebook."""
+    return site_links.wheel_url() or site_links.wheel_name()
+
+
+def stamp(nb: Any) -> Any:
+    """Point the first code cell's ``WHEEL = "..."`` line at this site's wheel (in place; returns nb)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if not _WHEEL_LINE.search(cell.source):
+                raise ValueError(f"the lab notebook's first code cell has no line WHEEL = \"...\":\n{cell.source}")
+            cell.source = _WHEEL_LINE.sub(lambda _: f'WHEEL = "{wheel_target()}"', cell.source, count=1)
+            return nb
+    raise ValueError("the lab notebook has no code cell")
+
+
+def _patch_notebook_execution() -> None:
+    """Stamp notebooks before nbconvert executes them and keep the executed copy (mkdocs-jupyter drops it)."""
+    from nbconvert.preprocessors import ExecutePreprocessor
+
+    if getattr(ExecutePreprocessor, "_keeps_executed", False):
+        return
+    original = ExecutePreprocessor.preprocess
+
+    def preprocess(self: Any, nb: Any, resources: Any = None, km: Any = None) -> Any:
+        meta = (resources or {}).get("metadata", {})
+        path = Path(meta.get("path", ""), meta.get("name", "") + ".ipynb")
+        if path.resolve() == (ROOT / "docs" / LAB).resolve():
+            stamp(nb)
+        nb, resources = original(self, nb, resources, km)
+        _state["executed"][str(path.resolve())] = copy.deepcopy(nb)
+        return nb, resources
+
+    ExecutePreprocessor.preprocess = preprocess  # type: ignore[method-assign]
+    ExecutePreprocessor._keeps_executed = True  # type: ignore[attr-defined]
+
+
+def executed_copy(nb: Any) -> str:
+    """The executed notebook as published: outputs kept, run timings (which differ per run) dropped."""
+    import nbformat
+
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return str(nbformat.writes(nb)) + "\n"
+
+
+def lab_links(page_dir_name: str) -> str:
+    links = site_links.current()
+    items = [f'<a href="{html.escape(page_dir_name)}" download>download this notebook</a> (this build\'s run, '
+             "with its outputs)"]
+    if colab := links.colab_url(f"docs/{LAB}"):
+        items.append(f'<a href="{html.escape(colab)}">open it in Colab</a> (the repository\'s copy, without outputs)')
+    return '<p class="lab-links"><strong>Run it yourself</strong>: ' + "; or ".join(items) + ".</p>\n"
+
+
+def on_page_content(content: str, page: Any, **kwargs: Any) -> str:
+    if page.file.src_uri == LAB:
+        return lab_links(Path(LAB).name) + content
+    return content
+
+
+def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
+    if page.file.src_uri == LAB:
+        executed = _state["executed"].get(str((ROOT / "docs" / LAB).resolve()))
+        if executed is None:
+            raise RuntimeError(f"{LAB} was not executed: mkdocs-jupyter must run it (execute: true)")
+        dest = Path(page.file.abs_dest_path).parent / Path(LAB).name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(executed_copy(executed), encoding="utf-8")
+    return output.replace(' data-md-component="source"', "")
+
+
+def on_post_build(config: Any, **kwargs: Any) -> None:
+    if _state["tmp"] is not None:
+        _state["tmp"].cleanup()
+        _state["tmp"] = None
