@@ -206,8 +206,8 @@ def test_mla_answer_is_the_width_absorbed_attention_uses(monkeypatch: pytest.Mon
 def test_flash_attention_answer_counts_the_same_flops() -> None:
     d, h, T = 16, 4, 8
     assert attention_flops(d, h, T)["attention"] == 4 * T * T * d  # what the correct option's explanation says
-    assert "4 · T² · d_model FLOPs" in [o["explanation"] for q in pp.load_quiz() if q["id"] == "flash-attention"
-                                         for o in q["options"] if o["correct"]][0]
+    (q,) = [q for q in pp.load_quiz() if q["id"] == "flash-attention"]
+    assert "4 · T² · d_model FLOPs" in next(o["explanation"] for o in q["options"] if o["correct"])
 
 
 def test_computed_values_match_lessons_src() -> None:

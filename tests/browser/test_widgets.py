@@ -246,8 +246,9 @@ def test_quiz_gives_feedback_and_a_score(page: Any, context: tuple[Any, Watch], 
         right.first.locator("xpath=ancestor::label[1]").click()
     assert score.inner_text() == f"{n} of {n} answered, {n} correct"
     page.locator("[data-quiz-reset]").click()
-    page.wait_for_function("n => document.querySelector('[data-quiz-score]').textContent === `0 of ${n} answered, 0 correct`",
-                           arg=n)
+    page.wait_for_function(
+        "n => document.querySelector('[data-quiz-score]').textContent === `0 of ${n} answered, 0 correct`", arg=n
+    )
     assert_clean(context[1])
 
 

@@ -138,7 +138,8 @@ def test_interview_advanced_answers_are_printed_by_the_code() -> None:
         else:
             per_layer = kv_bytes_per_token(cfg.num_kv_heads, cfg.head_dim, torch.bfloat16)
         total = per_layer * cfg.num_layers * 32_768
-        assert f"{per_layer:6,} B/token/layer x {cfg.num_layers} layers x 32,768 tokens = {total / 2**30:5.2f} GiB" in text
+        line = f"{per_layer:6,} B/token/layer x {cfg.num_layers} layers x 32,768 tokens = {total / 2**30:5.2f} GiB"
+        assert line in text, name
     for line in ("formula == bytes a real cache holds: True", "bottom-right matches the full pass: True",
                  "is_causal=True matches the full pass: False", "translated back: True"):
         assert line in text
