@@ -94,7 +94,7 @@ def computed_values() -> dict[str, str]:
     values |= {
         "kv_layers": kv.num_layers, "kv_heads": kv.num_heads, "kv_kv_heads": kv.num_kv_heads,
         "kv_head_dim": kv.head_dim, "kv_context": KV_CONTEXT, "kv_bytes_token_layer": per_layer,
-        "kv_bytes_token": per_token,
+        "kv_bytes_token": per_token, "bf16_bytes": torch.empty((), dtype=torch.bfloat16).element_size(),
     }
     text |= {
         "kv_model": KV_MODEL,
