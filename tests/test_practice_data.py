@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lessons_src import MultiHeadAttention
+from lessons_src.attention import grouped_attention
+from lessons_src.kv_cache import KVCache, LatentCache
 from lessons_src.lab.configs import load_configs
+from lessons_src.lab.lesson_tools import attention_flops
+from lessons_src.masks import causal_mask
+from lessons_src.mla import MultiHeadLatentAttention
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
@@ -57,7 +63,151 @@ def test_numeric_answers_agree_with_the_code() -> None:
     bert = load_configs()["BERT-base"]
     assert _correct("maps-per-pass") == str(bert.num_layers * bert.num_heads)
     mistral = load_configs()["Mistral 7B"]
-    assert f"shared by {mistral.num_heads // mistral.num_kv_heads} query heads" in _correct("gqa")
+    assert _correct("gqa").startswith(f"{mistral.num_heads // mistral.num_kv_heads} query heads share")
+
+
+# ---- the quiz cannot be passed by position or by length ----
+
+def _positions_and_lengths(questions: list[dict[str, object]]) -> tuple[list[int], list[list[int]]]:
+    positions, lengths = [], []
+    for q in questions:
+        opts = q["options"]
+        assert isinstance(opts, list)
+        positions.append([o["correct"] for o in opts].index(True))
+        lengths.append([len(o["text"]) for o in opts])
+    return positions, lengths
+
+
+def check_positions_spread(questions: list[dict[str, object]]) -> None:
+    """In the data's order (what a reader without JavaScript sees), every place holds the right answer about
+    equally often: no place more than a quarter of the questions plus one, none fewer than minus one."""
+    positions, _ = _positions_and_lengths(questions)
+    n_options = {len(q["options"]) for q in questions}  # type: ignore[arg-type]
+    assert n_options == {4}, f"every question should have 4 options; found {n_options}"
+    counts = [positions.count(i) for i in range(4)]
+    fair = len(questions) / 4
+    assert all(fair - 1.5 <= c <= fair + 1.5 for c in counts), f"correct answers per position A-D: {counts}"
+
+
+def check_lengths_do_not_tell(questions: list[dict[str, object]]) -> None:
+    """The correct option is the strictly longest in at most a third of the questions, and likewise the shortest."""
+    positions, lengths = _positions_and_lengths(questions)
+    longest = shortest = 0
+    for pos, lens in zip(positions, lengths, strict=True):
+        others = lens[:pos] + lens[pos + 1 :]
+        longest += lens[pos] > max(others)
+        shortest += lens[pos] < min(others)
+    limit = len(questions) / 3
+    assert longest <= limit, f"the correct option is the longest in {longest} of {len(questions)} questions"
+    assert shortest <= limit, f"the correct option is the shortest in {shortest} of {len(questions)} questions"
+
+
+def test_correct_answers_are_spread_over_the_positions() -> None:
+    check_positions_spread(pp.load_quiz())
+
+
+def test_correct_answer_is_not_given_away_by_its_length() -> None:
+    check_lengths_do_not_tell(pp.load_quiz())
+
+
+def test_quiz_covers_the_advanced_material() -> None:
+    ids = {q["id"] for q in pp.load_quiz()}
+    assert {"kv-cache-bytes", "mask-with-cache", "mask-polarity", "gqa-head-mapping", "mla-absorbed"} <= ids
+
+
+def test_score_line_reads_the_same_before_and_after_answers() -> None:
+    assert pp.score_text(0, 15, 0) == "0 of 15 answered, 0 correct"
+    assert pp.score_text(3, 15, 2) == "3 of 15 answered, 2 correct"
+    js = (ROOT / "docs" / "assets" / "js" / "practice.js").read_text(encoding="utf-8")
+    assert '" of " + questions.length + " answered, " + correct + " correct"' in js  # the same words
+
+
+# ---- the advanced questions' answers, against the package ----
+
+def test_kv_cache_answer_is_what_a_kv_cache_holds() -> None:
+    cfg = load_configs()[pp.KV_MODEL]
+    cache = KVCache(batch_size=1, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_len=pp.KV_CONTEXT,
+                    dtype=torch.bfloat16)
+    k = torch.zeros(1, cfg.num_kv_heads, pp.KV_CONTEXT, cfg.head_dim, dtype=torch.bfloat16)
+    cache.update(k, k)
+    per_sequence = cache.nbytes * cfg.num_layers  # one layer's cache, measured, times the layers
+    assert _correct("kv-cache-bytes") == pp.format_bytes(per_sequence)
+    v = pp.computed_values()
+    assert v["kv_cache_as_mha"] == pp.format_bytes(per_sequence * cfg.n_rep)
+    assert v["kv_cache_one_layer"] == pp.format_bytes(cache.nbytes)
+
+
+def test_format_bytes() -> None:
+    assert pp.format_bytes(1.25 * 2**30) == "1.25 GiB"
+    assert pp.format_bytes(640 * 2**20) == "640 MiB"
+    assert pp.format_bytes(1152) == "1.12 KiB"
+    assert pp.format_bytes(100) == "100 bytes"
+
+
+def test_gqa_mapping_answer_is_what_grouped_attention_computes() -> None:
+    cfg = load_configs()[pp.GQA_MODEL]
+    torch.manual_seed(0)
+    H, K, E, S = cfg.num_heads, cfg.num_kv_heads, 4, 5
+    q, k, v = torch.randn(1, H, 1, E), torch.randn(1, K, S, E), torch.randn(1, K, S, E)
+    out = grouped_attention(q, k, v)  # (1, H, 1, E)
+    h = pp.GQA_QUERY_HEAD
+    matches = [j for j in range(K) if torch.allclose(
+        out[:, h], F.scaled_dot_product_attention(q[:, h], k[:, j], v[:, j]), atol=1e-6)]
+    assert matches == [int(_correct("gqa-head-mapping").removeprefix("KV head "))]
+
+
+def test_mask_answers_are_what_the_masks_do() -> None:
+    T, S = pp.MASK_T, pp.MASK_S
+    first_row = causal_mask(T, S)[0].nonzero().flatten().tolist()
+    assert _correct("mask-with-cache") == f"Keys 0 to {first_row[-1]}" and first_row == list(range(first_row[-1] + 1))
+    # The "key 0 only" option: SDPA's is_causal=True with T != S lets the first query see key 0 alone.
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 1, T, 4), torch.randn(1, 1, S, 4), torch.randn(1, 1, S, 4)
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(top_left[0, 0, 0], v[0, 0, 0])
+    # Polarity: nn.MultiheadAttention reads True as blocked, so our causal mask lets each query see only
+    # later keys and the last none (its weights are NaN), as the correct option says.
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(1, 4, 8)
+    with torch.no_grad():
+        _, w = mha(x, x, x, attn_mask=causal_mask(4), need_weights=True)
+    assert w is not None
+    for i in range(3):
+        assert (w[0, i, : i + 1] == 0).all() and (w[0, i, i + 1 :] > 0).all()
+    assert w[0, 3].isnan().all()
+    assert "only later keys" in _correct("mask-polarity")
+
+
+def test_mla_answer_is_the_width_absorbed_attention_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_configs()[pp.MLA_MODEL]
+    assert cfg.mla is not None
+    C, R = cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"]
+    assert _correct("mla-absorbed") == str(C + R)
+    # On a tiny MLA, record the key width each mode hands to SDPA: C + R absorbed, E + R naive.
+    widths: dict[str, int] = {}
+    sdpa = F.scaled_dot_product_attention
+    mode = ""
+
+    def spy(q: torch.Tensor, k: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        widths[mode] = k.shape[-1]
+        return sdpa(q, k, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(32, 4, kv_latent_dim=12, rope_dim=4, head_dim=6).eval()
+    x = torch.randn(1, 3, 32)
+    for mode in ("naive", "absorbed"):
+        cache = LatentCache(batch_size=1, kv_latent_dim=12, rope_dim=4, max_len=4)
+        with torch.no_grad():
+            mla(x, cache=cache, mode=mode)  # type: ignore[arg-type]
+    assert widths == {"absorbed": 12 + 4, "naive": 6 + 4}
+
+
+def test_flash_attention_answer_counts_the_same_flops() -> None:
+    d, h, T = 16, 4, 8
+    assert attention_flops(d, h, T)["attention"] == 4 * T * T * d  # what the correct option's explanation says
+    (q,) = [q for q in pp.load_quiz() if q["id"] == "flash-attention"]
+    assert "4 · T² · d_model FLOPs" in next(o["explanation"] for o in q["options"] if o["correct"])
 
 
 def test_computed_values_match_lessons_src() -> None:
@@ -132,8 +282,24 @@ def test_rendered_flashcards_have_the_documented_hooks() -> None:
     buttons = [a for t, a in tags if t == "button" and "flashcard" in (a.get("class") or "").split()]
     assert len(buttons) == len(cards)
     assert all(a.get("aria-pressed") == "false" and a.get("type") == "button" for a in buttons)
-    assert any("data-print-flashcards" in a for t, a in tags if t == "button")
+    for hook in ("data-print-flashcards", "data-shuffle-flashcards", "data-flip-all", "data-study-again",
+                 "data-reset-marks"):
+        assert sum(hook in a for t, a in tags if t == "button") == 1, hook
     assert any("data-flashcards" in a for _, a in tags)
+    assert any("data-flashcards-status" in a and a.get("aria-live") == "polite" for _, a in tags)
+    items = [a.get("data-card-id") for t, a in tags if t == "li"]
+    assert items == [c["id"] for c in cards]
+    marks = [a.get("data-mark") for t, a in tags if t == "button" and "data-mark" in a]
+    assert marks == ["known", "again"] * len(cards)
+
+
+def test_flashcards_cover_the_advanced_material() -> None:
+    cards = {c["id"]: c for c in pp.load_flashcards()}
+    assert {"kv-cache-size", "gqa-mapping", "mla-absorb", "mla-cache", "flash-memory", "mask-alignment",
+            "mask-polarity"} <= set(cards)
+    v = pp.computed_values()
+    assert v["kv_cache"] in cards["kv-cache-size"]["back"]
+    assert f"KV head {v['gqa_kv_of_head']}" in cards["gqa-mapping"]["back"]
 
 
 def test_rendered_quiz_has_one_correct_radio_per_question() -> None:
@@ -172,6 +338,20 @@ def test_explorer_source_checks_its_inputs() -> None:
         pp.explorer_source("x", "X", "note", [("one", list("abcd"), a), ("two", list("abcde"), b)])
     with pytest.raises(ValueError, match="no inputs"):
         pp.explorer_source("x", "X", "note", [])
+
+
+def test_explorer_shows_the_running_sentence_and_trained_repeats() -> None:
+    from lessons_src.lab import read_artifact_json
+    from lessons_src.lab.minilm import EXAMPLE_SENTENCES
+    from lessons_src.lab.toy_models import load_induction_model
+
+    sentences = pp.explorer_sentences()
+    assert sentences[0] == EXAMPLE_SENTENCES[0] and "animal" in sentences[0] and "tired" in sentences[0]
+    log = read_artifact_json("induction_training.json")
+    model = load_induction_model()
+    for _, ids in pp.toy_inputs(model.cfg.vocab_size):
+        n = len(ids) // 2
+        assert ids[:n] == ids[n:] and log["min_seg"] <= n <= log["max_seg"] and len(ids) <= model.cfg.max_len
 
 
 def test_rendered_explorer_embeds_its_data() -> None:

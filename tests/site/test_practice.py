@@ -124,6 +124,30 @@ def test_interview_gives_a_common_wrong_answer_for_every_question() -> None:
         assert f"h={h:>2}  d_k={1024 // h:>4}  weights={4 * 1024**2:,}" in text
 
 
+def test_interview_advanced_answers_are_printed_by_the_code() -> None:
+    from lessons_src.kv_cache import kv_bytes_per_token, latent_bytes_per_token
+    from lessons_src.lab.lesson_tools import attention_flops
+
+    text = text_of("interview")
+    questions = [a for t, a in tags_of("interview") if t == "details" and has_class(a, "question")]
+    assert len(questions) >= 14  # the ten basics and the four on inference
+    for name in ("LLaMA 7B", "Llama 3 8B", "Llama 2 70B", "DeepSeek-V2"):
+        cfg = load_configs()[name]
+        if cfg.mla:
+            per_layer = latent_bytes_per_token(cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"], torch.bfloat16)
+        else:
+            per_layer = kv_bytes_per_token(cfg.num_kv_heads, cfg.head_dim, torch.bfloat16)
+        total = per_layer * cfg.num_layers * 32_768
+        line = f"{per_layer:6,} B/token/layer x {cfg.num_layers} layers x 32,768 tokens = {total / 2**30:5.2f} GiB"
+        assert line in text, name
+    for line in ("formula == bytes a real cache holds: True", "bottom-right matches the full pass: True",
+                 "is_causal=True matches the full pass: False", "translated back: True"):
+        assert line in text
+    for T in (64, 128, 256):
+        assert f"T={T}: {attention_flops(64, 4, T)['attention'] / 1e6:4.1f} MFLOPs either way" in text
+    assert re.search(r"MLA, absorbed\s+reads\s+[\d,]+ numbers \(\s*[\d.]+% of MHA's\)", text)
+
+
 def test_flashcards_are_rendered_from_the_data_file() -> None:
     cards = pp.load_flashcards()
     tags = tags_of("flashcards")
@@ -136,6 +160,11 @@ def test_flashcards_are_rendered_from_the_data_file() -> None:
     for card in cards:
         assert card["front"] in text and card["back"] in text
     assert f"{4 * 768 * 768:,}" in text  # the parameter-count card was filled in by the code
+    assert pp.computed_values()["kv_cache"] in text  # so was the cache-size card
+    marks = [a.get("data-mark") for t, a in tags if t == "button" and "data-mark" in a]
+    assert marks == ["known", "again"] * len(cards)
+    for hook in ("data-shuffle-flashcards", "data-study-again", "data-reset-marks", "data-flip-all"):
+        assert sum(hook in a for t, a in tags if t == "button") == 1, hook
 
 
 def test_print_stylesheet_puts_one_card_per_page() -> None:
@@ -161,6 +190,8 @@ def test_quiz_is_rendered_from_the_data_file() -> None:
     assert len(feedback) == len(questions) and all(a.get("aria-live") == "polite" for a in feedback)
     text = text_of("quiz")
     assert str(MultiHeadAttention(1024, 16).head_dim) in text and f"{4 * 1024**2:,}" in text
+    assert f"Score: {pp.score_text(0, len(questions), 0)}" in text  # the wording the script keeps
+    assert pp.computed_values()["kv_cache"] in text
 
 
 def explorer_data() -> dict[str, list[dict[str, object]]]:
@@ -195,6 +226,7 @@ def test_head_explorer_shows_the_real_pretrained_model() -> None:
 
     (src,) = [s for s in explorer_data()["sources"] if s["id"] == "minilm"]
     assert (src["num_layers"], src["num_heads"]) == (6, 12)  # all-MiniLM-L6-v2's published shape
+    assert src["sentences"][0]["text"] == minilm.EXAMPLE_SENTENCES[0]  # type: ignore[index]  # the running sentence
     for s in src["sentences"]:  # type: ignore[attr-defined]
         tokens, weights = minilm.attention_maps(s["text"])
         assert s["tokens"] == tokens

@@ -27,11 +27,32 @@ MIN_FLASHCARDS = 12
 MIN_QUIZ = 8
 
 
+# The parameters of the cache and mask questions: choices of the question, not derived numbers.
+KV_MODEL = "Llama 2 70B"  # a GQA model whose cache size is not a round power of two
+KV_CONTEXT = 4096  # tokens in the cache
+GQA_MODEL, GQA_QUERY_HEAD = "Llama 3 8B", 13
+MASK_T, MASK_S = 2, 6  # new tokens, keys (cached + new)
+MLA_MODEL = "DeepSeek-V2"
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in the largest binary unit that leaves at least 1, to three significant digits."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:,.0f} bytes"
+
+
 @cache
 def computed_values() -> dict[str, str]:
     """Numbers the practice data refers to by name, computed by ``lessons_src`` (formatted with commas)."""
+    import torch
+
     from lessons_src import MultiHeadAttention
+    from lessons_src.attention import repeat_kv
+    from lessons_src.kv_cache import kv_bytes_per_token, latent_bytes_per_token
     from lessons_src.lab.configs import load_configs
+    from lessons_src.masks import causal_mask
 
     def n_params(m: Any) -> int:
         return sum(p.numel() for p in m.parameters())
@@ -47,10 +68,12 @@ def computed_values() -> dict[str, str]:
         "bert_layers": bert.num_layers,
         "bert_head_dim": bert.head_dim,
         "bert_maps": bert.num_layers * bert.num_heads,
+        "bert_layers_plus_heads": bert.num_layers + bert.num_heads,  # a wrong answer: adding, not multiplying
         "bert_wo": m768.out_proj.weight.numel(),
         "mha768_params": n_params(m768),
         "hd_1024_16": m1024_16.head_dim,
         "hd_1024_32": m1024_32.head_dim,
+        "d1024_times_16": m1024_16.d_model * m1024_16.num_heads,  # a wrong answer: multiplying, not dividing
         "wq_head_1024_16": m1024_16.d_model * m1024_16.head_dim,
         "wq_all_1024_16": m1024_16.qkv_proj.weight[: m1024_16.d_model].numel(),
         "wq_all_1024_32": m1024_32.qkv_proj.weight[: m1024_32.d_model].numel(),
@@ -61,7 +84,58 @@ def computed_values() -> dict[str, str]:
         "mistral_n_rep": mistral.n_rep,
         "mistral_head_dim": mistral.head_dim,
     }
-    return {k: f"{v:,}" for k, v in values.items()}
+    text: dict[str, str] = {}
+
+    # KV cache of one sequence, bf16: bytes per token per layer from lessons_src.kv_cache's formula.
+    kv = cfgs[KV_MODEL]
+    per_layer = kv_bytes_per_token(kv.num_kv_heads, kv.head_dim, torch.bfloat16)
+    per_token = per_layer * kv.num_layers
+    as_mha = kv_bytes_per_token(kv.num_heads, kv.head_dim, torch.bfloat16) * kv.num_layers
+    values |= {
+        "kv_layers": kv.num_layers, "kv_heads": kv.num_heads, "kv_kv_heads": kv.num_kv_heads,
+        "kv_head_dim": kv.head_dim, "kv_context": KV_CONTEXT, "kv_bytes_token_layer": per_layer,
+        "kv_bytes_token": per_token, "bf16_bytes": torch.empty((), dtype=torch.bfloat16).element_size(),
+    }
+    text |= {
+        "kv_model": KV_MODEL,
+        "kv_cache": format_bytes(per_token * KV_CONTEXT),
+        "kv_cache_as_mha": format_bytes(as_mha * KV_CONTEXT),
+        "kv_cache_keys_only": format_bytes(per_token * KV_CONTEXT / 2),
+        "kv_cache_one_layer": format_bytes(per_layer * KV_CONTEXT),
+        "kv_token": format_bytes(per_token),
+    }
+
+    # GQA: which KV head a query head reads, from repeat_kv's layout (head h -> KV head h // n_rep).
+    g = cfgs[GQA_MODEL]
+    kv_of_head = repeat_kv(torch.arange(g.num_kv_heads).view(1, -1, 1, 1), g.n_rep).flatten().tolist()
+    values |= {
+        "gqa_heads": g.num_heads, "gqa_kv_heads": g.num_kv_heads, "gqa_n_rep": g.n_rep,
+        "gqa_head": GQA_QUERY_HEAD, "gqa_kv_of_head": kv_of_head[GQA_QUERY_HEAD],
+        "gqa_wrong_modulo": GQA_QUERY_HEAD % g.num_kv_heads, "gqa_wrong_div": GQA_QUERY_HEAD // g.num_kv_heads,
+    }
+    text["gqa_model"] = GQA_MODEL
+
+    # A causal mask with a cache: bottom-right (ours) against top-left (SDPA's is_causal for T != S).
+    first = causal_mask(MASK_T, MASK_S)[0].nonzero().flatten().tolist()
+    top_left = torch.ones(MASK_T, MASK_S, dtype=torch.bool).tril()[0].nonzero().flatten().tolist()
+    values |= {
+        "mask_T": MASK_T, "mask_S": MASK_S, "mask_cached": MASK_S - MASK_T,
+        "mask_first_last": first[-1], "mask_topleft_last": top_left[-1], "mask_last_key": MASK_S - 1,
+    }
+
+    # MLA (DeepSeek-V2): per-token cache and the width absorbed attention works in.
+    ds = cfgs[MLA_MODEL]
+    assert ds.mla is not None
+    C, R = ds.mla["kv_latent_dim"], ds.mla["rope_dim"]
+    latent = latent_bytes_per_token(C, R, torch.bfloat16)
+    mha_equiv = kv_bytes_per_token(ds.num_heads, ds.head_dim, torch.bfloat16, v_head_dim=ds.mla["v_head_dim"])
+    values |= {
+        "mla_heads": ds.num_heads, "mla_head_dim": ds.head_dim, "mla_C": C, "mla_R": R,
+        "mla_absorbed_width": C + R, "mla_naive_key_width": ds.head_dim + R,
+        "mla_bytes": latent, "mla_mha_bytes": mha_equiv,
+    }
+    text["mla_ratio"] = f"{mha_equiv / latent:.0f}"
+    return {k: f"{v:,}" for k, v in values.items()} | text
 
 
 def placeholders(text: str) -> set[str]:
@@ -147,27 +221,49 @@ def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
 
 
 def render_flashcards(cards: list[dict[str, str]]) -> str:
-    """HTML for the flashcard deck: ``[data-flashcards]`` holding one ``button.flashcard`` per card."""
+    """HTML for the flashcard deck: ``[data-flashcards]`` holding one ``li.flashcard-item`` per card.
+
+    Each item has the card (``button.flashcard``: the question, and the answer in space reserved from the
+    start, so flipping never moves the page) and two mark buttons (``[data-mark=known|again]``). The
+    toolbar's buttons shuffle, show every answer, switch to the cards marked again, reset the marks, print.
+    """
     e = html.escape
+    n = len(cards)
     items = []
     for i, c in enumerate(cards, 1):
+        cid = e(c["id"])
         items.append(
-            f'<li class="flashcard-item">'
-            f'<button type="button" class="flashcard" id="card-{e(c["id"])}" aria-pressed="false" '
-            f'data-card-id="{e(c["id"])}">'
-            f'<span class="flashcard-face flashcard-front"><span class="flashcard-label">Card {i} of {len(cards)}'
-            f' · question</span><span class="flashcard-text">{e(c["front"])}</span></span>'
-            f'<span class="flashcard-face flashcard-back"><span class="flashcard-label">Card {i} of {len(cards)}'
-            f' · answer</span><span class="flashcard-text">{e(c["back"])}</span></span>'
-            f"</button></li>"
+            f'<li class="flashcard-item" data-card-id="{cid}">'
+            f'<button type="button" class="flashcard" id="card-{cid}" aria-pressed="false">'
+            f'<span class="flashcard-face flashcard-front"><span class="flashcard-label">'
+            f'<span class="flashcard-number">Card {i} of {n}</span> · question</span>'
+            f'<span class="flashcard-text">{e(c["front"])}</span></span>'
+            f'<span class="flashcard-face flashcard-back"><span class="flashcard-label">answer</span>'
+            f'<span class="flashcard-text">{e(c["back"])}</span></span>'
+            f'<span class="flashcard-hint" aria-hidden="true">Show the answer</span>'
+            f"</button>"
+            f'<span class="flashcard-marks" role="group" aria-label="Card {i}: did you know it?">'
+            f'<button type="button" class="flashcard-mark" data-mark="known" aria-pressed="false">Knew it</button>'
+            f'<button type="button" class="flashcard-mark" data-mark="again" aria-pressed="false">Again</button>'
+            f"</span></li>"
         )
     return (
         '<div class="flashcards" data-flashcards>'
         '<p class="flashcards-toolbar">'
-        '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button> '
-        '<button type="button" class="md-button" data-flip-all>Show all answers</button></p>'
+        '<button type="button" class="md-button" data-shuffle-flashcards>Shuffle</button> '
+        '<button type="button" class="md-button" data-flip-all>Show all answers</button> '
+        '<button type="button" class="md-button" data-study-again aria-pressed="false">'
+        "Study the ones marked again</button> "
+        '<button type="button" class="md-button" data-reset-marks>Reset marks</button> '
+        '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button></p>'
+        f'<p class="flashcards-status" data-flashcards-status aria-live="polite">{n} cards.</p>'
         f'<ol class="flashcard-list">{"".join(items)}</ol></div>'
     )
+
+
+def score_text(answered: int, total: int, correct: int) -> str:
+    """The quiz's score line; ``practice.js`` writes the same words as the reader answers."""
+    return f"{answered} of {total} answered, {correct} correct"
 
 
 def render_quiz(questions: list[dict[str, Any]]) -> str:
@@ -191,8 +287,8 @@ def render_quiz(questions: list[dict[str, Any]]) -> str:
         )
     return (
         f'<form class="quiz" data-quiz data-total="{len(questions)}" onsubmit="return false">'
-        f'<p class="quiz-score-line">Score: <output data-quiz-score aria-live="polite">0 of {len(questions)} answered,'
-        f" 0 correct</output></p>{''.join(parts)}"
+        f'<p class="quiz-score-line">Score: <output data-quiz-score aria-live="polite">'
+        f"{score_text(0, len(questions), 0)}</output></p>{''.join(parts)}"
         '<p><button type="reset" class="md-button" data-quiz-reset>Start again</button></p></form>'
     )
 
@@ -227,12 +323,19 @@ def pack_attention(weights: Any, tokens: list[str], decimals: int = 2) -> dict[s
     }
 
 
-# The sentences the head explorer shows (few and short, to keep the embedded data small).
-EXPLORER_SENTENCES = [
-    "The cat chased the dog because it was hungry.",
+# The sentences the head explorer shows (few and short, to keep the embedded data small): first the
+# lessons' running sentence (lessons_src.lab.minilm.EXAMPLE_SENTENCES[0]), then two more.
+EXPLORER_EXTRA_SENTENCES = [
     "The keys to the old cabinet are on the table.",
     "She read the letter that her brother had written.",
 ]
+
+
+def explorer_sentences() -> list[str]:
+    """The pretrained model's inputs in the head explorer: the lessons' running sentence, then two more."""
+    from lessons_src.lab.minilm import EXAMPLE_SENTENCES
+
+    return [EXAMPLE_SENTENCES[0], *EXPLORER_EXTRA_SENTENCES]
 
 
 def explorer_source(source_id: str, label: str, note: str, items: list[tuple[str, list[str], Any]]) -> dict[str, Any]:
@@ -296,17 +399,30 @@ def render_head_explorer(sources: list[dict[str, Any]]) -> str:
 
 
 TOY_SEEDS = (0, 1)  # the random sequences shown for the trained toy model
-TOY_SEGMENT = 8  # tokens before the repeat
+
+
+def toy_segment_lengths() -> tuple[int, ...]:
+    """Lengths of the toy inputs' repeated segment: the shortest the model was trained on, and the middle one.
+
+    Read from the committed training log, so the inputs stay within what the model learned (a shorter
+    repeat than it ever saw shows little induction), and no longer than needed: the page embeds every
+    weight of every input.
+    """
+    from lessons_src.lab import read_artifact_json
+
+    log = read_artifact_json("induction_training.json")
+    low, high = int(log["min_seg"]), int(log["max_seg"])
+    return (low, (low + high) // 2)
 
 
 def toy_inputs(vocab_size: int) -> list[tuple[str, list[int]]]:
-    """The toy model's inputs: ``TOY_SEGMENT`` random tokens, then the same tokens again."""
+    """The toy model's inputs: ``n`` random tokens, then the same ``n`` again, for each trained length ``n``."""
     from lessons_src.lab.toy_models import repeated_random_tokens
 
     out = []
-    for seed in TOY_SEEDS:
-        ids = repeated_random_tokens(TOY_SEGMENT, vocab_size, seed=seed)[0].tolist()
-        out.append((f"{TOY_SEGMENT} random tokens, then the same {TOY_SEGMENT} again (seed {seed})", ids))
+    for seed, n in zip(TOY_SEEDS, toy_segment_lengths(), strict=True):
+        ids = repeated_random_tokens(n, vocab_size, seed=seed)[0].tolist()
+        out.append((f"{n} random tokens, then the same {n} again (seed {seed})", ids))
     return out
 
 
@@ -319,7 +435,7 @@ def explorer_data() -> list[dict[str, Any]]:
     """
     from lessons_src.lab import minilm, toy_models
 
-    real = [(text, *minilm.attention_maps(text)) for text in EXPLORER_SENTENCES]
+    real = [(text, *minilm.attention_maps(text)) for text in explorer_sentences()]
     toy = toy_models.load_induction_model()
     toy_items = [
         (text, [str(i) for i in ids], toy_models.attention_maps(ids, toy))

@@ -3,17 +3,28 @@
  *
  * The pages' HTML is generated at build time (tools/site_build/practice_pages.py); this file only adds behaviour.
  * Stable hooks (used by the browser tests too):
- *   Flashcards  [data-flashcards] > ... > button.flashcard[aria-pressed]   (click, Enter or Space flips)
- *               button[data-print-flashcards]  -> window.print(); print CSS puts one card per page
- *               button[data-flip-all]          -> shows or hides every answer
- *   Quiz        [data-quiz] > fieldset.quiz-question > label > input[type=radio][data-correct][data-explanation]
- *               .quiz-feedback (aria-live) per question; [data-quiz-score] running score
+ *   Flashcards  [data-flashcards] > ol > li.flashcard-item[data-card-id] > button.flashcard[aria-pressed]
+ *                 (click, Enter or Space shows the answer under the question; its space is reserved, so
+ *                 nothing moves) and button[data-mark=known|again][aria-pressed] (the reader's marks,
+ *                 kept in localStorage under MARKS_KEY, so they survive reloads and later visits)
+ *               button[data-shuffle-flashcards]  -> shuffles the cards (and renumbers them)
+ *               button[data-flip-all]            -> shows or hides every answer
+ *               button[data-study-again][aria-pressed] -> shows only the cards marked "again"
+ *               button[data-reset-marks]         -> forgets every mark
+ *               button[data-print-flashcards]    -> window.print(); print CSS puts one card per page
+ *               [data-flashcards-status]         -> counts in words (aria-live)
+ *   Quiz        [data-quiz] > fieldset.quiz-question > ol.quiz-options > li > label > input[type=radio]
+ *                 [data-correct][data-explanation]; the options are shuffled once per page load with a
+ *                 seeded generator: the seed is ?quiz-seed=N in the URL if given, else random; it is
+ *                 written to [data-quiz][data-seed]. .quiz-feedback (aria-live) per question;
+ *                 [data-quiz-score] reads "A of N answered, C correct" from the start.
  *   Explorer    [data-head-explorer] with select[name=model|sentence|layer|head] (head "all" = all heads),
  *               query tokens .hx-token[tabindex=0]; key tokens .hx-key get data-weight (0..1) and a shade
- *               while a query token is hovered or focused; .hx-readout describes it in words (aria-live).
+ *               while a query token is hovered or focused; .hx-readout describes it in words, naming
+ *               tokens with their positions ("0" (pos 3)) (aria-live).
  *
  * Click handlers are delegated from `document`, so they keep working after Material's instant
- * navigation swaps the page; the explorer is (re)built on every page load through Material's `document$`.
+ * navigation swaps the page; the widgets are (re)initialised on every page load through Material's `document$`.
  */
 (function () {
   "use strict";
@@ -21,11 +32,62 @@
   if (window.__mhaPracticeLoaded) return;
   window.__mhaPracticeLoaded = true;
 
+  /* ---------- shared ---------- */
+
+  // mulberry32: a tiny seeded generator, so a test can replay a shuffle from its seed.
+  function rng(seed) {
+    var a = seed >>> 0;
+    return function () {
+      a = (a + 0x6d2b79f5) >>> 0;
+      var t = a;
+      t = Math.imul(t ^ (t >>> 15), t | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  function randomSeed() {
+    if (window.crypto && window.crypto.getRandomValues) {
+      return window.crypto.getRandomValues(new Uint32Array(1))[0];
+    }
+    return (Date.now() ^ Math.floor(Math.random() * 4294967296)) >>> 0;
+  }
+
+  // Fisher-Yates: reorders the children of `parent` (those in `items`) in place.
+  function shuffleChildren(parent, items, random) {
+    var arr = Array.prototype.slice.call(items);
+    for (var i = arr.length - 1; i > 0; i--) {
+      var j = Math.floor(random() * (i + 1));
+      var tmp = arr[i]; arr[i] = arr[j]; arr[j] = tmp;
+    }
+    arr.forEach(function (node) { parent.appendChild(node); });
+  }
+
   /* ---------- flashcards ---------- */
+
+  var MARKS_KEY = "mha-flashcards-marks";
+
+  function loadMarks() {
+    try {
+      var marks = JSON.parse(window.localStorage.getItem(MARKS_KEY) || "{}");
+      return marks && typeof marks === "object" ? marks : {};
+    } catch (err) {
+      return {};
+    }
+  }
+
+  function saveMarks(marks) {
+    try {
+      if (Object.keys(marks).length) window.localStorage.setItem(MARKS_KEY, JSON.stringify(marks));
+      else window.localStorage.removeItem(MARKS_KEY);
+    } catch (err) { /* storage refused (private mode): the marks last until the page is left */ }
+  }
 
   function setCard(card, pressed) {
     card.setAttribute("aria-pressed", pressed ? "true" : "false");
   }
+
+  function items(deck) { return deck.querySelectorAll("li.flashcard-item"); }
 
   function updateFlipAll(deck) {
     var btn = deck.querySelector("[data-flip-all]");
@@ -37,19 +99,94 @@
     btn.textContent = allShown ? "Hide all answers" : "Show all answers";
   }
 
+  // Marks on the buttons, the study filter, the card numbers and the status line, from the stored marks.
+  function refreshDeck(deck) {
+    var marks = loadMarks();
+    var studying = deck.getAttribute("data-studying") === "true";
+    var counts = { known: 0, again: 0 };
+    var shown = [];
+    items(deck).forEach(function (item) {
+      var mark = marks[item.getAttribute("data-card-id")];
+      if (mark === "known" || mark === "again") counts[mark] += 1;
+      item.setAttribute("data-mark", mark || "none");
+      item.querySelectorAll("[data-mark]").forEach(function (b) {
+        b.setAttribute("aria-pressed", b.getAttribute("data-mark") === mark ? "true" : "false");
+      });
+      var visible = !studying || mark === "again";
+      item.hidden = !visible;
+      if (visible) shown.push(item);
+    });
+    shown.forEach(function (item, i) {
+      var number = item.querySelector(".flashcard-number");
+      if (number) number.textContent = "Card " + (i + 1) + " of " + shown.length;
+    });
+    var study = deck.querySelector("[data-study-again]");
+    if (study) study.setAttribute("aria-pressed", studying ? "true" : "false");
+    var status = deck.querySelector("[data-flashcards-status]");
+    if (status) {
+      var total = items(deck).length;
+      var text = total + " cards: " + counts.known + " marked “knew it”, " + counts.again + " marked “again”.";
+      if (studying) text = "Studying the " + shown.length + " cards marked “again” (of " + total + ").";
+      status.textContent = text;
+    }
+  }
+
+  function initDeck(deck) {
+    if (deck.getAttribute("data-ready") === "true") return;
+    deck.setAttribute("data-ready", "true");
+    refreshDeck(deck);
+  }
+
+  function markCard(button) {
+    var item = button.closest("li.flashcard-item");
+    var deck = button.closest("[data-flashcards]");
+    if (!item || !deck) return;
+    var id = item.getAttribute("data-card-id");
+    var mark = button.getAttribute("data-mark");
+    var marks = loadMarks();
+    if (marks[id] === mark) delete marks[id];  // pressing a pressed mark takes it back
+    else marks[id] = mark;
+    saveMarks(marks);
+    // Studying, a card just marked "knew it" stays until the next switch, so the page does not jump.
+    var studying = deck.getAttribute("data-studying") === "true";
+    if (studying) {
+      item.setAttribute("data-mark", marks[id] || "none");
+      item.querySelectorAll("[data-mark]").forEach(function (b) {
+        b.setAttribute("aria-pressed", b.getAttribute("data-mark") === marks[id] ? "true" : "false");
+      });
+      return;
+    }
+    refreshDeck(deck);
+  }
+
+  function toggleStudy(deck) {
+    var marks = loadMarks();
+    var anyAgain = Object.keys(marks).some(function (k) { return marks[k] === "again"; });
+    var studying = deck.getAttribute("data-studying") === "true";
+    if (!studying && !anyAgain) {
+      var status = deck.querySelector("[data-flashcards-status]");
+      if (status) status.textContent = "No card is marked “again” yet: mark the cards you missed, then study them.";
+      return;
+    }
+    deck.setAttribute("data-studying", studying ? "false" : "true");
+    refreshDeck(deck);
+  }
+
   document.addEventListener("click", function (event) {
     var target = event.target;
     if (!(target instanceof Element)) return;
+    var deck = target.closest("[data-flashcards]");
+    if (!deck) return;
 
-    var card = target.closest("[data-flashcards] button.flashcard");
+    var card = target.closest("button.flashcard");
     if (card) {
       setCard(card, card.getAttribute("aria-pressed") !== "true");
-      updateFlipAll(card.closest("[data-flashcards]"));
+      updateFlipAll(deck);
       return;
     }
-    var flipAll = target.closest("[data-flashcards] [data-flip-all]");
-    if (flipAll) {
-      var deck = flipAll.closest("[data-flashcards]");
+    var mark = target.closest("button[data-mark]");
+    if (mark) { markCard(mark); return; }
+    if (target.closest("[data-flip-all]")) {
       var cards = deck.querySelectorAll("button.flashcard");
       var show = Array.prototype.some.call(cards, function (c) {
         return c.getAttribute("aria-pressed") !== "true";
@@ -58,12 +195,41 @@
       updateFlipAll(deck);
       return;
     }
+    if (target.closest("[data-shuffle-flashcards]")) {
+      shuffleChildren(deck.querySelector("ol.flashcard-list"), items(deck), rng(randomSeed()));
+      refreshDeck(deck);
+      return;
+    }
+    if (target.closest("[data-study-again]")) { toggleStudy(deck); return; }
+    if (target.closest("[data-reset-marks]")) {
+      saveMarks({});
+      deck.setAttribute("data-studying", "false");
+      refreshDeck(deck);
+      return;
+    }
     if (target.closest("[data-print-flashcards]")) {
       window.print();
     }
   });
 
   /* ---------- quiz ---------- */
+
+  function quizSeed() {
+    var match = /[?&]quiz-seed=(\d+)/.exec(window.location.search);
+    return match ? Number(match[1]) >>> 0 : randomSeed();
+  }
+
+  function initQuiz(quiz) {
+    if (quiz.getAttribute("data-ready") === "true") return;
+    quiz.setAttribute("data-ready", "true");
+    var seed = quizSeed();
+    quiz.setAttribute("data-seed", String(seed));
+    var random = rng(seed);
+    quiz.querySelectorAll("ol.quiz-options").forEach(function (list) {
+      shuffleChildren(list, list.children, random);
+    });
+    updateScore(quiz);
+  }
 
   function updateScore(quiz) {
     var questions = quiz.querySelectorAll(".quiz-question");
@@ -77,7 +243,8 @@
     });
     var out = quiz.querySelector("[data-quiz-score]");
     if (out) {
-      out.textContent = correct + " correct of " + questions.length + " (" + answered + " answered)";
+      // The same words as the build writes (practice_pages.score_text), so the line never changes shape.
+      out.textContent = answered + " of " + questions.length + " answered, " + correct + " correct";
       out.setAttribute("data-correct", String(correct));
       out.setAttribute("data-answered", String(answered));
     }
@@ -242,22 +409,31 @@
       while (svg.firstChild) svg.removeChild(svg.firstChild);
       var queries = active === null ? range(T) : [active];
       var opacityScale = active === null ? 0.6 : 1.0;
+      // One <path> per head and weight level (not one <line> per pair), so the page's DOM stays small
+      // even for long inputs with every head shown.
+      var LEVELS = 8;
       hs.forEach(function (h) {
+        var segments = [];
+        for (var lv = 0; lv < LEVELS; lv++) segments.push([]);
         queries.forEach(function (q) {
           for (var k = 0; k < T; k++) {
             var w = weight(s, layer, h, q, k);
             if (w < 0.02) continue;
-            var line = document.createElementNS(SVG_NS, "line");
-            line.setAttribute("x1", "0");
-            line.setAttribute("y1", String(q * 10 + 5));
-            line.setAttribute("x2", "100");
-            line.setAttribute("y2", String(k * 10 + 5));
-            line.setAttribute("stroke", headColor(h));
-            line.setAttribute("stroke-width", active === null ? "1" : String(1 + 3 * w));
-            line.setAttribute("vector-effect", "non-scaling-stroke");
-            line.setAttribute("stroke-opacity", String(Math.min(1, w * opacityScale / (active === null ? Math.sqrt(hs.length) : 1))));
-            svg.appendChild(line);
+            var level = Math.min(LEVELS - 1, Math.floor(w * LEVELS));
+            segments[level].push("M0 " + (q * 10 + 5) + "L100 " + (k * 10 + 5));
           }
+        });
+        segments.forEach(function (d, level) {
+          if (!d.length) return;
+          var w = (level + 0.5) / LEVELS;  // the level's mid weight
+          var path = document.createElementNS(SVG_NS, "path");
+          path.setAttribute("d", d.join(""));
+          path.setAttribute("fill", "none");
+          path.setAttribute("stroke", headColor(h));
+          path.setAttribute("stroke-width", active === null ? "1" : String(1 + 3 * w));
+          path.setAttribute("vector-effect", "non-scaling-stroke");
+          path.setAttribute("stroke-opacity", String(Math.min(1, w * opacityScale / (active === null ? Math.sqrt(hs.length) : 1))));
+          svg.appendChild(path);
         });
       });
       var keys = stage.querySelectorAll(".hx-key");
@@ -281,8 +457,9 @@
       var order = range(T).sort(function (a, b) { return mean[b] - mean[a]; }).slice(0, 3);
       var where = sel.head.value === "all" ? "all heads of layer " + layer + " (mean weight)"
         : "layer " + layer + ", head " + sel.head.value;
-      readout.textContent = "“" + s.tokens[active] + "” (token " + active + "), " + where + ", attends most to: " +
-        order.map(function (k) { return "“" + s.tokens[k] + "” " + mean[k].toFixed(2); }).join(", ") + ".";
+      // Tokens are named with their positions: a repeated input has the same token at several places.
+      readout.textContent = "“" + s.tokens[active] + "” (pos " + active + "), " + where + ", attends most to: " +
+        order.map(function (k) { return "“" + s.tokens[k] + "” (pos " + k + ") " + mean[k].toFixed(2); }).join(", ") + ".";
     }
 
     function range(n) { var r = []; for (var i = 0; i < n; i++) r.push(i); return r; }
@@ -337,15 +514,17 @@
     render();
   }
 
-  function initExplorers() {
+  function initWidgets() {
+    document.querySelectorAll("[data-flashcards]").forEach(initDeck);
+    document.querySelectorAll("[data-quiz]").forEach(initQuiz);
     document.querySelectorAll("[data-head-explorer]").forEach(setupExplorer);
   }
 
   if (window.document$ && typeof window.document$.subscribe === "function") {
-    window.document$.subscribe(initExplorers);
+    window.document$.subscribe(initWidgets);
   } else if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", initExplorers);
+    document.addEventListener("DOMContentLoaded", initWidgets);
   } else {
-    initExplorers();
+    initWidgets();
   }
 })();
