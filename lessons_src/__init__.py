@@ -11,6 +11,7 @@ The package has two layers. The **core** is what a reader copies into a project;
 ``mla.py``            ``MultiHeadLatentAttention`` (DeepSeek-V2), naive and absorbed
 ``rope.py``           rotary position embedding
 ``convert.py``        MHA -> GQA checkpoint conversion
+``flash.py``          online softmax and tiled (FlashAttention-2) attention, registered as ``"tiled"``
 ``interop.py``        ``nn.MultiheadAttention`` weights and masks, at the edge
 ====================  ==========================================================================
 
@@ -25,6 +26,7 @@ published configurations, with the artifacts and data it loads shipped inside it
 
 from .attention import MultiHeadAttention, grouped_attention, repeat_kv, scaled_dot_product_attention
 from .convert import mha_to_gqa
+from .flash import online_softmax, tiled_attention
 from .interop import from_torch, masks_from_torch
 from .kv_cache import KVCache, LatentCache
 from .masks import causal_mask, padding_mask
@@ -43,8 +45,10 @@ __all__ = [
     "grouped_attention",
     "masks_from_torch",
     "mha_to_gqa",
+    "online_softmax",
     "padding_mask",
     "repeat_kv",
     "scaled_dot_product_attention",
+    "tiled_attention",
 ]
 __version__ = "0.2.0"

@@ -25,9 +25,11 @@ from lessons_src import (
     grouped_attention,
     masks_from_torch,
     mha_to_gqa,
+    online_softmax,
     padding_mask,
     repeat_kv,
     scaled_dot_product_attention,
+    tiled_attention,
 )
 from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
@@ -64,7 +66,13 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("attention", "device", lambda: attention(Q, KV.to(META), KV.to(META)), ValueError, r"one device; got cpu, meta"),
     ("attention", "value", lambda: attention(Q, KV, KV, dropout_p=1.5), ValueError, r"dropout_p .* \[0, 1\); got 1.5"),
     ("attention", "value", lambda: attention(Q, KV, KV, implementation="flash"), ValueError,
-     r"unknown attention implementation 'flash'; choose one of \['eager', 'sdpa'\]"),
+     r"unknown attention implementation 'flash'; choose one of \['eager', 'sdpa', 'tiled'\]"),
+    ("tiled_attention", "value", lambda: tiled_attention(Q, KV, KV, block_q=0), ValueError,
+     r"block_q must be a positive int .*; got block_q=0"),
+    ("tiled_attention", "type", lambda: tiled_attention(Q, KV, KV, block_k=8.0), TypeError,  # type: ignore[arg-type]
+     r"block_k must be a positive int; got 8.0 of type float"),
+    ("online_softmax", "value", lambda: online_softmax(Q, block_size=-1), ValueError,
+     r"block_size must be a positive int .*; got block_size=-1"),
     ("attention", "type", lambda: attention(Q, KV, KV, is_causal="yes"), TypeError,  # type: ignore[arg-type]
      r"is_causal must be True or False; got 'yes'"),
     ("scaled_dot_product_attention", "shape", lambda: scaled_dot_product_attention(Q, KV[0], KV[0]), ValueError,

@@ -1,0 +1,451 @@
+"""Attention without the ``T x S`` matrix: online softmax and FlashAttention-2's tiling, in plain PyTorch.
+
+The textbook formula ``softmax(q k^T * scale + mask) v`` builds a ``(B, H, T, S)`` score matrix, then a
+weight matrix of the same size. FlashAttention computes the same output one tile at a time: a block of
+``block_q`` queries against a block of ``block_k`` keys, never holding more than one
+``(block_q, block_k)`` tile of scores per head. What makes that possible is the *online softmax*
+(:func:`online_softmax`): a softmax's normaliser can be accumulated block by block, rescaling what has
+been summed so far whenever a larger maximum turns up.
+
+This file is that algorithm, written to be read: :func:`tiled_attention` (forward: the output and each
+query's log-sum-exp) and its backward pass, which recomputes each tile from the saved log-sum-exp instead
+of storing the weights (FlashAttention-2's backward), as a ``torch.autograd.Function``. It is registered
+as the ``"tiled"`` implementation of :func:`lessons_src.attention.attention`, so it accepts the same masks
+(bool or float, any broadcastable shape), bottom-right ``is_causal``, grouped-query heads (without
+repeating keys and values) and dtypes as the others, and gives the same answer.
+
+It is not fast: the fused kernels (``F.scaled_dot_product_attention``) run the same loop inside one
+kernel, keeping each tile in on-chip memory, which plain PyTorch cannot express. What it shows is the
+arithmetic, and that the memory no longer grows with ``T x S``.
+
+References:
+    Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018 (arXiv:1805.02867).
+    Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
+    NeurIPS 2022 (arXiv:2205.14135).
+    Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023
+    (arXiv:2307.08691), algorithms 1 (forward) and 2 (backward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor
+
+from .attention import AttentionResult, PreparedMask, _check_qkv, prepare_mask, register_attention
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "BLOCK_K",
+    "BLOCK_Q",
+    "TiledAttention",
+    "block_kind",
+    "online_softmax",
+    "softmax_statistics",
+    "tile_plan",
+    "tiled_attention",
+    "tiled_attention_function",
+]
+
+BLOCK_Q = 128
+"""Default query block size of the ``"tiled"`` implementation."""
+BLOCK_K = 128
+"""Default key block size of the ``"tiled"`` implementation."""
+
+BlockKind = Literal["skip", "full", "partial"]
+_NEG_INF = float("-inf")
+
+
+def _block_size(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int; got {value!r} of type {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int (a number of positions per block); got {name}={value}")
+    return value
+
+
+# --------------------------------------------------------------------------- online softmax
+
+
+def softmax_statistics(x: Tensor, *, block_size: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
+    """Read ``x``'s last dim once, a block at a time, yielding the running max and sum after each block.
+
+    The softmax of a row ``x_1..x_n`` is ``exp(x_i - m) / l`` with ``m = max_j x_j`` (subtracted so no
+    ``exp`` overflows) and ``l = sum_j exp(x_j - m)``. Both can be built in one pass. After the first
+    ``k`` entries, keep ``m_k = max(x_1..x_k)`` and ``l_k = sum_{j<=k} exp(x_j - m_k)``. A new block
+    with maximum ``b`` gives
+
+    * ``m_new = max(m_k, b)``;
+    * ``l_new = l_k * exp(m_k - m_new) + sum_{j in block} exp(x_j - m_new)``: the old sum was taken
+      relative to ``m_k``; multiplying by ``exp(m_k - m_new)`` re-expresses every term relative to
+      ``m_new``, since ``exp(x_j - m_k) * exp(m_k - m_new) = exp(x_j - m_new)``.
+
+    At the end, ``m`` and ``l`` are exactly the max and the sum a two-pass softmax computes.
+    Entries of ``-inf`` (masked out) add ``exp(-inf) = 0``. While a row has seen only ``-inf``, its
+    ``m`` is ``-inf``; the shift used is then 0 instead (``exp(-inf - 0) = 0``), so nothing becomes
+    ``NaN`` and such a row keeps ``l = 0``.
+
+    Args:
+        x: scores; the softmax is over the last dim.
+        block_size: how many entries each step reads (1: one at a time).
+
+    Yields:
+        ``(m, l)``, each of shape ``x.shape[:-1]``, after each block.
+
+    Raises:
+        TypeError, ValueError: if ``block_size`` is not a positive int.
+
+    Example:
+        >>> x = torch.tensor([1.0, 3.0, 2.0])
+        >>> [(m.item(), round(l.item(), 3)) for m, l in softmax_statistics(x)]
+        [(1.0, 1.0), (3.0, 1.135), (3.0, 1.503)]
+    """
+    block_size = _block_size("block_size", block_size)
+    m = torch.full(x.shape[:-1], _NEG_INF, dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # the papers' name
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)  # a row of -inf so far: shift 0
+        l = l * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+        yield m, l
+
+
+def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
+    """Softmax over the last dim from the one-pass statistics of :func:`softmax_statistics`.
+
+    Equal to ``torch.softmax(x, -1)``, except that a row of only ``-inf`` (a query that may see no key)
+    gives zeros instead of ``NaN``.
+
+    Shapes:
+        x: ``(..., n)``; output: ``(..., n)``.
+
+    Example:
+        >>> online_softmax(torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])).tolist()
+        [[1.0, 0.0], [0.0, 0.0]]
+    """
+    if x.shape[-1] == 0:
+        _block_size("block_size", block_size)
+        return x.clone()
+    m = l = x  # overwritten: the last statistics
+    for m, l in softmax_statistics(x, block_size=block_size):  # noqa: B007
+        pass
+    shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
+    total = torch.where(l > 0, l, torch.ones_like(l))  # a row of -inf: 0 / 1 = 0
+    return torch.exp(x - shift[..., None]) / total[..., None]
+
+
+# --------------------------------------------------------------------------- which tiles to compute
+
+
+def block_kind(i0: int, i1: int, j0: int, j1: int, T: int, S: int, *, causal: bool) -> BlockKind:
+    """Whether the tile of queries ``i0..i1-1`` and keys ``j0..j1-1`` is skipped, fully or partly visible.
+
+    With the bottom-right causal mask, query ``i`` sees key ``j`` when ``j <= i + S - T``. A tile is
+    hidden entirely (``"skip"``: never computed) when its first key is after what its last query sees,
+    and visible entirely (``"full"``: no mask needed) when its last key is within what its first query
+    sees; otherwise ``"partial"`` (the causal mask is built for the tile). Without ``causal``, ``"full"``.
+
+    Example:
+        >>> [block_kind(0, 2, j, j + 2, 4, 4, causal=True) for j in (0, 2)]
+        ['partial', 'skip']
+    """
+    if not causal:
+        return "full"
+    if j0 > (i1 - 1) + S - T:
+        return "skip"
+    if (j1 - 1) <= i0 + S - T:
+        return "full"
+    return "partial"
+
+
+def tile_plan(T: int, S: int, block_q: int, block_k: int, *, causal: bool) -> list[list[BlockKind]]:
+    """The kind of every tile (rows: query blocks, columns: key blocks), as the loops of this file see them.
+
+    Example:
+        >>> tile_plan(4, 4, 2, 2, causal=True)
+        [['partial', 'skip'], ['full', 'partial']]
+    """
+    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    return [
+        [
+            block_kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S), T, S, causal=causal)
+            for j0 in range(0, S, block_k)
+        ]
+        for i0 in range(0, T, block_q)
+    ]
+
+
+# --------------------------------------------------------------------------- one tile of scores
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision inputs are accumulated in float32, as the fused kernels do."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _mask_tile(mask: Tensor, i0: int, i1: int, j0: int, j1: int) -> Tensor:
+    """The part of a 4-D mask ``(b, h, T or 1, S or 1)`` that covers queries ``i0..i1-1`` and keys ``j0..j1-1``."""
+    rows = slice(i0, i1) if mask.shape[2] > 1 else slice(None)
+    cols = slice(j0, j1) if mask.shape[3] > 1 else slice(None)
+    return mask[:, :, rows, cols]
+
+
+def _tile_scores(
+    q_i: Tensor,
+    k_j: Tensor,
+    mask: Tensor | None,
+    kind: BlockKind,
+    span: tuple[int, int, int, int, int, int],
+    scale: float,
+) -> Tensor:
+    """Scaled, masked scores of one tile, with the ``n_rep`` query heads of each KV head stacked on the rows.
+
+    Shapes:
+        q_i: ``(B, K, n_rep * tq, E)``; k_j: ``(B, K, tk, E)``; mask: ``(b, H or 1, T or 1, S or 1)``;
+        output: ``(B, K, n_rep * tq, tk)``.
+    """
+    i0, i1, j0, j1, T, S = span
+    B, K, rows, _ = q_i.shape
+    tq, tk = i1 - i0, j1 - j0
+    n_rep = rows // tq
+    s = (q_i @ k_j.transpose(-2, -1)) * scale  # (B, K, n_rep * tq, tk)
+    if mask is None and kind == "full":
+        return s
+    s5 = s.view(B, K, n_rep, tq, tk)
+    if mask is not None:
+        m = _mask_tile(mask, i0, i1, j0, j1)  # (b, H or 1, tq or 1, tk or 1)
+        m = m.reshape(m.shape[0], K, n_rep, *m.shape[2:]) if m.shape[1] > 1 else m[:, :, None]  # 5-D
+        s5 = s5.masked_fill(~m, _NEG_INF) if m.dtype == torch.bool else s5 + m.to(s5.dtype)
+    if kind == "partial":
+        i = torch.arange(i0, i1, device=s.device)[:, None]
+        j = torch.arange(j0, j1, device=s.device)[None, :]
+        s5 = s5.masked_fill(j > i + S - T, _NEG_INF)  # (tq, tk) causal part, bottom-right
+    return s5.reshape(B, K, n_rep * tq, tk)
+
+
+# --------------------------------------------------------------------------- forward (FlashAttention-2, algorithm 1)
+
+
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int
+) -> tuple[Tensor, Tensor]:
+    """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time."""
+    B, H, T, E = q.shape
+    K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
+    n_rep = H // K
+    cd = _compute_dtype(q.dtype)
+    out = torch.zeros(B, K, n_rep, T, Ev, dtype=q.dtype, device=q.device)  # a query that sees nothing: 0
+    lse = torch.full((B, K, n_rep, T), _NEG_INF, dtype=cd, device=q.device)
+    qg = q.view(B, K, n_rep, T, E)  # head h is KV head h // n_rep, no copy of k or v
+    for i0 in range(0, T, block_q):
+        i1 = min(i0 + block_q, T)
+        tq = i1 - i0
+        q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)  # one block of queries, every head of a group
+        m = torch.full((B, K, n_rep * tq), _NEG_INF, dtype=cd, device=q.device)  # running max
+        l = torch.zeros(B, K, n_rep * tq, dtype=cd, device=q.device)  # running sum of exp(s - m)
+        acc = torch.zeros(B, K, n_rep * tq, Ev, dtype=cd, device=q.device)  # running sum of exp(s - m) v
+        for j0 in range(0, S, block_k):
+            j1 = min(j0 + block_k, S)
+            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal)
+            if kind == "skip":
+                continue  # hidden by the causal mask: never computed
+            k_j = k[:, :, j0:j1].to(cd)  # (B, K, tk, E)
+            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale)  # (B, K, n_rep * tq, tk)
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - shift[..., None])  # (B, K, n_rep * tq, tk), unnormalised
+            alpha = torch.exp(m - shift)  # rescales what was summed relative to the old max
+            l = alpha * l + p.sum(dim=-1)
+            acc = alpha[..., None] * acc + p @ v[:, :, j0:j1].to(cd)  # (B, K, n_rep * tq, Ev)
+            m = m_new
+        shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
+        total = torch.where(l > 0, l, torch.ones_like(l))  # divided once, at the end (FlashAttention-2)
+        out[:, :, :, i0:i1] = (acc / total[..., None]).view(B, K, n_rep, tq, Ev).to(q.dtype)
+        lse[:, :, :, i0:i1] = (shift + torch.log(l)).view(B, K, n_rep, tq)  # log(0) = -inf: sees nothing
+    return out.view(B, H, T, Ev), lse.view(B, H, T)
+
+
+# --------------------------------------------------------------------------- backward (FlashAttention-2, algorithm 2)
+
+
+def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
+    """Sum ``x`` over the dims it was broadcast along, back to ``shape`` (same number of dims)."""
+    dims = [d for d, (a, b) in enumerate(zip(x.shape, shape, strict=True)) if b == 1 and a != 1]
+    return x.sum(dim=dims, keepdim=True) if dims else x
+
+
+def _backward(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
+    out: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor | None, mask_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Gradients of q, k, v (and of a float mask), each tile's weights recomputed from the saved log-sum-exp.
+
+    With ``P = exp(S - lse)`` recomputed per tile, ``dV = P^T dO``, ``dP = dO V^T`` and
+    ``dS = P * (dP - D)``, where ``D = rowsum(dO * O)`` equals ``rowsum(P * dP)``; ``dQ = scale dS K`` and
+    ``dK = scale dS^T Q``. A gradient reaching the log-sum-exp adds ``P * d_lse`` to ``dS``.
+    """
+    B, H, T, E = q.shape
+    K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
+    n_rep = H // K
+    cd = _compute_dtype(q.dtype)
+    D = (d_out.to(cd) * out.to(cd)).sum(dim=-1)  # (B, H, T)
+    if d_lse is not None:
+        D = D - d_lse.to(cd)  # dS = P * (dP - D + d_lse)
+    lse = torch.where(lse == _NEG_INF, torch.zeros_like(lse), lse)  # a row that sees nothing: P = exp(-inf) = 0
+    qg = q.view(B, K, n_rep, T, E)
+    dog = d_out.reshape(B, K, n_rep, T, Ev)
+    Dg, lseg = D.view(B, K, n_rep, T), lse.view(B, K, n_rep, T)
+    dq = torch.zeros(B, K, n_rep, T, E, dtype=cd, device=q.device)
+    dk = torch.zeros(B, K, S, E, dtype=cd, device=q.device)
+    dv = torch.zeros(B, K, S, Ev, dtype=cd, device=q.device)
+    d_mask = torch.zeros(mask.shape, dtype=cd, device=q.device) if mask is not None and mask_grad else None
+    for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j and dV_j stay local
+        j1 = min(j0 + block_k, S)
+        k_j, v_j = k[:, :, j0:j1].to(cd), v[:, :, j0:j1].to(cd)  # (B, K, tk, E), (B, K, tk, Ev)
+        for i0 in range(0, T, block_q):
+            i1 = min(i0 + block_q, T)
+            tq, tk = i1 - i0, j1 - j0
+            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal)
+            if kind == "skip":
+                continue
+            q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)
+            do_i = dog[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, Ev)
+            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale)  # (B, K, n_rep*tq, tk)
+            p = torch.exp(s - lseg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # the weights, again
+            dv[:, :, j0:j1] += p.transpose(-2, -1) @ do_i  # sums over the n_rep heads of the group too
+            dp = do_i @ v_j.transpose(-2, -1)  # (B, K, n_rep * tq, tk)
+            ds = p * (dp - Dg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # d(masked scores)
+            dq[:, :, :, i0:i1] += (ds @ k_j).view(B, K, n_rep, tq, E) * scale
+            dk[:, :, j0:j1] += (ds.transpose(-2, -1) @ q_i) * scale
+            if d_mask is not None:
+                ds4 = ds.view(B, H, tq, tk)
+                tile = _mask_tile(d_mask, i0, i1, j0, j1)
+                tile += _sum_to(ds4, tile.shape)
+    return (
+        dq.view(B, H, T, E).to(q.dtype),
+        dk.to(k.dtype),
+        dv.to(v.dtype),
+        None if d_mask is None else d_mask.to(mask.dtype),  # type: ignore[union-attr]
+    )
+
+
+class TiledAttention(torch.autograd.Function):
+    """Tiled attention with FlashAttention-2's backward: nothing of size ``T x S`` is saved or built.
+
+    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k) -> (output, lse)``; saves
+    q, k, v, the mask, the output and the log-sum-exp (``O(T)`` per head) for the backward pass.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
+        block_q: int, block_k: int,
+    ) -> tuple[Tensor, Tensor]:
+        if torch.is_autocast_enabled(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
+            with torch.autocast(q.device.type, enabled=False):
+                out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k)
+        else:
+            out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k)
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.config = (causal, scale, block_q, block_k)
+        ctx.mask_grad = mask is not None and mask.requires_grad
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor, d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        causal, scale, block_q, block_k = ctx.config
+        args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad)
+        if torch.is_autocast_enabled(q.device.type):
+            with torch.autocast(q.device.type, enabled=False):
+                dq, dk, dv, d_mask = _backward(*args)
+        else:
+            dq, dk, dv, d_mask = _backward(*args)
+        return dq, dk, dv, d_mask, None, None, None, None
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def tiled_attention_function(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
+    block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
+) -> AttentionResult:
+    """The ``"tiled"`` implementation of :func:`lessons_src.attention.attention` (inputs already checked).
+
+    Returns the output and the log-sum-exp (``AttentionResult.lse``); no weights (they are never built).
+
+    Raises:
+        ValueError: if ``dropout_p > 0`` (dropout inside the tiles is not implemented here) or a block
+            size is not a positive int.
+    """
+    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    if dropout_p > 0.0:
+        raise ValueError(
+            f"the 'tiled' implementation does not implement dropout; got dropout_p={dropout_p}. "
+            "Use 'sdpa' or 'eager' for dropout, or dropout_p=0.0 (a module in eval mode)"
+        )
+    out, lse = TiledAttention.apply(  # type: ignore[no-untyped-call]
+        q, k, v, mask.mask, mask.causal, scale, block_q, block_k
+    )
+    return AttentionResult(out, None, lse)
+
+
+def tiled_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+) -> AttentionResult:
+    """Attention one ``(block_q, block_k)`` tile at a time (FlashAttention-2), with the log-sum-exp.
+
+    Same inputs and answer as ``attention(..., implementation="tiled")``, with the block sizes chosen.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        attn_mask: bool (``True`` = may attend) or float (added) mask broadcastable to ``(B, H, T, S)``.
+        is_causal: also hide future keys, bottom-right aligned; tiles it hides entirely are skipped.
+        scale: score multiplier, default ``1 / sqrt(E)``.
+        block_q: queries per block (the last block may be shorter).
+        block_k: keys per block (the last block may be shorter).
+
+    Returns:
+        :class:`lessons_src.attention.AttentionResult` ``(output, None, lse)``: ``lse[b, h, t]`` is the
+        log-sum-exp of query ``t``'s scaled, masked scores (``-inf`` for a query that sees nothing;
+        float32 for half-precision inputs).
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``;
+        output ``(B, H, T, Ev)``; lse ``(B, H, T)``.
+
+    Raises:
+        TypeError, ValueError: on a block size that is not a positive int, and as :func:`attention`.
+
+    Example:
+        >>> q, kv = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 7, 8)
+        >>> out, _, lse = tiled_attention(q, kv, kv, is_causal=True, block_q=2, block_k=3)
+        >>> out.shape, lse.shape
+        (torch.Size([1, 4, 5, 8]), torch.Size([1, 4, 5]))
+    """
+    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    _check_qkv(q, k, v)
+    B, H, T, E = q.shape
+    prepared = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    return tiled_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k)
+
+
+register_attention("tiled", tiled_attention_function)
