@@ -133,7 +133,7 @@ def test_split_wrong_reshape_is_wrong_and_right_one_is_exact() -> None:
 def test_split_worked_example_and_w_o() -> None:
     text = page_text("split-run-concatenate")
     assert "equal to the module's output: True" in text
-    assert number_after("fit error:", text) < 1e-4
+    assert "fit error below 1e-4: True" in text  # a bound, not the residual: its last digits vary between builds
     assert "animate=0.94, state=0.94, pronoun=0.00" in text
     assert "head 0 can change, W_O = I: xxxx...." in text and "head 1 can change, W_O = I: ....xxxx" in text
     assert "concat @ W_O == sum of per-head writes: True" in text
