@@ -28,3 +28,40 @@ def test_known_derived_values() -> None:
     assert c["Mistral 7B"].head_dim == 128 and c["Mistral 7B"].n_rep == 4  # Jiang et al. 2023, Table 1
     assert c["Llama 2 70B"].attention_kind == "GQA" and c["GPT-2 small"].attention_kind == "MHA"
     assert c["DeepSeek-V2"].attention_kind == "MLA"
+
+
+def test_optional_published_fields() -> None:
+    c = load_configs()
+    # Jiang et al. 2023, Table 1 (window_size 4096); the others attend to every position.
+    assert c["Mistral 7B"].sliding_window == 4096
+    assert c["Llama 3 8B"].sliding_window is None
+    # Touvron et al. 2023, Table 2: LLaMA 7B has 6.7B parameters; Brown et al. 2020, Table 2.1: 175.0B.
+    assert c["LLaMA 7B"].params_billions == 6.7
+    assert c["GPT-3 175B"].params_billions == 175.0
+    for cfg in c.values():  # every optional number is named in the entry's source text
+        if cfg.sliding_window is not None:
+            assert str(cfg.sliding_window) in cfg.source
+        if cfg.params_billions is not None:
+            assert f"{cfg.params_billions}B" in cfg.source
+
+
+def test_cache_of_a_windowed_model_is_bounded_by_its_window() -> None:
+    c = load_configs()
+    mistral, llama = c["Mistral 7B"], c["Llama 3 8B"]
+    assert mistral.cached_positions(100) == 100
+    assert mistral.cached_positions(131072) == mistral.sliding_window
+    assert llama.cached_positions(131072) == 131072
+    with pytest.raises(ValueError, match="context must be a non-negative int"):
+        mistral.cached_positions(-1)
+
+
+def test_bad_optional_fields_are_rejected() -> None:
+    from lessons_src.lab.configs import _parse
+
+    entry = {"name": "x", "year": 2024, "d_model": 64, "num_heads": 4, "num_kv_heads": 4, "num_layers": 2,
+             "source": "a made-up entry, 2024"}
+    assert _parse(entry).sliding_window is None
+    with pytest.raises(ValueError, match="sliding_window=0"):
+        _parse({**entry, "sliding_window": 0})
+    with pytest.raises(ValueError, match="params_billions=-1"):
+        _parse({**entry, "params_billions": -1})

@@ -164,3 +164,43 @@ def test_docstring_examples_run() -> None:
 
     result = doctest.testmod(module)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_fmt_vec_drops_trailing_zeros_and_rejects_bad_input() -> None:
+    from lessons_src.lab.lesson_tools import fmt_vec
+
+    assert fmt_vec(torch.tensor([0.625, 0.1, 0.0])) == "[0.625, 0.1, 0]"
+    assert fmt_vec([1.23456], digits=2) == "[1.23]"
+    with pytest.raises(ValueError, match="digits must be a non-negative int"):
+        fmt_vec([1.0], digits=-1)
+    with pytest.raises(ValueError, match="formats one vector"):
+        fmt_vec(torch.zeros(2, 2))
+
+
+def test_seed_hand_arithmetic_is_corrected_by_the_code() -> None:
+    """Seed 003 printed o1 ~ [0.61, 0.20, 0.09, 0.21] and o2 ~ [0.33, 0.41, 0.08, 0.29]; its own numbers give others."""
+    from lessons_src.lab.lesson_tools import SEED_WORKED_EXAMPLE as seed
+
+    values = seed["values"]
+    got = {
+        head: [sum(w * values[word][i] for word, w in weights.items()) for i in range(4)]
+        for head, weights in seed["weights"].items()
+    }
+    torch.testing.assert_close(torch.tensor(got["head 1"]), torch.tensor([0.62, 0.19, 0.085, 0.21]))
+    torch.testing.assert_close(torch.tensor(got["head 2"]), torch.tensor([0.355, 0.41, 0.12, 0.275]))
+    assert all(abs(sum(w.values()) - 1.0) < 1e-9 for w in seed["weights"].values())
+    assert got["head 2"][0] - seed["claimed"]["head 2"][0] > 0.02  # the seed's o2 is off in its first entry
+
+
+def test_two_head_example_weights_are_a_softmax_of_q_dot_k() -> None:
+    from lessons_src.lab.lesson_tools import two_head_example
+
+    ex = two_head_example()
+    scores = ex.queries @ ex.keys.T / ex.keys.shape[-1] ** 0.5
+    torch.testing.assert_close(ex.weights, torch.softmax(scores, dim=-1))
+    torch.testing.assert_close(ex.outputs, ex.weights @ ex.values)
+    assert (ex.weights > 0).all() and (ex.weights.max(-1).values < 0.95).all()  # soft, not one-hot
+    assert ex.words[int(ex.weights[0].argmax())] == "animal" and ex.words[int(ex.weights[1].argmax())] == "tired"
+    torch.testing.assert_close(ex.concat, torch.cat([ex.outputs[0], ex.outputs[1]]))
+    with pytest.raises(ValueError, match="sharpness must be > 0"):
+        two_head_example(0.0)

@@ -35,6 +35,9 @@ class ModelConfig:
         card_names: the names the source uses for our fields.
         head_dim_published: head size when the source states one that differs from ``d_model // num_heads``.
         mla: multi-head latent attention sizes (DeepSeek-V2 style), if any.
+        sliding_window: positions a query attends to (itself included) when the model uses sliding-window
+            attention, e.g. Mistral 7B; its KV cache is then a rolling buffer of this many positions.
+        params_billions: total parameter count in billions, as the source rounds it, when stated.
     """
 
     name: str
@@ -47,6 +50,8 @@ class ModelConfig:
     card_names: dict[str, str] = field(default_factory=dict)
     head_dim_published: int | None = None
     mla: dict[str, int] | None = None
+    sliding_window: int | None = None
+    params_billions: float | None = None
 
     def __post_init__(self) -> None:
         sizes = {"d_model": self.d_model, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
@@ -60,6 +65,10 @@ class ModelConfig:
             )
         if self.head_dim_published is None and self.d_model % self.num_heads != 0:
             raise ValueError(f"{self.name}: d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"{self.name}: sliding_window={self.sliding_window} must be a positive number of positions")
+        if self.params_billions is not None and self.params_billions <= 0:
+            raise ValueError(f"{self.name}: params_billions={self.params_billions} must be positive")
 
     @property
     def head_dim(self) -> int:
@@ -80,6 +89,21 @@ class ModelConfig:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
+    def cached_positions(self, context: int) -> int:
+        """Positions the KV cache holds for a sequence of ``context`` tokens.
+
+        A sliding-window model keeps only the last ``sliding_window`` positions (a rolling buffer), so its
+        cache stops growing at the window; other models cache every position.
+
+        Example:
+            >>> cfgs = load_configs()
+            >>> cfgs["Mistral 7B"].cached_positions(131072), cfgs["Llama 3 8B"].cached_positions(131072)
+            (4096, 131072)
+        """
+        if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+            raise ValueError(f"context must be a non-negative int (a number of tokens); got {context!r}")
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
 
 def _parse(entry: dict[str, Any]) -> ModelConfig:
     cfg = ModelConfig(
@@ -93,6 +117,8 @@ def _parse(entry: dict[str, Any]) -> ModelConfig:
         card_names=dict(entry.get("card_names", {})),
         head_dim_published=entry.get("head_dim"),
         mla=entry.get("mla"),
+        sliding_window=None if entry.get("sliding_window") is None else int(entry["sliding_window"]),
+        params_billions=None if entry.get("params_billions") is None else float(entry["params_billions"]),
     )
     return cfg
 

@@ -26,7 +26,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -41,9 +41,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FEATURES",
+    "SEED_WORKED_EXAMPLE",
     "TOKENS",
     "AttentionStack",
     "ItExample",
+    "TwoHeadExample",
     "attention_entropy",
     "attention_flops",
     "count_attention_calls",
@@ -51,8 +53,10 @@ __all__ = [
     "data_flow_diagram",
     "dimension_flow",
     "fit_single_head",
+    "fmt_vec",
     "it_example",
     "median_times",
+    "two_head_example",
 ]
 
 TOKENS: tuple[str, ...] = (
@@ -506,3 +510,90 @@ def data_flow_diagram(flow: Sequence[tuple[str, tuple[int, ...]]], num_heads: in
         fontsize=7.5,
     )
     return fig
+
+
+def fmt_vec(values: Tensor | Sequence[float], digits: int = 3) -> str:
+    """A vector as ``[0.62, 0.19, ...]`` with ``digits`` decimals, trailing zeros dropped: less f-string noise.
+
+    Example:
+        >>> fmt_vec([0.625, 0.1, 0.0])
+        '[0.625, 0.1, 0]'
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+        raise ValueError(f"digits must be a non-negative int, got {digits!r}")
+    items = values.tolist() if isinstance(values, Tensor) else list(values)
+    if any(isinstance(v, list) for v in items):
+        raise ValueError(f"fmt_vec formats one vector; got a nested list of shape like {len(items)} x ...")
+    return "[" + ", ".join(f"{float(v):.{digits}f}".rstrip("0").rstrip(".") or "0" for v in items) + "]"
+
+
+SEED_WORKED_EXAMPLE: dict[str, Any] = {
+    "values": {  # one 4-number value vector per context word, as the seed wrote them
+        "animal": (0.8, 0.1, 0.0, 0.2),
+        "road": (0.1, 0.7, 0.1, 0.0),
+        "because": (0.2, 0.2, 0.6, 0.1),
+        "was": (0.1, 0.1, 0.2, 0.8),
+        "tired": (0.3, 0.6, 0.1, 0.2),
+    },
+    "weights": {  # the seed's hand-picked attention weights of the token "it", per head
+        "head 1": {"animal": 0.70, "road": 0.05, "because": 0.10, "was": 0.05, "tired": 0.10},
+        "head 2": {"animal": 0.20, "road": 0.05, "because": 0.05, "was": 0.15, "tired": 0.55},
+    },
+    "claimed": {  # the outputs the seed printed for those weights
+        "head 1": (0.61, 0.20, 0.09, 0.21),
+        "head 2": (0.33, 0.41, 0.08, 0.29),
+    },
+}
+"""Seed 003's hand-worked example (weights typed in, outputs computed by hand), kept to be checked by code."""
+
+
+@dataclass(frozen=True)
+class TwoHeadExample:
+    """Two heads of "it" over five value vectors, with weights from a softmax of q·k.
+
+    Attributes:
+        words: the five context words.
+        values: their value vectors, ``(5, 4)``.
+        keys: their key vectors, ``(5, 4)``.
+        queries: the query of "it" in each head, ``(2, 4)``.
+        weights: softmax of ``q·k / sqrt(4)`` per head, ``(2, 5)``, each row summing to 1.
+        outputs: each head's weighted sum of the values, ``(2, 4)``.
+        concat: both outputs side by side, ``(8,)``; with ``W_O`` the identity this is the layer's output.
+    """
+
+    words: tuple[str, ...]
+    values: Tensor
+    keys: Tensor
+    queries: Tensor
+    weights: Tensor
+    outputs: Tensor
+    concat: Tensor
+
+
+def two_head_example(sharpness: float = 3.0) -> TwoHeadExample:
+    """Seed 003's worked example done with a softmax: "it" in two heads over "animal, road, because, was, tired".
+
+    Keys mark two features of each word, "a referent" (an animate noun) and "a state" (a word describing
+    how something is); head 1's query asks for the first, head 2's for the second, each ``sharpness``
+    strong. Weights come out soft, never one-hot.
+
+    Example:
+        >>> ex = two_head_example()
+        >>> bool(torch.allclose(ex.weights.sum(-1), torch.ones(2)))
+        True
+    """
+    if not sharpness > 0:
+        raise ValueError(f"sharpness must be > 0, got {sharpness!r}")
+    vals = SEED_WORKED_EXAMPLE["values"]
+    words = tuple(vals)
+    values = torch.tensor([vals[w] for w in words])  # (5, 4)
+    #                       referent, state, verb, function
+    keys = torch.tensor([[1.0, 0.0, 0.0, 0.0],  # animal
+                         [0.3, 0.0, 0.0, 0.0],  # road: a noun, not animate
+                         [0.0, 0.0, 0.0, 1.0],  # because
+                         [0.0, 0.3, 1.0, 0.0],  # was: a verb that links to a state
+                         [0.0, 1.0, 0.0, 0.0]])  # tired  # fmt: skip
+    queries = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]) * sharpness * 2  # (2, 4)
+    weights = torch.softmax(queries @ keys.T / keys.shape[-1] ** 0.5, dim=-1)  # (2, 5)
+    outputs = weights @ values  # (2, 4)
+    return TwoHeadExample(words, values, keys, queries, weights, outputs, outputs.reshape(-1))

@@ -83,7 +83,7 @@ def test_why_weights_table_matches_the_example() -> None:
 def test_why_prose_numbers_match_the_code() -> None:
     text = page_text("why-multiple-heads")
     ex = it_example()
-    assert f"The sentence has {len(ex.tokens)} tokens. Each gets an {ex.x.shape[-1]}-number embedding" in text
+    assert f"{len(ex.tokens)} tokens, each embedded as {ex.x.shape[-1]} numbers" in text
     mha = ex.two_heads
     assert f"(d_model = {mha.d_model}, h = {mha.num_heads}, so each head has d_k = {mha.head_dim})" in text
     assert f"(h = {ex.one_head.num_heads}, d_k = {ex.one_head.head_dim})" in text
@@ -114,7 +114,8 @@ def test_why_sweep_never_exceeds_one_and_rescues_are_measured() -> None:
 
 def test_split_dimension_flow_is_printed_from_a_real_pass() -> None:
     text = page_text("split-run-concatenate")
-    for step, shape in dimension_flow(MultiHeadAttention(768, 12), torch.randn(2, 10, 768)):
+    cfg = load_configs()["GPT-2 small"]
+    for step, shape in dimension_flow(MultiHeadAttention(cfg.d_model, cfg.num_heads), torch.randn(2, 10, cfg.d_model)):
         assert re.search(re.escape(step) + r"\s+" + re.escape(str(shape)), text), step
     assert "equal to the module's own per-head queries: True" in text
 
@@ -132,7 +133,7 @@ def test_split_wrong_reshape_is_wrong_and_right_one_is_exact() -> None:
 def test_split_worked_example_and_w_o() -> None:
     text = page_text("split-run-concatenate")
     assert "equal to the module's output: True" in text
-    assert number_after("fit error:", text) < 1e-4
+    assert "fit error below 1e-4: True" in text  # a bound, not the residual: its last digits vary between builds
     assert "animate=0.94, state=0.94, pronoun=0.00" in text
     assert "head 0 can change, W_O = I: xxxx...." in text and "head 1 can change, W_O = I: ....xxxx" in text
     assert "concat @ W_O == sum of per-head writes: True" in text
@@ -204,11 +205,8 @@ def test_pitfalls_numbers() -> None:
     assert "attention layers run: 12" in text
     assert f"(one softmax-weighted average per head per layer): {12 * 12}" in text
     assert "24 layers, 384 attention computations" in text
-    assert "bottom-right (causal_mask): 4" in text and "top-left (is_causal=True): 1" in text
     assert number_after("mask flipped (~)  : largest difference", text) < 1e-5
     assert number_after("mask passed as is : largest difference", text) > 0.1
-    assert number_after("causal_mask    : largest difference", text) < 1e-5
-    assert number_after("is_causal=True : largest difference", text) > 0.1
     assert number_after("3 heads -> 2 heads, largest change in the output:", text) < 1e-5
     assert "head counts that divide 100 are 1, 2, 4, 5, 10, 20, 25, 50, 100" in text
     assert number_after("largest difference from nn.MultiheadAttention:", text) < 1e-5
@@ -227,3 +225,48 @@ def test_pitfalls_entropy_orders_the_scalings() -> None:
         for name, m in re.findall(r"(1 \(no scaling\)|sqrt\(d_model\)|sqrt\(d_k\)) +[0-9.]+ +([0-9.]+) +[0-9.]+", text)
     }
     assert entropy["1 (no scaling)"] < entropy["sqrt(d_k)"] < entropy["sqrt(d_model)"] < math.log(128)
+
+
+def test_pitfalls_fully_masked_row_and_contiguous() -> None:
+    text = page_text("pitfalls")
+    assert re.search(r"by hand, row 1: \[nan, nan, nan, nan\]", text)
+    assert re.search(r"SDPA, +row 1: \[0\.0, 0\.0, 0\.0, 0\.0\]", text)
+    assert "other rows agree with SDPA: True" in text
+    assert "contiguous after transpose: False" in text and "token 1 of head 2 in place: True" in text
+
+
+# --- Inference variants: the KV cache page holds the cached-decoding pitfall ---------------------------
+
+
+def test_kv_cache_page_numbers() -> None:
+    text = page_text("inference-variants")
+    assert "bottom-right (causal_mask): 4" in text and "top-left (is_causal=True): 1" in text
+    assert number_after("causal_mask    : largest difference", text) < 1e-5
+    assert number_after("is_causal=True : largest difference", text) > 0.1
+    assert number_after("largest difference from the full pass:", text) < 1e-5
+    cfg = load_configs()["LLaMA 7B"]
+    assert cfg.params_billions is not None
+    per_token = 2 * cfg.num_kv_heads * cfg.head_dim * 2 * cfg.num_layers
+    weights = cfg.params_billions * 1e9 * 2
+    assert f"{cfg.params_billions}B parameters" in text
+    assert f"the cache outgrows the weights ({weights / 1e9:.1f} GB) after {weights / per_token:,.0f} tokens" in text
+
+
+def test_compared_page_bounds_a_windowed_cache() -> None:
+    text = page_text("inference-compared")
+    mistral = load_configs()["Mistral 7B"]
+    per_token = 2 * mistral.num_kv_heads * mistral.head_dim * 2 * mistral.num_layers
+    window = mistral.sliding_window
+    assert window is not None
+    expected = f"Mistral 7BGQA: H={mistral.num_heads}, K={mistral.num_kv_heads}, E={mistral.head_dim}"
+    expected += f"{mistral.num_layers}{per_token // 2 // mistral.num_layers:,}{per_token / 2**10:,.0f}"
+    expected += f"{window:,} (sliding window){per_token * window / 2**30:,.1f}"
+    assert expected in text
+
+
+def test_gqa_page_repeat_bug_is_shown_wrong_then_right() -> None:
+    text = page_text("gqa-mqa")
+    assert "KV head of each query head, .repeat           : [0, 1, 0, 1]" in text
+    assert "KV head of each query head, repeat_interleave : [0, 0, 1, 1]" in text
+    assert number_after(".repeat           : largest difference from repeat_kv", text) > 0.01
+    assert number_after("repeat_interleave : largest difference from repeat_kv", text) < 1e-5
