@@ -66,7 +66,7 @@ class ModelConfig:
         if self.head_dim_published is None and self.d_model % self.num_heads != 0:
             raise ValueError(f"{self.name}: d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.sliding_window is not None and self.sliding_window < 1:
-            raise ValueError(f"{self.name}: sliding_window={self.sliding_window} must be a positive number of positions")
+            raise ValueError(f"{self.name}: sliding_window={self.sliding_window} must be a positive number of tokens")
         if self.params_billions is not None and self.params_billions <= 0:
             raise ValueError(f"{self.name}: params_billions={self.params_billions} must be positive")
 

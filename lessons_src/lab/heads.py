@@ -9,7 +9,7 @@ pretrained encoder (:mod:`lessons_src.lab.minilm`) and the small models (:mod:`l
   ``[CLS]``/``[SEP]`` "sink", and how spread out the row is (entropy).
 * Induction scores (Olsson et al. 2022): on a random sequence repeated twice, *prefix matching* is the
   weight a query in the second copy puts on the token right after its earlier occurrence; *copying* is
-  the share of positive eigenvalues of a head's OV circuit (Elhage et al. 2021).
+  how positive the eigenvalues of a head's OV circuit are, ΣRe λ / Σ|λ| from -1 to 1 (Elhage et al. 2021).
 * Ablation: :func:`ablate_heads` zeroes chosen heads' outputs with a forward pre-hook on ``out_proj``,
   whose input is the concatenation of the heads (no change to the attention class itself).
 
