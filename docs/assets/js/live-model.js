@@ -343,7 +343,7 @@
       var lh = tableHead.value.split(",").map(Number), w = result.attention[lh[0]][lh[1]], T = result.T;
       var wrap = el("div", { class: "lm-table-scroll", tabindex: "0", role: "region",
         "aria-label": "attention weights of " + headName(lh[0], lh[1]) + " (scrolls sideways)" });
-      var tbl = el("table", {});
+      var tbl = el("table", { class: "lm-weights" });
       tbl.appendChild(el("caption", {}, "Attention weights of " + headName(lh[0], lh[1]) +
         ": row = query position (token), column = key position; each row sums to 1"));
       var head = el("tr", {});
