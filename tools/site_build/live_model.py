@@ -148,7 +148,8 @@ def presets() -> list[dict[str, Any]]:
          "text": f"The same repeat with every induction head of layer 1 ({', '.join(ind)}) switched off."},
         {"id": "one-induction-head-off", "label": f"Switch off one induction head ({best})",
          "tokens": repeat, "off": [best],
-         "text": f"Only {best}, the head with the highest prefix-matching score, switched off: the others share the copying."},
+         "text": f"Only {best}, the head with the highest prefix-matching score, switched off: "
+                 "the others share the copying."},
         {"id": "no-repeat", "label": f"No repeats, {len(no_repeat)} distinct tokens", "tokens": no_repeat, "off": [],
          "text": f"{len(no_repeat)} different tokens, none repeated: nothing to copy."},
         {"id": "short-repeat", "label": f"Short segment: {short_n} tokens, repeated", "tokens": short, "off": [],
@@ -163,11 +164,13 @@ def presets() -> list[dict[str, Any]]:
 def copyable_positions(tokens: list[int]) -> list[bool]:
     """Position ``i`` predicts ``tokens[i + 1]``; it is copyable when an earlier ``j < i`` has the same token
     followed by the same next token (what an induction head can copy). The page uses the same rule."""
-    return [any(tokens[j] == tokens[i] and tokens[j + 1] == tokens[i + 1] for j in range(i)) for i in range(len(tokens) - 1)]
+    return [
+        any(tokens[j] == tokens[i] and tokens[j + 1] == tokens[i + 1] for j in range(i)) for i in range(len(tokens) - 1)
+    ]
 
 
 @cache
-def _outcome(tokens: tuple[int, ...], off: tuple[str, ...]) -> dict[str, float]:
+def _outcome(tokens: tuple[int, ...], off: tuple[str, ...]) -> dict[str, Any]:
     import torch
 
     from lessons_src.lab.heads import ablate_heads
@@ -183,11 +186,11 @@ def _outcome(tokens: tuple[int, ...], off: tuple[str, ...]) -> dict[str, float]:
     with torch.no_grad(), ablate_heads(model.attentions, keep):
         loss = next_token_loss(model, t)[0]  # (T - 1,)
         hits = model(t[:, :-1])[0][0].argmax(-1) == t[0, 1:]  # (T - 1,)
-    return {"n": int(mask.sum()), "loss": float(loss[mask].mean()), "accuracy": float(hits[mask].float().mean())}
+    return {"n": int(mask.sum()), "loss": float(loss[mask].mean()), "hits": int(hits[mask].sum())}
 
 
-def outcome(preset_id: str) -> dict[str, float]:
-    """Loss (nats) and accuracy on the copyable positions of a preset, computed by PyTorch through lessons_src."""
+def outcome(preset_id: str) -> dict[str, Any]:
+    """Loss (nats) and right top guesses on the ``n`` copyable positions of a preset, by PyTorch through lessons_src."""
     p = next(p for p in presets() if p["id"] == preset_id)
     return _outcome(tuple(p["tokens"]), tuple(p["off"]))
 

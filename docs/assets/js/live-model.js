@@ -70,57 +70,80 @@
 
   /* ---------- the forward pass ---------- */
 
-  function forward(model, tokens, keep) {
+  function sameKeep(a, b) { return a.every(function (v, h) { return v === b[h]; }); }
+
+  // prev: an earlier result for the same tokens, or null. Layers before the first one whose switched-off
+  // heads differ are reused from it, and so are that layer's attention and head outputs (they do not depend
+  // on which of its own heads are switched off): a toggle recomputes only from there on.
+  function forward(model, tokens, keep, prev) {
     var c = model.cfg, T = tokens.length, D = c.d_model, H = c.num_heads, E = c.head_dim;
-    var V = c.vocab_size, D3 = 3 * D, scale = 1 / Math.sqrt(E);
-    var x = new Float64Array(T * D);
-    for (var t = 0; t < T; t++) {
-      var eo = tokens[t] * D, po = t * D;
-      for (var d = 0; d < D; d++) x[po + d] = model.embed[eo + d] + model.pos[po + d];
+    var V = c.vocab_size, D3 = 3 * D, scale = 1 / Math.sqrt(E), L = model.layers.length;
+    var first = 0;
+    if (prev) while (first < L && sameKeep(keep[first], prev.keep[first])) first++;
+    var x, attention = [], xin = [], heads = [];
+    if (prev && first === L) return prev;
+    if (prev) {
+      for (var l0 = 0; l0 <= first && l0 < L; l0++) {
+        attention.push(prev.attention[l0]); xin.push(prev.xin[l0]); heads.push(prev.heads[l0]);
+      }
+      x = Float64Array.from(prev.xin[first]);
+    } else {
+      x = new Float64Array(T * D);
+      for (var t = 0; t < T; t++) {
+        var eo = tokens[t] * D, po = t * D;
+        for (var d = 0; d < D; d++) x[po + d] = model.embed[eo + d] + model.pos[po + d];
+      }
     }
-    var attention = [];
-    var qkv = new Float64Array(T * D3), y = new Float64Array(T * D), row = new Float64Array(T);
-    model.layers.forEach(function (layer, l) {
-      var W = layer.qkv, Wo = layer.out, r, s, i, j, e, h;
-      for (i = 0; i < T; i++) {  // qkv = x W^T: (T, 3D)
-        for (r = 0; r < D3; r++) {
-          s = 0;
-          for (var k = 0; k < D; k++) s += W[r * D + k] * x[i * D + k];
-          qkv[i * D3 + r] = s;
-        }
-      }
-      y.fill(0);
-      var maps = [];
-      for (h = 0; h < H; h++) {
-        var w = new Float64Array(T * T), qo = h * E, ko = D + h * E, vo = 2 * D + h * E;
-        var on = keep[l][h] !== 0;
-        for (i = 0; i < T; i++) {
-          var last = c.causal ? i : T - 1, max = -Infinity;
-          for (j = 0; j <= last; j++) {
+    var qkv = new Float64Array(T * D3), row = new Float64Array(T);
+    for (var l = prev ? first : 0; l < L; l++) {
+      var W = model.layers[l].qkv, Wo = model.layers[l].out, r, s, i, j, e, h, y;
+      if (!prev || l > first) {
+        xin.push(Float64Array.from(x));
+        for (i = 0; i < T; i++) {  // qkv = x W^T: (T, 3D)
+          var xo = i * D;
+          for (r = 0; r < D3; r++) {
             s = 0;
-            for (e = 0; e < E; e++) s += qkv[i * D3 + qo + e] * qkv[j * D3 + ko + e];
-            row[j] = s * scale;
-            if (row[j] > max) max = row[j];
-          }
-          var sum = 0;
-          for (j = 0; j <= last; j++) { row[j] = Math.exp(row[j] - max); sum += row[j]; }
-          for (j = 0; j <= last; j++) {
-            var p = row[j] / sum;
-            w[i * T + j] = p;
-            if (on) for (e = 0; e < E; e++) y[i * D + qo + e] += p * qkv[j * D3 + vo + e];
+            var wo = r * D;
+            for (var k = 0; k < D; k++) s += W[wo + k] * x[xo + k];
+            qkv[i * D3 + r] = s;
           }
         }
-        maps.push(w);
+        y = new Float64Array(T * D);  // every head's output, concatenated: (T, D)
+        var maps = [];
+        for (h = 0; h < H; h++) {
+          var w = new Float64Array(T * T), qo = h * E, ko = D + h * E, vo = 2 * D + h * E;
+          for (i = 0; i < T; i++) {
+            var last = c.causal ? i : T - 1, max = -Infinity;
+            for (j = 0; j <= last; j++) {
+              s = 0;
+              for (e = 0; e < E; e++) s += qkv[i * D3 + qo + e] * qkv[j * D3 + ko + e];
+              row[j] = s * scale;
+              if (row[j] > max) max = row[j];
+            }
+            var sum = 0;
+            for (j = 0; j <= last; j++) { row[j] = Math.exp(row[j] - max); sum += row[j]; }
+            for (j = 0; j <= last; j++) {
+              var p = row[j] / sum;
+              w[i * T + j] = p;
+              for (e = 0; e < E; e++) y[i * D + qo + e] += p * qkv[j * D3 + vo + e];
+            }
+          }
+          maps.push(w);
+        }
+        attention.push(maps);
+        heads.push(y);
       }
-      for (i = 0; i < T; i++) {  // x += y W_O^T
+      y = heads[l];
+      var mask = new Float64Array(D);  // keep[h] for each of head h's E columns: zero = switched off
+      for (h = 0; h < H; h++) for (e = 0; e < E; e++) mask[h * E + e] = keep[l][h];
+      for (i = 0; i < T; i++) {  // x += (y * mask) W_O^T
         for (r = 0; r < D; r++) {
           s = 0;
-          for (var m = 0; m < D; m++) s += Wo[r * D + m] * y[i * D + m];
+          for (var m = 0; m < D; m++) s += Wo[r * D + m] * (y[i * D + m] * mask[m]);
           x[i * D + r] += s;
         }
       }
-      attention.push(maps);
-    });
+    }
     var logits = new Float64Array(T * V);
     for (var i2 = 0; i2 < T; i2++) {
       for (var v = 0; v < V; v++) {
@@ -129,7 +152,7 @@
         logits[i2 * V + v] = acc;
       }
     }
-    return { T: T, V: V, logits: logits, attention: attention };
+    return { T: T, V: V, logits: logits, attention: attention, xin: xin, heads: heads, keep: keep };
   }
 
   function headName(l, h) { return "L" + l + "H" + h; }
@@ -256,8 +279,7 @@
       var T = result.T;
       canvases.forEach(function (m) {
         var w = result.attention[m.layer][m.head];
-        m.canvas.width = T;
-        m.canvas.height = T;
+        if (m.canvas.width !== T) { m.canvas.width = T; m.canvas.height = T; }
         var ctx = m.canvas.getContext("2d");
         var img = ctx.createImageData(T, T), px = img.data;
         for (var i = 0; i < T * T; i++) {
@@ -281,9 +303,11 @@
         m.mark.style.height = (100 / T) + "%";
       });
       strip.querySelectorAll(".lm-token").forEach(function (node, k) {
-        node.classList.toggle("is-active", k === i);
-        node.setAttribute("tabindex", k === i ? "0" : "-1");
-        node.setAttribute("aria-current", k === i ? "true" : "false");
+        var active = k === i;
+        if (node.classList.contains("is-active") === active && node.hasAttribute("aria-current")) return;
+        node.classList.toggle("is-active", active);
+        node.setAttribute("tabindex", active ? "0" : "-1");
+        node.setAttribute("aria-current", active ? "true" : "false");
       });
       describeQuery();
     }
@@ -366,7 +390,15 @@
       table.appendChild(wrap);
     }
 
+    var urlTimer = null;
+    function writeUrlSoon() {  // replaceState costs milliseconds: keep it out of the update the reader waits for
+      window.clearTimeout(urlTimer);
+      urlTimer = window.setTimeout(writeUrl, 150);
+    }
+
     function writeUrl() {
+      window.clearTimeout(urlTimer);
+      if (!document.contains(root)) return;  // the reader has navigated to another page meanwhile
       var search = "?tokens=" + state.tokens.join(",") + (state.off.length ? "&off=" + state.off.join(",") : "");
       try {
         history.replaceState(history.state, "", location.pathname + search + location.hash);
@@ -375,7 +407,7 @@
 
     function update(options) {
       var keep = keepMatrix(model.cfg, state.off);
-      result = forward(model, state.tokens, keep);
+      result = forward(model, state.tokens, keep, options && options.tokensChanged ? null : result);
       info = analyse(result, state.tokens);
       if (state.query >= state.tokens.length) state.query = state.tokens.length - 1;
       checks.forEach(function (c) { c.checked = state.off.indexOf(c.getAttribute("data-head")) < 0; });
@@ -383,6 +415,7 @@
       else {
         strip.querySelectorAll(".lm-token").forEach(function (node, k) {
           var hit = k > 0 && info.hits[k - 1];
+          if (node.classList.contains("is-hit") === hit) return;
           node.classList.toggle("is-hit", hit);
           node.setAttribute("aria-label", "position " + k + ", token " + state.tokens[k] +
             (k > 0 ? (hit ? ", predicted right" : ", not predicted") : ""));
@@ -391,7 +424,7 @@
       drawMaps();
       describeSummary();
       drawTable();
-      writeUrl();
+      writeUrlSoon();
     }
 
     function setTokens(tokens, off, text) {
@@ -465,7 +498,7 @@
         state.off = state.off.filter(function (n) { return n !== name; });
         if (!c.checked) state.off.push(name);
         state.off.sort();
-        if (result) update(); else writeUrl();
+        if (result) update(); else writeUrlSoon();
       } else if (c === tableHead && result) {
         drawTable();
       }
