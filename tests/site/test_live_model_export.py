@@ -109,3 +109,18 @@ def test_copyable_positions_rule() -> None:
     assert live_model.copyable_positions([1, 2, 3, 1, 2, 3]) == [False, False, False, True, True]
     assert live_model.copyable_positions([4, 4, 4]) == [False, True]
     assert live_model.copyable_positions([7]) == []
+
+
+def test_bench_report_is_shown_on_the_benchmarks_page() -> None:
+    report_path = ROOT / "docs" / "_data" / "bench" / "live_model.json"
+    if not report_path.exists():
+        pytest.skip("no live model report yet: `make bench-live-model` writes docs/_data/bench/live_model.json")
+    r = json.loads(report_path.read_text(encoding="utf-8"))
+    assert set(r["median_ms"]) == {"forward_64", "toggle_update"}
+    for key, ms in r["median_ms"].items():
+        assert 0 < ms <= r["max_ms"][key]
+        assert r["ratio_to_budget"][key] == round(ms / r["budget_ms"], 3)
+    page = (SITE / "reference" / "benchmarks" / "index.html").read_text(encoding="utf-8")
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
+    for key in r["median_ms"]:
+        assert f"{r['median_ms'][key]:.2f} ms {r['max_ms'][key]:.2f} ms {r['ratio_to_budget'][key]:.2f}" in text
