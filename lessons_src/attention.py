@@ -27,18 +27,368 @@ References:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.bias import causal_lower_right
 
 from .masks import causal_mask, check_mask, combine_masks
 
 if TYPE_CHECKING:
     from .kv_cache import KVCache
 
-__all__ = ["MultiHeadAttention", "grouped_attention", "repeat_kv", "scaled_dot_product_attention"]
+__all__ = [
+    "ATTENTION_FUNCTIONS",
+    "AttentionFunction",
+    "AttentionResult",
+    "HeadWeights",
+    "MultiHeadAttention",
+    "PreparedMask",
+    "attention",
+    "eager_attention",
+    "grouped_attention",
+    "prepare_mask",
+    "register_attention",
+    "repeat_kv",
+    "scaled_dot_product_attention",
+    "sdpa_attention",
+]
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _size(name: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an int, or a ``TypeError``/``ValueError`` naming it (``8.0`` is not a size)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
+    n = int(value.__index__())
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
+    return n
+
+
+# --------------------------------------------------------------------------- the one mask preparation
+
+
+@dataclass(frozen=True)
+class PreparedMask:
+    """What every attention implementation is told about masking, checked once by :func:`prepare_mask`.
+
+    Attributes:
+        mask: the caller's mask as a 4-D tensor broadcastable to ``(B, H, T, S)``: bool (``True`` = may
+            attend) or float in the queries' dtype (added to the scores); ``None`` for no mask.
+        causal: whether the bottom-right causal mask applies too (key ``j`` visible to query ``i`` when
+            ``j <= i + S - T``); ``False`` when it would hide nothing (one query, or no causal flag).
+        T: query positions.
+        S: key positions.
+    """
+
+    mask: Tensor | None
+    causal: bool
+    T: int
+    S: int
+
+    def combined(self) -> Tensor | None:
+        """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``."""
+        if not self.causal:
+            return self.mask
+        device = None if self.mask is None else self.mask.device
+        causal = causal_mask(self.T, self.S, device=device)  # (T, S) bool
+        if self.mask is None:
+            return causal
+        dtype = self.mask.dtype if self.mask.dtype != torch.bool else torch.float32
+        return combine_masks(self.mask, causal, dtype)
+
+
+def prepare_mask(
+    attn_mask: Tensor | None,
+    *,
+    is_causal: bool,
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> PreparedMask:
+    """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
+
+    Args:
+        attn_mask: bool (``True`` = may attend) or float (added) mask broadcastable to ``shape``, with
+            at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); ``None``.
+        is_causal: also hide future keys, aligned bottom-right; combined with ``attn_mask``.
+        shape: the scores' shape ``(B, H, T, S)``.
+        dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
+        device: the queries' device; the mask must be on it.
+
+    Returns:
+        A :class:`PreparedMask`.
+
+    Raises:
+        ValueError: naming the mask's shape, dtype or device and what would be accepted.
+        TypeError: if ``is_causal`` is not a bool.
+    """
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
+    T, S = shape[2], shape[3]
+    mask = attn_mask
+    if mask is not None:
+        if not isinstance(mask, Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None; got {type(mask).__name__}")
+        check_mask(mask, shape, dtype)
+        if mask.device != device:
+            raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
+        if mask.dtype != torch.bool and mask.dtype != dtype:
+            mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
+        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
+    return PreparedMask(mask=mask, causal=is_causal and T > 1, T=T, S=S)
+
+
+# --------------------------------------------------------------------------- implementations
+
+
+class AttentionResult(NamedTuple):
+    """What an attention implementation returns.
+
+    Attributes:
+        output: ``(B, H, T, Ev)``.
+        weights: the attention probabilities ``(B, H, T, S)`` (after dropout), or ``None`` for
+            implementations that never build them.
+        lse: the log-sum-exp of each query's scaled, masked scores ``(B, H, T)``, for implementations
+            that compute it (tiled attention keeps it for its backward pass), else ``None``.
+    """
+
+    output: Tensor
+    weights: Tensor | None = None
+    lse: Tensor | None = None
+
+
+class AttentionFunction(Protocol):
+    """``(q, k, v, mask, *, scale, dropout_p) -> AttentionResult``, with ``q (B, H, T, E)``, ``k (B, K, S, E)``."""
+
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
+    ) -> AttentionResult: ...
+
+
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """Repeat each key/value head ``n_rep`` times, so ``K`` KV heads line up with ``H = K * n_rep`` query heads.
+
+    Equivalent to ``torch.repeat_interleave(x, n_rep, dim=1)``: head ``k`` becomes heads
+    ``k * n_rep, ..., k * n_rep + n_rep - 1``. It copies the keys and values ``n_rep`` times, which is
+    what grouped-query attention exists to avoid; :func:`sdpa_attention` does not need it.
+
+    Shapes:
+        x: ``(B, K, S, E)``; output: ``(B, K * n_rep, S, E)``.
+
+    Example:
+        >>> repeat_kv(torch.arange(2.0).view(1, 2, 1, 1), 3).flatten().tolist()
+        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    """
+    n_rep = _size("n_rep", n_rep)
+    if not isinstance(x, Tensor) or x.ndim != 4:
+        raise ValueError(f"x must be (B, K, S, E); got shape {tuple(getattr(x, 'shape', ()))}")
+    if n_rep == 1:
+        return x
+    B, K, S, E = x.shape
+    return x[:, :, None].expand(B, K, n_rep, S, E).reshape(B, K * n_rep, S, E)  # (B, K * n_rep, S, E)
+
+
+def _softmax_zero_rows(scores: Tensor) -> Tensor:
+    """Softmax over the last dim in which a row of ``-inf`` gives zeros, with finite gradients.
+
+    ``scores.softmax(-1)`` on a row of ``-inf`` computes ``exp(-inf - (-inf)) = NaN``, and zeroing the
+    result afterwards still leaves NaN in the backward pass. Shifting such rows by 0 instead of their
+    (infinite) maximum gives ``exp(-inf) = 0`` everywhere, and dividing by 1 where the sum is 0 keeps
+    both the weights and their gradients at zero. Half-precision scores are summed in float32.
+    """
+    if scores.shape[-1] == 0:
+        return scores
+    s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+    row_max = s.amax(dim=-1, keepdim=True).detach()  # softmax does not depend on the shift: no gradient
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    e = torch.exp(s - row_max)
+    total = e.sum(dim=-1, keepdim=True)
+    return (e / torch.where(total > 0, total, torch.ones_like(total))).to(scores.dtype)
+
+
+def eager_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
+) -> AttentionResult:
+    """The textbook formula, ``softmax(q k^T * scale + mask) v``, which builds and returns the weights.
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``; output ``(B, H, T, Ev)``,
+        weights ``(B, H, T, S)``.
+    """
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, E), (B, H, S, Ev)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    full = mask.combined()
+    if full is not None and full.dtype == torch.bool:
+        scores = scores.masked_fill(~full, float("-inf"))
+    elif full is not None:
+        scores = scores + full.to(scores.dtype)
+    weights = _softmax_zero_rows(scores)  # (B, H, T, S); a row with no visible key is all zeros
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return AttentionResult(weights @ v, weights)  # (B, H, T, Ev), (B, H, T, S)
+
+
+def sdpa_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
+) -> AttentionResult:
+    """PyTorch's fused ``F.scaled_dot_product_attention``, for ``H`` query heads sharing ``K`` KV heads.
+
+    * no mask and a causal flag with ``T == S`` (a prefill): SDPA's own causal flag; with ``T < S``
+      (new tokens after cached ones) ``causal_lower_right``, which keeps SDPA on its fused kernel;
+    * ``K < H``: the ``n_rep`` query heads of each group are stacked along the query axis,
+      ``q (B, H, T, E) -> (B, K, n_rep * T, E)``, so each KV head is read once and serves its whole
+      group in one matmul (the mask is tiled the same way). This is what makes GQA/MQA decoding fast.
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``; output ``(B, H, T, Ev)``.
+    """
+    B, H, T, E = q.shape
+    K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
+    n_rep = H // K
+    # (under torch.compile the causal_lower_right object cannot be traced; a bool mask is used instead)
+    lower_right_ok = T == S or not torch.compiler.is_compiling()
+    if mask.mask is None and (not mask.causal or T <= S) and lower_right_ok:
+        if not mask.causal:
+            flag, bias = False, None
+        elif T == S:
+            flag, bias = True, None
+        else:  # T < S: queries are the last T of S positions
+            flag, bias = False, causal_lower_right(T, S)
+        if K == H or flag:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, is_causal=flag, dropout_p=dropout_p, scale=scale, enable_gqa=K != H
+            )  # (B, H, T, Ev)
+            return AttentionResult(y)
+        if bias is None:  # GQA without a mask: one matmul per KV head for its whole group
+            qg = q.reshape(B, K, n_rep * T, E)  # row r * T + t is query head k * n_rep + r
+            y = F.scaled_dot_product_attention(qg, k, v, dropout_p=dropout_p, scale=scale)
+            return AttentionResult(y.reshape(B, H, T, Ev))
+    full = mask.combined()  # (.., T, S), 4-D or (T, S)
+    if K == H:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
+        return AttentionResult(y)
+    assert full is not None
+    full = full.reshape((1,) * (4 - full.ndim) + tuple(full.shape))
+    full = full.expand(full.shape[0], H, T, S).reshape(full.shape[0], K, n_rep * T, S)  # tiled like qg
+    qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E)
+    y = F.scaled_dot_product_attention(qg, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
+    return AttentionResult(y.reshape(B, H, T, Ev))  # (B, H, T, Ev)
+
+
+ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
+"""The implementations :func:`attention` and :class:`MultiHeadAttention` can run, by name."""
+
+
+def register_attention(name: str, fn: AttentionFunction) -> None:
+    """Make ``fn`` available as ``implementation=name`` (it receives inputs checked by :func:`attention`)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an implementation needs a non-empty name; got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"an implementation must be callable; got {type(fn).__name__}")
+    ATTENTION_FUNCTIONS[name] = fn
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "q, k, v must be 4-D: q (B, H, T, E), k (B, K, S, E), v (B, K, S, Ev); "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(
+            f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree on (B, K, S); got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must have the same batch size; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head size E; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    H, K = q.shape[1], k.shape[1]
+    if K < 1 or H % K != 0:
+        raise ValueError(
+            f"q has {H} heads, which is not a multiple of the {K} key/value heads of k; "
+            f"KV-head counts that divide {H} are {_divisors(H)}"
+        )
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    implementation: str = "sdpa",
+) -> AttentionResult:
+    """Attention by any registered implementation, with one meaning for every input.
+
+    Every implementation gets the same checked inputs (:func:`prepare_mask`) and gives the same answer:
+
+    * masks: bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
+      most 4 dims, broadcastable to ``(B, H, T, S)``;
+    * ``is_causal``: key ``j`` is visible to query ``i`` when ``j <= i + S - T`` (bottom-right aligned:
+      the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;
+      with ``T > S`` the first ``T - S`` queries see nothing;
+    * a query that may attend to no key gets a zero output (and zero weights), with finite gradients.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        attn_mask: optional mask, see above.
+        is_causal: also apply the bottom-right causal mask.
+        scale: score multiplier, default ``1 / sqrt(E)``.
+        dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
+        implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel) or ``"eager"``
+            (explicit; returns the weights).
+
+    Returns:
+        An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``.
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``;
+        output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``.
+
+    Raises:
+        ValueError: on an unknown implementation (the message lists them), mismatched shapes, dtypes or
+            devices, a mask that does not fit, or ``dropout_p`` outside ``[0, 1)``.
+        TypeError: if an input is not a tensor.
+
+    Example:
+        >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+        >>> out, weights, _ = attention(q, kv, kv, is_causal=True, implementation="eager")
+        >>> out.shape, weights[0, 0].sum(-1).tolist()
+        (torch.Size([1, 4, 3, 8]), [1.0, 1.0, 1.0])
+    """
+    if implementation not in ATTENTION_FUNCTIONS:
+        raise ValueError(
+            f"unknown attention implementation {implementation!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}"
+        )
+    _check_qkv(q, k, v)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1); got {dropout_p!r}")
+    B, H, T, E = q.shape
+    S = k.shape[2]
+    mask = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device)
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p))
 
 
 def scaled_dot_product_attention(
@@ -51,31 +401,31 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """The explicit attention formula, with the semantics of ``F.scaled_dot_product_attention``.
+    """The explicit attention formula, returning the output and the weights.
+
+    ``softmax(q k^T / sqrt(E) + mask) v``, spelled out (the ``"eager"`` implementation of
+    :func:`attention`): the same inputs, masks and answers as PyTorch's fused kernel, except that
+    ``is_causal`` is aligned **bottom-right** (see :func:`attention`) and may be combined with a mask.
 
     Args:
         q: queries.
         k: keys.
         v: values.
-        attn_mask: bool (``True`` = may attend) or float (added to the scores, same dtype as ``q``),
-            broadcastable to the scores ``(..., T, S)``.
-        is_causal: apply a causal mask aligned **top-left**, exactly as PyTorch does (query ``i`` sees
-            keys ``j <= i``). For ``T != S`` pass :func:`lessons_src.masks.causal_mask` as ``attn_mask``
-            instead. Cannot be combined with ``attn_mask`` (PyTorch refuses that too).
+        attn_mask: bool (``True`` = may attend) or float (added) mask broadcastable to the scores.
+        is_causal: hide future keys, bottom-right aligned (for ``T == S`` the usual lower triangle).
         scale: multiplier of the scores; default ``1 / sqrt(E)``.
-        dropout_p: probability of zeroing a weight (the rest are scaled by ``1 / (1 - dropout_p)``).
+        dropout_p: probability of zeroing a weight.
 
     Returns:
-        ``(output, weights)``; ``weights`` are the softmax probabilities after dropout. A query that may
-        attend to no key at all gets all-zero weights and a zero output, as PyTorch's kernels give
-        (a bare softmax over a row of ``-inf`` would give ``NaN``).
+        ``(output, weights)``. A query that may attend to no key gets all-zero weights and a zero output
+        (a bare softmax over a row of ``-inf`` would give ``NaN``), with finite gradients.
 
     Shapes:
-        q: ``(..., T, E)``, k: ``(..., S, E)``, v: ``(..., S, Ev)``;
-        output: ``(..., T, Ev)``, weights: ``(..., T, S)``.
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` (3-D ``(N, T, E)`` and 2-D
+        ``(T, E)`` inputs are treated as one batch); output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``.
 
     Raises:
-        ValueError: on mismatched shapes, an unsupported mask, or ``attn_mask`` with ``is_causal``.
+        ValueError: as :func:`attention`.
 
     Example:
         >>> q = k = v = torch.randn(1, 2, 3, 4)
@@ -83,63 +433,22 @@ def scaled_dot_product_attention(
         >>> out.shape, w.shape
         (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 3]))
     """
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError(
-            "q, k, v need at least 2 dims (..., length, features); "
-            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dim (E); got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length (S); got k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
-    if is_causal and attn_mask is not None:
-        raise ValueError("pass either attn_mask or is_causal=True, not both (combine the masks yourself)")
-    T, S = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)
-    if is_causal:
-        attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # top-left, as PyTorch
-    if attn_mask is not None:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # type: ignore[no-untyped-call]
-        target = (*batch, T, S)
-        check_mask(attn_mask, target, q.dtype)
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask
-    weights = scores.softmax(dim=-1)  # (..., T, S)
-    if attn_mask is not None:  # rows with no visible key: 0, not softmax's NaN
-        weights = weights.masked_fill(scores.isneginf().all(dim=-1, keepdim=True), 0.0)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights  # (..., T, Ev), (..., T, S)
-
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-
-
-def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
-    """Repeat each key/value head ``n_rep`` times, so ``K`` KV heads line up with ``H = K * n_rep`` query heads.
-
-    Equivalent to ``torch.repeat_interleave(x, n_rep, dim=1)``: head ``k`` becomes heads
-    ``k * n_rep, ..., k * n_rep + n_rep - 1``. It copies the keys and values ``n_rep`` times, which is
-    what grouped-query attention exists to avoid; :func:`grouped_attention` does not need it.
-
-    Shapes:
-        x: ``(B, K, S, E)``; output: ``(B, K * n_rep, S, E)``.
-
-    Example:
-        >>> repeat_kv(torch.arange(2.0).view(1, 2, 1, 1), 3).flatten().tolist()
-        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
-    """
-    if n_rep == 1:
-        return x
-    B, K, S, E = x.shape
-    return x[:, :, None].expand(B, K, n_rep, S, E).reshape(B, K * n_rep, S, E)  # (B, K * n_rep, S, E)
+    ndim = q.ndim if isinstance(q, Tensor) else 0
+    if isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor) and 2 <= ndim < 4:
+        if not (k.ndim == v.ndim == ndim):
+            raise ValueError(
+                f"q, k, v must have the same number of dims; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        lead = (1,) * (4 - ndim)
+        q, k, v = (t.reshape(lead + tuple(t.shape)) for t in (q, k, v))
+    out, weights, _ = attention(
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p,
+        implementation="eager",
+    )
+    assert weights is not None
+    if 2 <= ndim < 4:
+        out, weights = out.reshape(out.shape[4 - ndim :]), weights.reshape(weights.shape[4 - ndim :])
+    return out, weights
 
 
 def grouped_attention(
@@ -152,25 +461,10 @@ def grouped_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
 ) -> Tensor:
-    """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads, on the fused kernel.
+    """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads.
 
-    * ``K == H``: plain SDPA.
-    * ``is_causal`` (``T == S``, no mask; a prefill): SDPA with ``enable_gqa=True`` and its causal flag.
-    * otherwise (decoding): the ``n_rep`` query heads of each group are stacked along the query axis,
-      ``q (B, H, T, E) -> (B, K, n_rep * T, E)``, so that each KV head is read once and serves its whole
-      group in one matmul; the mask is tiled the same way. This is what makes GQA and MQA decoding fast.
-
-    Args:
-        q: queries; ``H`` must be a multiple of ``K``.
-        k: keys.
-        v: values.
-        attn_mask: bool (``True`` = may attend) or float mask, broadcastable to ``(B, H, T, S)``.
-        is_causal: top-left causal flag, as SDPA's; only for ``T == S`` without ``attn_mask``.
-        dropout_p: dropout on the weights.
-        scale: score multiplier, default ``1 / sqrt(E)``.
-
-    Returns:
-        The attention output.
+    The ``"sdpa"`` implementation of :func:`attention` (see :func:`sdpa_attention` for how it stays on
+    the fused kernel); ``is_causal`` is bottom-right and combines with ``attn_mask``.
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, S, E)``, v: ``(B, K, S, Ev)``; output: ``(B, H, T, Ev)``.
@@ -180,29 +474,25 @@ def grouped_attention(
         >>> grouped_attention(q, kv, kv).shape
         torch.Size([1, 4, 1, 8])
     """
-    B, H, T, E = q.shape
-    K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
-    if K < 1 or H % K != 0:
-        raise ValueError(
-            f"q has {H} heads, which is not a multiple of the {K} key/value heads of k; "
-            f"KV-head counts that divide {H} are {_divisors(H)}"
-        )
-    if K == H:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
-        )
-    if is_causal:
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=dropout_p, scale=scale, enable_gqa=True
-        )  # (B, H, T, Ev)
-    n_rep = H // K
-    qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E): row r * T + t is query head k * n_rep + r
-    mask = attn_mask
-    if mask is not None:
-        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
-        mask = mask.expand(mask.shape[0], H, T, S).reshape(mask.shape[0], K, n_rep * T, S)  # like qg
-    y = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    return y.reshape(B, H, T, Ev)  # (B, H, T, Ev)
+    return attention(
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="sdpa"
+    ).output
+
+
+class HeadWeights(NamedTuple):
+    """Per-head views of a :class:`MultiHeadAttention`'s projection weights (no copies).
+
+    Attributes:
+        q: ``(H, E, D)``: head ``h``'s queries are ``x @ q[h].T``.
+        k: ``(K, E, D)``: KV head ``g``'s keys are ``context @ k[g].T``.
+        v: ``(K, E, D)``: KV head ``g``'s values.
+        o: ``(H, D, E)``: head ``h`` adds ``y_h @ o[h].T`` to the output.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    o: Tensor
 
 
 class MultiHeadAttention(nn.Module):
@@ -221,13 +511,17 @@ class MultiHeadAttention(nn.Module):
             ``num_heads``. ``None`` or ``num_heads``: MHA; ``1``: MQA; in between: GQA.
         bias: add biases to the projections.
         dropout: dropout on the attention weights, in training mode only.
+        implementation: the attention function :meth:`forward` runs by default, a name in
+            :data:`ATTENTION_FUNCTIONS` (``"sdpa"``: the fused kernel). Every implementation accepts the
+            same inputs and gives the same answer; ``need_weights=True`` runs ``"eager"``, which returns them.
 
     Shapes:
         x: ``(B, T, D)``; context: ``(B, S, D)``; attn_mask: broadcastable to ``(B, H, T, S)``;
         output: ``(B, T, D)``; weights: ``(B, H, T, S)``. With a cache, ``S`` = cached + ``T``.
 
     Raises:
-        ValueError: if ``num_heads < 1``, ``num_heads`` does not divide ``d_model`` or ``num_kv_heads``
+        TypeError: if a size is not an int (``8.0`` is not a size).
+        ValueError: if a size is below 1, ``num_heads`` does not divide ``d_model`` or ``num_kv_heads``
             does not divide ``num_heads`` (the messages list the counts that would), and, in
             :meth:`forward`, on malformed inputs.
 
@@ -247,12 +541,18 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = False,
         dropout: float = 0.0,
+        implementation: str = "sdpa",
     ) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"num_heads must be at least 1; got num_heads={num_heads}")
-        if d_model < 1:
-            raise ValueError(f"d_model must be at least 1; got d_model={d_model}")
+        d_model, num_heads = _size("d_model", d_model), _size("num_heads", num_heads)
+        if num_kv_heads is not None:
+            num_kv_heads = _size("num_kv_heads", num_kv_heads)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False; got {bias!r}")
+        if implementation not in ATTENTION_FUNCTIONS:
+            raise ValueError(
+                f"unknown attention implementation {implementation!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}"
+            )
         if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model={d_model} is not divisible by num_heads={num_heads}; "
@@ -264,15 +564,16 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
                 f"valid num_kv_heads for num_heads={num_heads} are {_divisors(num_heads)}"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got dropout={dropout}")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got dropout={dropout!r}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.n_rep = num_heads // num_kv_heads  # query heads served by each KV head
         self.head_dim = d_model // num_heads
         self.kv_dim = num_kv_heads * self.head_dim  # K * E
-        self.dropout = dropout
+        self.dropout = float(dropout)
+        self.implementation = implementation  # the default; forward(implementation=...) overrides it
         self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
 
@@ -281,6 +582,28 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}"
         )
+
+    def head_weights(self) -> HeadWeights:
+        """Per-head views of ``W_Q``, ``W_K``, ``W_V`` and ``W_O`` (they share storage with the parameters).
+
+        Query head ``h`` uses KV head ``h // n_rep`` (:meth:`kv_head`).
+
+        Example:
+            >>> w = MultiHeadAttention(d_model=16, num_heads=4, num_kv_heads=2).head_weights()
+            >>> tuple(w.q.shape), tuple(w.k.shape), tuple(w.o.shape)
+            ((4, 4, 16), (2, 4, 16), (4, 16, 4))
+        """
+        D, H, K, E = self.d_model, self.num_heads, self.num_kv_heads, self.head_dim
+        w_q, w_k, w_v = torch.split(self.qkv_proj.weight, [D, K * E, K * E], dim=0)  # rows [W_Q; W_K; W_V]
+        w_o = self.out_proj.weight.view(D, H, E).transpose(0, 1)  # (H, D, E): columns of W_O per head
+        return HeadWeights(w_q.view(H, E, D), w_k.view(K, E, D), w_v.view(K, E, D), w_o)
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head ``head`` reads (``head // n_rep``)."""
+        head = _size("head", head, minimum=0)
+        if head >= self.num_heads:
+            raise ValueError(f"head must be in 0..{self.num_heads - 1}; got head={head}")
+        return head // self.n_rep
 
     def _split_heads(self, t: Tensor, heads: int) -> Tensor:
         B, L, _ = t.shape
@@ -302,6 +625,34 @@ class MultiHeadAttention(nn.Module):
         H, K = self.num_heads, self.num_kv_heads
         return self._split_heads(q, H), self._split_heads(k, K), self._split_heads(v, K)
 
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = ...,
+        *,
+        attn_mask: Tensor | None = ...,
+        is_causal: bool = ...,
+        need_weights: Literal[False] = ...,
+        cache: KVCache | None = ...,
+        cache_position: int | None = ...,
+        implementation: str | None = ...,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = ...,
+        *,
+        attn_mask: Tensor | None = ...,
+        is_causal: bool = ...,
+        need_weights: Literal[True],
+        cache: KVCache | None = ...,
+        cache_position: int | None = ...,
+        implementation: str | None = ...,
+    ) -> tuple[Tensor, Tensor]: ...
+
     def forward(
         self,
         x: Tensor,
@@ -311,6 +662,8 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        cache_position: int | None = None,
+        implementation: str | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -318,61 +671,124 @@ class MultiHeadAttention(nn.Module):
             x: queries' input ``(B, T, D)``.
             context: keys' and values' input ``(B, S, D)``; ``None`` for self-attention (``S = T``).
             attn_mask: bool (``True`` = may attend) or float (added), broadcastable to ``(B, H, T, S)``.
-            is_causal: hide future keys, aligned bottom-right (see :func:`lessons_src.masks.causal_mask`);
-                may be combined with ``attn_mask``.
-            need_weights: also return the attention weights. This takes the explicit path, which builds
-                the ``(B, H, T, S)`` weight matrix; without it the fused SDPA kernel is used.
-            cache: a :class:`lessons_src.kv_cache.KVCache` for incremental self-attention decoding: the new
-                keys and values are appended to it and ``x`` attends to everything cached so far
-                (``S`` = cached + ``T``). Pass the prompt first (prefill), then one or more new tokens
-                per call, with ``is_causal=True``.
+            is_causal: hide future keys, aligned bottom-right (see :func:`attention`); combines with
+                ``attn_mask``.
+            need_weights: also return the attention weights ``(B, H, T, S)``; runs the ``"eager"``
+                implementation, which builds them (the answer is the same).
+            cache: a :class:`lessons_src.kv_cache.KVCache` for incremental self-attention decoding, for
+                inference only (under ``torch.no_grad()``): the new keys and values are appended and
+                ``x`` attends to everything cached (``S`` = cached + ``T``). Prefill a prompt into an
+                empty cache with ``is_causal=True``, then decode one token per call. If a step fails,
+                the cache is left as it was.
+            cache_position: where ``x``'s first token goes in the cache. Needed only to append several
+                tokens to a non-empty cache (a prompt in chunks); it must equal ``cache.length``. A new
+                prompt needs ``cache.reset()`` first: several tokens arriving at a non-empty cache
+                without ``cache_position`` are refused rather than attending to a stale prompt.
+            implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
+                (or ``"eager"`` with ``need_weights``).
 
         Returns:
-            ``output`` ``(B, T, D)``, or ``(output, weights)`` with weights ``(B, H, T, S)``.
+            ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
 
         Raises:
-            ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, the mask's
-                dtype or shape is not accepted, ``cache`` is combined with ``context``, or the cache
-                does not fit (see :meth:`lessons_src.kv_cache.KVCache.update`).
+            ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, their dtype or
+                device differs from the module's (outside autocast), the mask's dtype, device or shape is
+                not accepted, ``cache`` is combined with ``context``, a cached prompt is not causal, a
+                multi-token input meets a non-empty cache without ``cache_position``, or the cache does
+                not fit (see :meth:`lessons_src.kv_cache.KVCache.update`); if the implementation
+                does not return weights but ``need_weights`` is set.
 
         Example:
             >>> from lessons_src.kv_cache import KVCache
             >>> gqa = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
             >>> cache = KVCache(batch_size=1, num_kv_heads=2, head_dim=4, max_len=8)
-            >>> _ = gqa(torch.randn(1, 5, 16), is_causal=True, cache=cache)  # prefill 5 tokens
-            >>> gqa(torch.randn(1, 1, 16), is_causal=True, cache=cache).shape, cache.length
+            >>> with torch.no_grad():
+            ...     _ = gqa(torch.randn(1, 5, 16), is_causal=True, cache=cache)  # prefill 5 tokens
+            ...     y = gqa(torch.randn(1, 1, 16), is_causal=True, cache=cache)  # decode one
+            >>> y.shape, cache.length
             (torch.Size([1, 1, 16]), 6)
         """
         self._check_inputs(x, context)
-        if cache is not None and context is not None:
-            raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
+        if not isinstance(need_weights, bool):
+            raise TypeError(f"need_weights must be True or False; got {need_weights!r}")
+        impl = implementation or ("eager" if need_weights else self.implementation)
+        if impl not in ATTENTION_FUNCTIONS:
+            raise ValueError(f"unknown attention implementation {impl!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}")
         B, T, _ = x.shape
-        S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
-        if attn_mask is not None:  # checked before the cache is touched
-            check_mask(attn_mask, (B, self.num_heads, T, S), x.dtype)
-        q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         if cache is not None:
-            k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
+            self._check_cache(cache, T, is_causal, attn_mask, context, cache_position)
+        elif cache_position is not None:
+            raise ValueError("cache_position is only meaningful with a cache; pass cache=... or drop it")
+        S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        # checked before the cache is touched; the implementations get this one prepared mask
+        shape = (B, self.num_heads, T, S)
+        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device)
+        q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
-
-        use_causal_flag = is_causal and attn_mask is None and T == S
-        mask = attn_mask
-        if is_causal and not use_causal_flag and T > 1:  # with one query, the causal mask keeps every key
-            mask = combine_masks(attn_mask, causal_mask(T, S, device=x.device), x.dtype)
-
+        start = 0 if cache is None else cache.length
+        try:
+            if cache is not None:
+                k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
+            if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
+                mask = PreparedMask(mask.mask.to(q.dtype), mask.causal, mask.T, mask.S)
+            result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim), dropout_p=dropout_p)
+            if need_weights and result.weights is None:
+                raise ValueError(f"implementation {impl!r} does not return attention weights; use 'eager' for them")
+        except BaseException:
+            if cache is not None:
+                cache.length = start  # the step failed: forget the positions it appended
+            raise
+        y = result.output.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
+        out: Tensor = self.out_proj(y)  # (B, T, D)
         if need_weights:
-            y, weights = scaled_dot_product_attention(
-                q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), attn_mask=mask,
-                is_causal=use_causal_flag, dropout_p=dropout_p,
-            )  # (B, H, T, E), (B, H, T, S)
-        else:
-            y = grouped_attention(q, k, v, attn_mask=mask, is_causal=use_causal_flag, dropout_p=dropout_p)
-        y = y.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
-        out = self.out_proj(y)  # (B, T, D)
-        return (out, weights) if need_weights else out
+            assert result.weights is not None
+            return out, result.weights
+        return out
+
+    def _check_cache(
+        self,
+        cache: KVCache,
+        T: int,
+        is_causal: bool,
+        attn_mask: Tensor | None,
+        context: Tensor | None,
+        cache_position: int | None,
+    ) -> None:
+        if context is not None:
+            raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
+        if cache_position is not None:
+            if _size("cache_position", cache_position, minimum=0) != cache.length:
+                raise ValueError(
+                    f"cache_position={cache_position} but the cache holds {cache.length} positions; new tokens go "
+                    f"at position {cache.length} (call cache.reset() to start a new prompt)"
+                )
+        elif T > 1 and cache.length > 0:
+            raise ValueError(
+                f"{T} new tokens for a cache that already holds {cache.length}: if this is a new prompt, call "
+                f"cache.reset() first; to append a prompt in chunks, pass cache_position={cache.length}"
+            )
+        if T > 1 and not is_causal and attn_mask is None:
+            raise ValueError(
+                f"caching {T} tokens without is_causal=True would let each see the ones after it (a decoder "
+                "never can); pass is_causal=True, or an explicit attn_mask if that is what you mean"
+            )
 
     def _check_inputs(self, x: Tensor, context: Tensor | None) -> None:
         D = self.d_model
+        w = self.qkv_proj.weight
+        for name, t in (("x", x), ("context", context)):
+            if t is None:
+                continue
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+            if t.device != w.device:
+                raise ValueError(f"{name} is on {t.device} but the module is on {w.device}; move one of them")
+            if t.dtype != w.dtype and not torch.is_autocast_enabled(t.device.type):
+                raise ValueError(
+                    f"{name} has dtype {t.dtype} but the module's weights are {w.dtype}; convert one of them "
+                    f"(x.to({w.dtype}) or module.to({t.dtype})), or run under torch.autocast"
+                )
         if x.ndim != 3:
             raise ValueError(f"x must be 3-D (B, T, d_model={D}); got shape {tuple(x.shape)}")
         if x.shape[-1] != D:

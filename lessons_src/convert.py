@@ -30,6 +30,9 @@ Method = Literal["mean", "first"]
 
 
 def _check_counts(num_heads: int, num_kv_heads: int) -> None:
+    for name, n in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int; got {n!r}")
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(
             f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
@@ -82,6 +85,8 @@ def expand_kv_heads(w: Tensor, num_kv_heads: int, num_heads: int) -> Tensor:
         [2.0, 2.0, 6.0, 6.0]
     """
     _check_counts(num_heads, num_kv_heads)
+    if w.shape[0] % num_kv_heads:
+        raise ValueError(f"w has {w.shape[0]} rows, which is not a multiple of num_kv_heads={num_kv_heads}")
     E = w.shape[0] // num_kv_heads
     per_head = w.reshape(num_kv_heads, E, *w.shape[1:])  # (K, E, ...)
     return per_head.repeat_interleave(num_heads // num_kv_heads, dim=0).reshape(num_heads * E, *w.shape[1:])
@@ -106,6 +111,11 @@ def mha_to_gqa(mha: MultiHeadAttention, num_kv_heads: int, method: Method = "mea
         >>> mha_to_gqa(mha, 2).qkv_proj.weight.shape  # 16 query rows + 2 x (2 heads x 4) key/value rows
         torch.Size([32, 16])
     """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(
+            f"mha must be a lessons_src MultiHeadAttention; got {type(mha).__name__} "
+            "(convert an nn.MultiheadAttention with lessons_src.interop.from_torch first)"
+        )
     H, D = mha.num_heads, mha.d_model
     if mha.num_kv_heads != H:
         raise ValueError(f"expected an MHA layer (num_kv_heads == num_heads={H}); got num_kv_heads={mha.num_kv_heads}")

@@ -36,7 +36,8 @@ def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_h
         4096
     """
     v_head_dim = head_dim if v_head_dim is None else v_head_dim
-    return num_kv_heads * (head_dim + v_head_dim) * torch.empty((), dtype=dtype).element_size()
+    _count("num_kv_heads", num_kv_heads), _count("head_dim", head_dim), _count("v_head_dim", v_head_dim)
+    return num_kv_heads * (head_dim + v_head_dim) * _element_size(dtype)
 
 
 def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype) -> int:
@@ -46,11 +47,53 @@ def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype
         >>> latent_bytes_per_token(kv_latent_dim=512, rope_dim=64, dtype=torch.bfloat16)  # DeepSeek-V2
         1152
     """
-    return (kv_latent_dim + rope_dim) * torch.empty((), dtype=dtype).element_size()
+    _count("kv_latent_dim", kv_latent_dim), _count("rope_dim", rope_dim)
+    return (kv_latent_dim + rope_dim) * _element_size(dtype)
+
+
+def _count(name: str, n: object) -> int:
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{name} must be an int; got {n!r} of type {type(n).__name__}")
+    value = int(n.__index__())
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={value}")
+    return value
+
+
+def _element_size(dtype: object) -> int:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16; got {dtype!r}")
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _sizes(sizes: dict[str, object]) -> dict[str, int]:
+    """Check that every size is an int of at least 1; raise naming the ones that are not."""
+    not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not hasattr(n, "__index__")}
+    if not_int:
+        raise TypeError(f"cache sizes must be ints; got {not_int}")
+    out = {name: int(n.__index__()) for name, n in sizes.items()}  # type: ignore[attr-defined]
+    bad = {name: n for name, n in out.items() if n < 1}
+    if bad:
+        raise ValueError(f"cache sizes must be at least 1; got {bad}")
+    return out
 
 
 def _check_new(name: str, t: Tensor, expected: tuple[int | None, ...], names: str, buf: Tensor) -> None:
-    """Raise a ValueError unless ``t`` has ``expected`` shape (``None`` = any length) and ``buf``'s dtype."""
+    """Raise a ValueError unless ``t`` fits: ``expected`` shape (``None`` = any length), ``buf``'s dtype and device.
+
+    Caches are for inference: appending tensors that require gradients while autograd records would
+    write them in place into the buffers (the backward pass fails, and the graph stays alive after
+    :meth:`reset`), so that is refused too.
+    """
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"{name} requires grad: KV caches are for inference; run decoding under torch.no_grad() or "
+            "torch.inference_mode() (to train, run the full sequence without a cache)"
+        )
+    if t.device != buf.device:
+        raise ValueError(f"{name} is on {t.device} but the cache is on {buf.device}; make the cache with device=")
     ok = t.ndim == len(expected) and all(e is None or e == n for e, n in zip(expected, t.shape, strict=False))
     if not ok:
         want = tuple("T" if e is None else e for e in expected)
@@ -70,7 +113,7 @@ class _Preallocated:
 
     def _reserve(self, T: int) -> tuple[int, int]:
         if T < 1:
-            raise ValueError(f"nothing to append: got {T} new positions")
+            raise ValueError(f"nothing to append: got {T} new positions (T must be at least 1)")
         if self.length + T > self.max_len:
             raise ValueError(
                 f"cache is full: it holds {self.length} of max_len={self.max_len} positions and cannot take "
@@ -100,7 +143,11 @@ class KVCache(_Preallocated):
         k: ``(B, K, max_len, E)``, v: ``(B, K, max_len, Ev)``; :meth:`update` takes ``(B, K, T, E)`` and
         ``(B, K, T, Ev)`` and returns the filled part, ``(B, K, S, E)`` and ``(B, K, S, Ev)``.
 
+    Caches are for inference: :meth:`update` refuses tensors that require gradients while autograd is
+    recording (decode under ``torch.no_grad()`` or ``torch.inference_mode()``).
+
     Raises:
+        TypeError: if a size is not an int.
         ValueError: if a size is below 1, and in :meth:`update` (see there).
 
     Example:
@@ -122,11 +169,8 @@ class KVCache(_Preallocated):
         device: torch.device | str | None = None,
     ) -> None:
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
-        sizes = {"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
-        sizes |= {"max_len": max_len, "v_head_dim": v_head_dim}
-        bad = {name: n for name, n in sizes.items() if n < 1}
-        if bad:
-            raise ValueError(f"cache sizes must be at least 1; got {bad}")
+        _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+                "max_len": max_len, "v_head_dim": v_head_dim})
         self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
         self.head_dim, self.v_head_dim = head_dim, v_head_dim
         self.max_len, self.length = max_len, 0
@@ -138,8 +182,8 @@ class KVCache(_Preallocated):
 
         Raises:
             ValueError: if the batch size, head count or width of ``k``/``v`` differs from the cache's,
-                ``k`` and ``v`` have different lengths, the dtype differs, or the cache would grow past
-                ``max_len``.
+                ``k`` and ``v`` have different lengths, the dtype or device differs, they require grad
+                while autograd records, or the cache would grow past ``max_len``.
         """
         B, K = self.batch_size, self.num_kv_heads
         _check_new("k", k, (B, K, None, self.head_dim), "(B, K, T, E)", self.k)
@@ -178,8 +222,12 @@ class LatentCache(_Preallocated):
         kv: ``(B, max_len, C + R)``; :meth:`update` takes ``(B, T, C)`` and ``(B, T, R)`` and returns
         ``(B, S, C + R)``.
 
+    For inference only, like :class:`KVCache`.
+
     Raises:
-        ValueError: if a size is below 1, and in :meth:`update` (see there).
+        TypeError: if a size is not an int.
+        ValueError: if a size is below 1 (``rope_dim`` too, as in :class:`lessons_src.mla.MultiHeadLatentAttention`),
+            and in :meth:`update` (see there).
 
     Example:
         >>> cache = LatentCache(batch_size=1, kv_latent_dim=8, rope_dim=2, max_len=4)
@@ -197,10 +245,8 @@ class LatentCache(_Preallocated):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        sizes = {"batch_size": batch_size, "kv_latent_dim": kv_latent_dim, "max_len": max_len}
-        bad = {name: n for name, n in sizes.items() if n < 1} | ({"rope_dim": rope_dim} if rope_dim < 0 else {})
-        if bad:
-            raise ValueError(f"cache sizes must be at least 1 (rope_dim at least 0); got {bad}")
+        # rope_dim >= 1, as MultiHeadLatentAttention requires (its decoupled RoPE key is never empty)
+        _sizes({"batch_size": batch_size, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim, "max_len": max_len})
         self.batch_size, self.kv_latent_dim, self.rope_dim = batch_size, kv_latent_dim, rope_dim
         self.max_len, self.length = max_len, 0
         self.kv = torch.zeros(batch_size, max_len, kv_latent_dim + rope_dim, dtype=dtype, device=device)  # (B, L, C+R)

@@ -39,10 +39,12 @@ __all__ = [
 def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> Tensor:
     """Bool mask that lets query ``i`` see key ``j`` when ``j <= i + S - T`` (bottom-right aligned).
 
+    The queries are the last ``T`` of ``S`` positions. With ``T > S`` (more queries than keys) the first
+    ``T - S`` queries see nothing; attention gives them a zero output.
+
     Args:
-        T: number of query positions.
-        S: number of key positions (defaults to ``T``). Must be ``>= T``: with fewer keys than queries
-            the first queries would see nothing at all.
+        T: number of query positions (``>= 0``).
+        S: number of key positions (``>= 0``; defaults to ``T``).
         device: where to build the mask.
 
     Returns:
@@ -52,16 +54,25 @@ def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | No
         output: ``(T, S)``
 
     Raises:
-        ValueError: if ``T < 1`` or ``S < T``.
+        TypeError: if ``T`` or ``S`` is not an int.
+        ValueError: if ``T`` or ``S`` is negative.
 
     Example:
         >>> causal_mask(2, 3).int().tolist()
         [[1, 1, 0], [1, 1, 1]]
     """
-    S = T if S is None else S
-    if T < 1 or S < T:
-        raise ValueError(f"causal_mask needs 1 <= T <= S (queries are the last T of S positions); got T={T}, S={S}")
+    T = _length("T", T)
+    S = T if S is None else _length("S", S)
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _length(name: str, value: object) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
+    n = int(value.__index__())
+    if n < 0:
+        raise ValueError(f"{name} must be at least 0; got {name}={n}")
+    return n
 
 
 def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tensor:
@@ -78,6 +89,7 @@ def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tenso
         output: ``(B, 1, 1, S)``
 
     Raises:
+        TypeError: if the lengths are not integers.
         ValueError: if a length is below 1 or above ``S``.
 
     Example:
@@ -89,7 +101,9 @@ def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tenso
         raise ValueError(
             f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(lengths_t.shape)}"
         )
-    S = int(lengths_t.max()) if S is None else S
+    if lengths_t.dtype == torch.bool or lengths_t.dtype.is_floating_point or lengths_t.dtype.is_complex:
+        raise TypeError(f"lengths must be integers; got {lengths!r} ({lengths_t.dtype})")
+    S = int(lengths_t.max()) if S is None else _length("S", S)
     bad = [int(n) for n in lengths_t if not 1 <= int(n) <= S]
     if bad:
         raise ValueError(f"every length must be between 1 and S={S}; got {bad}")
@@ -98,21 +112,22 @@ def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tenso
 
 
 def check_mask(mask: Tensor, target: tuple[int, ...], query_dtype: torch.dtype, name: str = "attn_mask") -> None:
-    """Raise a ``ValueError`` unless ``mask`` is a bool or ``query_dtype`` mask broadcastable to ``target``.
+    """Raise a ``ValueError`` unless ``mask`` is a bool or floating mask broadcastable to ``target``.
 
     Args:
         mask: the mask to check.
         target: the scores' shape, usually ``(B, H, T, S)``.
-        query_dtype: dtype of the queries; a float mask must have the same dtype (as SDPA requires).
+        query_dtype: dtype of the queries; a floating mask of another dtype is accepted (and converted
+            to it by the caller, as autocast converts the queries).
         name: the argument's name, used in the message.
 
     Raises:
         ValueError: naming the mask's shape or dtype and what would be accepted.
     """
-    if mask.dtype != torch.bool and mask.dtype != query_dtype:
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise ValueError(
             f"{name} has dtype {mask.dtype}, which is not supported; use torch.bool (True = may attend) "
-            f"or the query's dtype {query_dtype} (added to the scores)"
+            f"or a floating dtype such as the queries' {query_dtype} (added to the scores)"
         )
     try:
         torch.broadcast_shapes(mask.shape, target)  # type: ignore[no-untyped-call]
@@ -142,6 +157,12 @@ def combine_masks(a: Tensor | None, b: Tensor | None, dtype: torch.dtype) -> Ten
         return b
     if b is None:
         return a
+    try:
+        torch.broadcast_shapes(a.shape, b.shape)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        raise ValueError(f"masks of shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast together") from None
+    if a.device != b.device:
+        raise ValueError(f"masks on {a.device} and {b.device} cannot be combined; move them to one device")
     if a.dtype == torch.bool and b.dtype == torch.bool:
         return a & b
     return _as_float(a, dtype) + _as_float(b, dtype)

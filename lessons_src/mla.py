@@ -95,10 +95,15 @@ class MultiHeadLatentAttention(nn.Module):
         rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
-        sizes = {"d_model": d_model, "num_heads": num_heads, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim}
+        sizes: dict[str, object] = {
+            "d_model": d_model, "num_heads": num_heads, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim
+        }
         optional = {"head_dim": head_dim, "v_head_dim": v_head_dim, "q_latent_dim": q_latent_dim}
         sizes |= {name: n for name, n in optional.items() if n is not None}
-        bad = {name: n for name, n in sizes.items() if n < 1}
+        not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not isinstance(n, int)}
+        if not_int:
+            raise TypeError(f"sizes must be ints; got {not_int}")
+        bad = {name: n for name, n in sizes.items() if isinstance(n, int) and n < 1}
         if bad:
             raise ValueError(f"sizes must be at least 1; got {bad}")
         if rope_dim % 2:
@@ -133,7 +138,9 @@ class MultiHeadLatentAttention(nn.Module):
             f"q_latent_dim={self.q_latent_dim}"
         )
 
-    def forward(self, x: Tensor, *, cache: LatentCache | None = None, mode: Mode = "naive") -> Tensor:
+    def forward(
+        self, x: Tensor, *, cache: LatentCache | None = None, mode: Mode = "naive", cache_position: int | None = None
+    ) -> Tensor:
         """Causal self-attention of ``x`` over itself and everything in ``cache``.
 
         Args:
@@ -143,21 +150,53 @@ class MultiHeadLatentAttention(nn.Module):
                 start at 0.
             mode: ``"naive"`` (up-project keys and values, attend per head; best for a long prefill) or
                 ``"absorbed"`` (attend on the latents; best for decoding). Both give the same output.
+            cache_position: needed only to append several tokens to a non-empty cache (a prompt in
+                chunks); must equal ``cache.length``. A new prompt needs ``cache.reset()`` first.
 
         Returns:
             ``(B, T, D)``.
 
         Raises:
-            ValueError: if ``x`` is not ``(B, T, d_model)``, ``mode`` is unknown, or the cache does not
-                fit (see :meth:`lessons_src.kv_cache.LatentCache.update`).
+            ValueError: if ``x`` is not ``(B, T, d_model)`` or its dtype or device differs from the
+                module's (outside autocast), ``mode`` is unknown, several tokens meet a non-empty cache
+                without ``cache_position``, or the cache does not fit (see
+                :meth:`lessons_src.kv_cache.LatentCache.update`). A failed step leaves the cache as it was.
         """
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, T, d_model={self.d_model}); got shape {tuple(x.shape)}")
+        w = self.kv_down_proj.weight
+        if x.device != w.device:
+            raise ValueError(f"x is on {x.device} but the module is on {w.device}; move one of them")
+        if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise ValueError(f"x has dtype {x.dtype} but the module's weights are {w.dtype}; convert one of them")
         if mode not in ("naive", "absorbed"):
             raise ValueError(f"mode must be 'naive' or 'absorbed'; got {mode!r}")
+        T = x.shape[1]
+        if cache is not None and cache_position is not None and cache_position != cache.length:
+            raise ValueError(
+                f"cache_position={cache_position} but the cache holds {cache.length} positions; new tokens go at "
+                f"position {cache.length} (call cache.reset() to start a new prompt)"
+            )
+        if cache is not None and cache_position is None and T > 1 and cache.length > 0:
+            raise ValueError(
+                f"{T} new tokens for a cache that already holds {cache.length}: if this is a new prompt, call "
+                f"cache.reset() first; to append a prompt in chunks, pass cache_position={cache.length}"
+            )
+        if cache is None and cache_position is not None:
+            raise ValueError("cache_position is only meaningful with a cache; pass cache=... or drop it")
+        start = 0 if cache is None else cache.length
+        try:
+            return self._forward(x, cache, mode, start)
+        except BaseException:
+            if cache is not None:
+                cache.length = start  # the step failed: forget the positions it appended
+            raise
+
+    def _forward(self, x: Tensor, cache: LatentCache | None, mode: Mode, start: int) -> Tensor:
         B, T, _ = x.shape
         H, E, R, C = self.num_heads, self.head_dim, self.rope_dim, self.kv_latent_dim
-        start = 0 if cache is None else cache.length
 
         q_in = x if self.q_down_proj is None else self.q_down_proj(x)  # (B, T, D) or (B, T, C')
         q = self.q_proj(q_in).view(B, T, H, E + R).transpose(1, 2)  # (B, H, T, E + R)
@@ -209,7 +248,7 @@ class MultiHeadLatentAttention(nn.Module):
         w_uk = self.k_up_proj.weight.view(H, E, C)  # W_UK per head
         w_uv = self.v_up_proj.weight.view(H, Ev, C)  # W_UV per head
         q_latent = torch.einsum("bhte,hec->bhtc", q_nope, w_uk)  # (B, H, T, C): W_UK folded into the query
-        q = torch.cat([q_latent, q_rope], dim=-1).reshape(B, 1, H * T, -1)  # (B, 1, H*T, C + R): heads as rows
+        q = torch.cat([q_latent, q_rope], dim=-1).reshape(B, 1, H * T, C + self.rope_dim)  # (B, 1, H*T, C + R)
         if mask is not None:
             mask = mask.repeat(H, 1)  # (H*T, S), row h*T + t is query t of head h
         kv = kv[:, None]  # (B, 1, S, C + R): the key, and the value, shared by every head

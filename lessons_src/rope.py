@@ -42,8 +42,12 @@ def rope_cos_sin(
         >>> cos.shape, cos[0].tolist()
         (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
     """
-    if dim < 2 or dim % 2:
-        raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={dim}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={dim!r}")
+    if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
+        raise ValueError(
+            f"positions must be integers of shape (T,); got dtype {positions.dtype}, shape {tuple(positions.shape)}"
+        )
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (R/2,)
     angles = positions.to(torch.float64)[:, None] * inv_freq  # (T, R/2)
     angles = torch.cat([angles, angles], dim=-1)  # (T, R): pair i is (i, i + R/2)
@@ -56,12 +60,20 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     Shapes:
         x: ``(..., T, R)``; cos, sin: ``(T, R)``; output: like ``x``.
 
+    Raises:
+        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` for ``x``.
+
     Example:
         >>> cos, sin = rope_cos_sin(torch.arange(2), 2)
         >>> apply_rope(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), cos, sin)  # position 1: rotated by 1 radian
         tensor([[1.0000, 0.0000],
                 [0.5403, 0.8415]])
     """
+    if x.ndim < 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
+        raise ValueError(
+            f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}; "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
     x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
     rotated = torch.cat([-x2, x1], dim=-1)  # (..., T, R)
     return x * cos + rotated * sin

@@ -114,10 +114,15 @@ def test_parameter_count() -> None:
         assert n == 2 * D * D + 2 * D * K * E  # W_Q and W_O, plus W_K and W_V for K heads
 
 
-@pytest.mark.parametrize(("H", "K", "valid"), [(8, 3, "1, 2, 4, 8"), (6, 4, "1, 2, 3, 6"), (4, 0, "1, 2, 4")])
+@pytest.mark.parametrize(("H", "K", "valid"), [(8, 3, "1, 2, 4, 8"), (6, 4, "1, 2, 3, 6")])
 def test_bad_num_kv_heads_lists_valid_counts(H: int, K: int, valid: str) -> None:
     with pytest.raises(ValueError, match=rf"num_heads={H} is not a multiple of num_kv_heads={K}; .* are {valid}$"):
         MultiHeadAttention(8 * H, H, num_kv_heads=K)
+
+
+def test_zero_kv_heads_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"num_kv_heads must be at least 1; got num_kv_heads=0"):
+        MultiHeadAttention(32, 4, num_kv_heads=0)
 
 
 def test_grouped_attention_rejects_bad_head_counts() -> None:

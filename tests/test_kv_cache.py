@@ -13,6 +13,7 @@ from lessons_src.kv_cache import KVCache, LatentCache, kv_bytes_per_token, laten
 @pytest.mark.parametrize("steps", [[4, 1, 1, 1, 1, 1], [1] * 9, [2, 3, 4], [9]])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32 runs the fused kernel
+@torch.no_grad()
 def test_cached_decoding_equals_full_causal_pass(K: int, steps: list[int], bias: bool, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     layer = MultiHeadAttention(24, 6, num_kv_heads=K, bias=bias).to(dtype).eval()
@@ -21,12 +22,13 @@ def test_cached_decoding_equals_full_causal_pass(K: int, steps: list[int], bias:
     cache = KVCache(2, K, 4, max_len=12, dtype=dtype)
     outs, t = [], 0
     for n in steps:
-        outs.append(layer(x[:, t : t + n], is_causal=True, cache=cache))
+        outs.append(layer(x[:, t : t + n], is_causal=True, cache=cache, cache_position=t))
         t += n
     torch.testing.assert_close(torch.cat(outs, dim=1), full)
     assert cache.length == sum(steps)
 
 
+@torch.no_grad()
 def test_cached_decoding_with_weights_and_padding() -> None:
     """The explicit path and a padding mask work with a cache too (the mask covers all S positions)."""
     torch.manual_seed(1)
@@ -37,7 +39,7 @@ def test_cached_decoding_with_weights_and_padding() -> None:
     full, w_full = layer(x, is_causal=True, attn_mask=keep, need_weights=True)
     cache = KVCache(2, 2, 4, max_len=6, dtype=torch.float64)
     layer(x[:, :4], is_causal=True, attn_mask=keep[..., :4], cache=cache)
-    out, w = layer(x[:, 4:], is_causal=True, attn_mask=keep, cache=cache, need_weights=True)
+    out, w = layer(x[:, 4:], is_causal=True, attn_mask=keep, cache=cache, need_weights=True, cache_position=4)
     torch.testing.assert_close(out, full[:, 4:])
     torch.testing.assert_close(w, w_full[:, :, 4:])
 
@@ -95,12 +97,13 @@ def test_growing_past_max_len_raises() -> None:
         latent.update(torch.zeros(1, 4, 4), torch.zeros(1, 4, 2))
 
 
+@torch.no_grad()
 def test_layer_with_wrong_cache_raises() -> None:
     layer = MultiHeadAttention(16, 4, num_kv_heads=2)
     with pytest.raises(ValueError, match=r"k of shape \(1, 2, 3, 4\) does not fit"):
-        layer(torch.randn(1, 3, 16), cache=KVCache(2, 2, 4, max_len=8))  # batch 2 cache, batch 1 input
+        layer(torch.randn(1, 3, 16), is_causal=True, cache=KVCache(2, 2, 4, max_len=8))  # batch 2 cache, batch 1 input
     with pytest.raises(ValueError, match=r"k of shape \(1, 2, 3, 4\) does not fit"):
-        layer(torch.randn(1, 3, 16), cache=KVCache(1, 4, 4, max_len=8))  # cache made for MHA
+        layer(torch.randn(1, 3, 16), is_causal=True, cache=KVCache(1, 4, 4, max_len=8))  # cache made for MHA
 
 
 def test_dtype_and_size_errors() -> None:
@@ -115,6 +118,7 @@ def test_dtype_and_size_errors() -> None:
         LatentCache(1, 4, 2, max_len=4).update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
 
 
+@torch.no_grad()
 def test_bad_mask_leaves_the_cache_untouched() -> None:
     layer = MultiHeadAttention(16, 4, num_kv_heads=2)
     cache = KVCache(1, 2, 4, max_len=8)

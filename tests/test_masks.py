@@ -36,10 +36,21 @@ def test_is_causal_flag_differs_from_ours_when_t_below_s() -> None:
     assert not torch.allclose(top_left, bottom_right)
 
 
-@pytest.mark.parametrize(("T", "S"), [(0, 3), (4, 3)])
-def test_causal_bad(T: int, S: int) -> None:
-    with pytest.raises(ValueError, match=f"1 <= T <= S .* got T={T}, S={S}"):
-        causal_mask(T, S)
+def test_causal_with_more_queries_than_keys_hides_everything_from_the_first() -> None:
+    """T > S: the queries are the last T of S positions, so the first T - S see no key at all."""
+    assert causal_mask(4, 2).int().tolist() == [[0, 0], [0, 0], [1, 0], [1, 1]]
+    assert causal_mask(0, 3).shape == (0, 3) and causal_mask(2, 0).shape == (2, 0)
+
+
+@pytest.mark.parametrize(("T", "S", "err", "match"), [
+    (-1, 3, ValueError, "T must be at least 0; got T=-1"),
+    (2, -1, ValueError, "S must be at least 0; got S=-1"),
+    (2.0, 3, TypeError, "T must be an int; got 2.0 of type float"),
+    (2, True, TypeError, "S must be an int; got True of type bool"),
+])
+def test_causal_bad(T: object, S: object, err: type[Exception], match: str) -> None:
+    with pytest.raises(err, match=match):
+        causal_mask(T, S)  # type: ignore[arg-type]
 
 
 def test_padding_mask() -> None:

@@ -68,6 +68,7 @@ def test_absorbed_equals_naive(kw: dict[str, int]) -> None:
 @pytest.mark.parametrize("kw", CONFIGS)
 @pytest.mark.parametrize("mode", ["naive", "absorbed"])
 @pytest.mark.parametrize("steps", [[3, 1, 1, 1, 1], [1] * 7, [2, 5]])
+@torch.no_grad()
 def test_cached_decoding_equals_full_pass(kw: dict[str, int], mode: str, steps: list[int]) -> None:
     m = make(**kw)
     x = torch.randn(2, sum(steps), 32, dtype=torch.float64)
@@ -75,7 +76,7 @@ def test_cached_decoding_equals_full_pass(kw: dict[str, int], mode: str, steps: 
     cache = LatentCache(2, 16, 4, max_len=10, dtype=torch.float64)
     outs, t = [], 0
     for n in steps:
-        outs.append(m(x[:, t : t + n], cache=cache, mode=mode))  # type: ignore[arg-type]
+        outs.append(m(x[:, t : t + n], cache=cache, mode=mode, cache_position=t))  # type: ignore[arg-type]
         t += n
     torch.testing.assert_close(torch.cat(outs, dim=1), full)
     assert cache.kv.shape == (2, 10, 16 + 4)  # only the latent and the RoPE key, per token
@@ -124,8 +125,9 @@ def test_bad_input() -> None:
         m(torch.randn(2, 5, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match="mode must be 'naive' or 'absorbed'; got 'fast'"):
         m(torch.randn(2, 5, 32, dtype=torch.float64), mode="fast")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"k_rope of shape \(2, 5, 4\) does not fit .* \(B, T, R\) = \(2, 'T', 2\)"):
-        m(torch.randn(2, 5, 32, dtype=torch.float64), cache=LatentCache(2, 16, 2, 8, dtype=torch.float64))
+    bad_rope = r"k_rope of shape \(2, 5, 4\) does not fit .* \(B, T, R\) = \(2, 'T', 2\)"
+    with torch.no_grad(), pytest.raises(ValueError, match=bad_rope):
+            m(torch.randn(2, 5, 32, dtype=torch.float64), cache=LatentCache(2, 16, 2, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="RoPE rotates pairs"):
         rope_cos_sin(torch.arange(3), 5)
 

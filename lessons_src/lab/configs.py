@@ -17,7 +17,7 @@ from typing import Any
 
 from . import data_file
 
-__all__ = ["ModelConfig", "load_configs"]
+__all__ = ["ConfigTable", "ModelConfig", "UnknownModelError", "load_configs"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,19 @@ class ModelConfig:
     card_names: dict[str, str] = field(default_factory=dict)
     head_dim_published: int | None = None
     mla: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        sizes = {"d_model": self.d_model, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
+                 "num_layers": self.num_layers}
+        bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+        if bad:
+            raise ValueError(f"{self.name}: sizes must be ints of at least 1; got {bad}")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"{self.name}: num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.head_dim_published is None and self.d_model % self.num_heads != 0:
+            raise ValueError(f"{self.name}: d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -81,14 +94,28 @@ def _parse(entry: dict[str, Any]) -> ModelConfig:
         head_dim_published=entry.get("head_dim"),
         mla=entry.get("mla"),
     )
-    if cfg.num_heads % cfg.num_kv_heads != 0:
-        raise ValueError(f"{cfg.name}: num_heads={cfg.num_heads} is not a multiple of num_kv_heads={cfg.num_kv_heads}")
-    if cfg.head_dim_published is None and cfg.d_model % cfg.num_heads != 0:
-        raise ValueError(f"{cfg.name}: d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}")
     return cfg
 
 
-def load_configs() -> dict[str, ModelConfig]:
-    """All published configurations, by name, in the file's order."""
+class UnknownModelError(KeyError):
+    """A model name that is not in the configurations file; the message lists the names that are."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigTable(dict[str, ModelConfig]):
+    """The published configurations by name; an unknown name raises :class:`UnknownModelError`."""
+
+    def __missing__(self, name: str) -> ModelConfig:
+        raise UnknownModelError(f"no published configuration named {name!r}; the file has: {', '.join(self)}")
+
+
+def load_configs() -> ConfigTable:
+    """All published configurations, by name, in the file's order.
+
+    Looking up a name the file does not have raises :class:`UnknownModelError` (a ``KeyError``) whose
+    message lists the names it has.
+    """
     text = data_file("model_configs.json").read_text(encoding="utf-8")
-    return {cfg.name: cfg for cfg in map(_parse, json.loads(text)["models"])}
+    return ConfigTable((cfg.name, cfg) for cfg in map(_parse, json.loads(text)["models"]))

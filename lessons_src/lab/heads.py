@@ -113,16 +113,16 @@ def ov_circuit(embed: Tensor, attn: MultiHeadAttention, unembed: Tensor, head: i
     Shapes:
         returns ``(V, V)``.
     """
-    if not 0 <= head < attn.num_heads:
-        raise ValueError(f"head={head} is out of range; the layer has heads 0 .. {attn.num_heads - 1}")
-    D, E = attn.d_model, attn.head_dim
-    w_v = attn.qkv_proj.weight[2 * D + head * E : 2 * D + (head + 1) * E]  # (E, D)
-    w_o = attn.out_proj.weight[:, head * E : (head + 1) * E]  # (D, E)
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < attn.num_heads:
+        raise ValueError(f"head={head!r} is out of range; the layer has heads 0 .. {attn.num_heads - 1}")
+    w = attn.head_weights()
+    w_v = w.v[attn.kv_head(head)]  # (E, D): the KV head this query head reads (GQA: shared by its group)
+    w_o = w.o[head]  # (D, E)
     return embed @ w_v.T @ w_o.T @ unembed.T  # (V, V)
 
 
 def copying_score(ov: Tensor) -> Tensor:
-    """Share of the OV circuit's eigenvalues that are positive: ``sum(Re λ) / sum(|λ|)`` in ``[-1, 1]``.
+    """How positive the OV circuit's eigenvalues are: ``sum(Re λ) / sum(|λ|)``, from -1 to 1.
 
     Near 1: attending to a token raises that same token's logit (the head copies).
 

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..attention import MultiHeadAttention, scaled_dot_product_attention
+from ..attention import MultiHeadAttention, repeat_kv, scaled_dot_product_attention
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -255,10 +255,10 @@ def dimension_flow(mha: MultiHeadAttention, x: Tensor) -> list[tuple[str, tuple[
         ('output (after W_O)', (1, 3, 8))
     """
     B, T, D = x.shape
-    qkv = mha.qkv_proj(x)  # (B, T, 3D)
-    q, k, v = mha.project_qkv(x)  # 3 x (B, H, T, E)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(mha.head_dim)  # (B, H, T, T)
-    y, weights = scaled_dot_product_attention(q, k, v)  # (B, H, T, E), (B, H, T, T)
+    qkv = mha.qkv_proj(x)  # (B, T, D + 2 K E)
+    q, k, v = mha.project_qkv(x)  # (B, H, T, E), 2 x (B, K, T, E)
+    scores = q @ repeat_kv(k, mha.n_rep).transpose(-2, -1) / math.sqrt(mha.head_dim)  # (B, H, T, T)
+    y, weights = scaled_dot_product_attention(q, k, v)  # (B, H, T, E), (B, H, T, T): KV heads shared by groups
     concat = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
     out = mha.out_proj(concat)  # (B, T, D)
     if not torch.allclose(out, mha(x), atol=1e-5, rtol=1e-4):

@@ -232,6 +232,7 @@ class MiniLM(nn.Module):
         B, T = input_ids.shape
         if self.cfg.max_len < T:
             raise ValueError(f"sequence length T={T} exceeds the model's max_len={self.cfg.max_len}")
+        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
         positions = torch.arange(T, device=input_ids.device)  # (T,)
         types = torch.zeros_like(input_ids)  # (B, T): one segment
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.type_embeddings(types)
@@ -303,6 +304,17 @@ def _convert(sd: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
     return out
 
 
+def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
+    """Raise a ValueError naming the ids outside ``[0, vocab_size)`` (an embedding lookup would crash)."""
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise ValueError(f"{name} must hold integer token ids; got dtype {ids.dtype}")
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.numel():
+        raise ValueError(
+            f"{name} holds ids outside the vocabulary 0..{vocab_size - 1}: {sorted(set(bad.tolist()))[:10]}"
+        )
+
+
 class Tokenizer:
     """The model's WordPiece tokenizer, read from ``tokenizer.json`` with the ``tokenizers`` package.
 
@@ -321,15 +333,32 @@ class Tokenizer:
         self._tok = _HFTokenizer.from_file(str(root / "tokenizer.json"))
         self._tok.no_padding()
         self._tok.no_truncation()
+        st_config = root / "sentence_bert_config.json"  # sentence-transformers' own setting, if shipped
+        self.max_seq_length: int | None = (
+            int(json.loads(st_config.read_text())["max_seq_length"]) if st_config.is_file() else None
+        )
+        """Word pieces (with ``[CLS]`` and ``[SEP]``) sentence-transformers keeps per sentence (256 here)."""
 
-    def __call__(self, sentence: str) -> tuple[list[str], Tensor]:
-        """Tokenize one sentence: ``(tokens, ids)``, with ``[CLS]`` first and ``[SEP]`` last; ids ``(T,)``."""
+    def __call__(self, sentence: str, *, truncate: bool = False) -> tuple[list[str], Tensor]:
+        """Tokenize one sentence: ``(tokens, ids)``, with ``[CLS]`` first and ``[SEP]`` last; ids ``(T,)``.
+
+        With ``truncate=True``, keep at most :attr:`max_seq_length` pieces, ``[SEP]`` still last, as
+        sentence-transformers does.
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence must be a str; got {type(sentence).__name__}")
         enc = self._tok.encode(sentence)
-        return list(enc.tokens), torch.tensor(enc.ids, dtype=torch.long)
+        tokens, ids = list(enc.tokens), list(enc.ids)
+        n = self.max_seq_length
+        if truncate and n is not None and len(ids) > n:
+            tokens, ids = [*tokens[: n - 1], tokens[-1]], [*ids[: n - 1], ids[-1]]  # keep the final [SEP]
+        return tokens, torch.tensor(ids, dtype=torch.long)
 
-    def batch(self, sentences: Sequence[str]) -> tuple[list[list[str]], Tensor, Tensor]:
+    def batch(self, sentences: Sequence[str], *, truncate: bool = False) -> tuple[list[list[str]], Tensor, Tensor]:
         """Tokenize and right-pad several sentences: ``(tokens, ids (B, T), attention_mask (B, T))``."""
-        toks, ids = zip(*(self(s) for s in sentences), strict=True)
+        if isinstance(sentences, str) or len(sentences) == 0:
+            raise ValueError(f"sentences must be a non-empty list of strings; got {sentences!r}")
+        toks, ids = zip(*(self(s, truncate=truncate) for s in sentences), strict=True)
         T = max(len(i) for i in ids)
         padded = torch.zeros(len(ids), T, dtype=torch.long)  # [PAD] is id 0
         mask = torch.zeros(len(ids), T, dtype=torch.long)
@@ -385,6 +414,9 @@ def attention_maps(sentence: str) -> tuple[list[str], Tensor]:
 def sentence_embeddings(sentences: Sequence[str], model: MiniLM | None = None) -> Tensor:
     """Sentence embeddings as sentence-transformers computes them: mean over real tokens, then L2-normalize.
 
+    Like sentence-transformers, each sentence is truncated to the model's ``max_seq_length`` word
+    pieces (256 for all-MiniLM-L6-v2, read from its ``sentence_bert_config.json``).
+
     Args:
         sentences: the texts.
         model: an encoder (default: the packaged one); pass a model with heads ablated to compare.
@@ -394,7 +426,7 @@ def sentence_embeddings(sentences: Sequence[str], model: MiniLM | None = None) -
     """
     default_model, tok = load()
     model = default_model if model is None else model
-    _, ids, mask = tok.batch(sentences)
+    _, ids, mask = tok.batch(sentences, truncate=True)
     hidden, _ = model(ids, mask)  # (B, T, D)
     m = mask[..., None].to(hidden.dtype)  # (B, T, 1)
     pooled = (hidden * m).sum(1) / m.sum(1)  # (B, D)

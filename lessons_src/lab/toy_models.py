@@ -118,6 +118,13 @@ class TinyTransformer(nn.Module):
         T = tokens.shape[1]
         if self.cfg.max_len < T:
             raise ValueError(f"sequence length T={T} exceeds max_len={self.cfg.max_len}")
+        if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"tokens must hold integer token ids; got dtype {tokens.dtype}")
+        bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)]
+        if bad.numel():
+            raise ValueError(
+                f"tokens outside the vocabulary 0..{self.cfg.vocab_size - 1}: {sorted(set(bad.tolist()))[:10]}"
+            )
         x = self.embed(tokens) + self.pos_embed(torch.arange(T, device=tokens.device))  # (B, T, D)
         weights = []
         for i, attn in enumerate(self.attns):

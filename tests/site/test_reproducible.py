@@ -101,7 +101,19 @@ def test_second_build_is_byte_identical(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     diffs = differing_files(SITE, again)
-    assert diffs == [], "the two builds differ (run `diff -r site <second build>`):\n" + "\n".join(diffs[:50])
+    assert diffs == [], "the two builds differ:\n" + "\n".join(diffs[:50]) + first_difference(SITE, again, diffs)
+
+
+def first_difference(a: Path, b: Path, diffs: list[str]) -> str:
+    """The first differing lines of the first differing HTML page, so a flaky page can be diagnosed."""
+    import difflib
+
+    for rel in diffs:
+        if rel.endswith(".html") and (a / rel).is_file() and (b / rel).is_file():
+            split = [(x / rel).read_text(encoding="utf-8").replace("><", ">\n<").splitlines() for x in (a, b)]
+            lines = list(difflib.unified_diff(*split, "first build", "second build", n=1, lineterm=""))
+            return f"\n\n{rel}:\n" + "\n".join(line[:300] for line in lines[:40])
+    return ""
 
 
 def test_timing_output_is_masked_only_on_timing_pages(tmp_path: Path) -> None:
