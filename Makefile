@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-mha-ways bench-flash clean distclean lock train train-heads ablate
+.PHONY: deps help serve build test lint unit site-check browser bench bench-mha-ways bench-flash bench-live-model clean distclean lock train train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -64,6 +64,10 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_flash.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
 	$(BIN)/python tools/bench/bench_site.py
+	$(BIN)/python tools/bench/bench_live_model.py
+
+bench-live-model: $(DEPS) $(NODE_DEPS) ## Time the live model page in Chromium (forward pass, head toggle; after build)
+	$(BIN)/python tools/bench/bench_live_model.py
 
 bench-mha-ways: $(DEPS) ## Only the common ways of writing MHA (Raschka's setup), eager and compiled (~20 min)
 	$(BIN)/python tools/bench/bench_mha_ways.py
