@@ -16,11 +16,15 @@ hooks fix, in the built HTML, what those audits found in mkdocs-material's templ
   extra_javascript, in that order) are deferred, so they no longer block the first paint. Deferred scripts
   run in document order before DOMContentLoaded, so a widget script that subscribes to Material's
   ``document$`` still finds it.
+* no unused asset and nothing pointing at another host: markdown-exec always copies its Pyodide and ANSI
+  assets into site/assets/ (the Pyodide stylesheet loads from a CDN); when no page uses them they are
+  deleted after the build, as the links to them were removed from every page.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 _SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
@@ -74,3 +78,17 @@ def on_post_page(output: str, **kwargs: Any) -> str:
     if "ansi" not in _uses:
         output = _ANSI_CSS.sub("", output)
     return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)
+
+
+_UNUSED_WHEN = {
+    "pyodide": ("_markdown_exec_pyodide.css", "_markdown_exec_pyodide.js"),
+    "ansi": ("_markdown_exec_ansi.css",),
+}
+
+
+def on_post_build(config: Any, **kwargs: Any) -> None:
+    assets = Path(config["site_dir"]) / "assets"
+    for use, names in _UNUSED_WHEN.items():
+        if use not in _uses:
+            for name in names:
+                (assets / name).unlink(missing_ok=True)
