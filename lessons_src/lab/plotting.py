@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import io
 import pickle
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -147,8 +148,10 @@ def _narrow_copy(fig: Figure) -> Figure:
         for t in copy.findobj(Text):
             if not t.get_visible() or not t.get_text():
                 continue
-            if float(t.get_fontsize()) < NARROW_MIN_FONT_PT:
-                t.set_fontsize(NARROW_MIN_FONT_PT)
+            # mathtext draws super- and subscripts at 0.7 of the size (2^3 on a log axis)
+            least = NARROW_MIN_FONT_PT / (0.7 if re.search(r"\$.*[\^_].*\$", t.get_text()) else 1.0)
+            if float(t.get_fontsize()) < least:
+                t.set_fontsize(least)
             limit = copy.bbox.width * 0.98
             axes = t.axes
             titles = [getattr(axes, n, None) for n in ("title", "_left_title", "_right_title")] if axes else []
