@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench clean distclean lock train train-heads ablate
+.PHONY: deps help serve build test lint unit site-check browser bench bench-site clean distclean lock train train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -61,7 +61,14 @@ test: lint unit build site-check browser ## Everything CI runs: lint, unit tests
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench/bench_mha.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
-	$(BIN)/python tools/bench/bench_site.py
+	$(MAKE) bench-site
+
+# PAGES: sitemap paths to measure (e.g. PAGES="lessons/pitfalls/ summary/"; empty = every page; the home page
+# is measured by any run that names no page). REPEATS: Lighthouse runs per page, the median reported.
+PAGES ?=
+REPEATS ?= 3
+bench-site: $(DEPS) $(NODE_DEPS) ## Build time and Lighthouse (mobile, median of REPEATS) of PAGES beside a stock page
+	$(BIN)/python tools/bench/bench_site.py --repeats $(REPEATS) $(if $(strip $(PAGES)),--pages $(PAGES))
 
 train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU, a few minutes)
 	$(BIN)/python tools/train/train_induction.py

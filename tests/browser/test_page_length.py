@@ -21,7 +21,15 @@ MAX_SCREENS = 12
 PHONE_COLUMN_PX = 343
 # Pages over the limit whose text another issue owns (lessons and summary: issue 15; practice: issue 16).
 # KNOWN_LONG=0 in the environment runs them as ordinary tests, to measure them.
-KNOWN_LONG: dict[str, str] = {}
+ISSUE_15 = "issue 15 (the learner's path) is splitting the lessons"
+KNOWN_LONG: dict[str, str] = {
+    "lessons/inference-variants/": ISSUE_15,
+    "lessons/parameters-and-compute/": ISSUE_15,
+    "lessons/pitfalls/": ISSUE_15,
+    "lessons/split-run-concatenate/": ISSUE_15,
+    "lessons/what-heads-learn/": ISSUE_15,
+    "lessons/why-multiple-heads/": ISSUE_15,
+}
 PAGES = site_pages()
 
 
@@ -46,7 +54,7 @@ def test_page_fits_twelve_phone_screens(browser: Any, server: str, path: str) ->
     context, _ = open_context(browser, server, viewport=SCREEN, is_mobile=True)
     try:
         page = context.new_page()
-        page.goto(server + path, wait_until="load")
+        page.goto(server + path, wait_until="networkidle")
         n = screens(page)
         print(f"SCREENS {path or '/'} {n:.1f}")
         assert n <= MAX_SCREENS, f"{path or 'home'}: {n:.1f} screens of 375x667 with collapsibles closed"
@@ -55,13 +63,13 @@ def test_page_fits_twelve_phone_screens(browser: Any, server: str, path: str) ->
 
 
 def test_figures_fit_the_phone_column(browser: Any, server: str) -> None:
-    with_figures = [p for p in PAGES if 'class="lesson-figure"' in _html(p)]
+    with_figures = [p for p in PAGES if '<figure class="lesson-figure">' in _html(p)]
     assert with_figures, "no page has a lesson figure"
     context, watch = open_context(browser, server, viewport=SCREEN, is_mobile=True)
     try:
         page = context.new_page()
         for path in with_figures:
-            page.goto(server + path, wait_until="load")
+            page.goto(server + path, wait_until="networkidle")
             widths = page.evaluate(
                 """async () => {
                     const imgs = [...document.querySelectorAll('.lesson-figure img')];

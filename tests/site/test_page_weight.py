@@ -17,9 +17,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import material
 import pytest
@@ -35,6 +37,15 @@ PHONE_WIDTH_PX = 375
 PHONE_COLUMN_PX = 343
 MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
+# Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
+# entry must go). Most of their elements are KaTeX's (HTML and MathML for every formula).
+ISSUE_15 = "issue 15 (the learner's path) is splitting the lessons"
+KNOWN_HEAVY = {
+    "lessons/inference-variants/": ISSUE_15,
+    "lessons/parameters-and-compute/": ISSUE_15,
+    "lessons/pitfalls/": ISSUE_15,
+    "lessons/split-run-concatenate/": ISSUE_15,
+}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
@@ -77,7 +88,16 @@ def page_id(page: Path) -> str:
     return str(page.parent.relative_to(SITE)) + "/"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def dom_params() -> list[Any]:
+    def marks(page: Path) -> list[Any]:
+        if page_id(page) in KNOWN_HEAVY and os.environ.get("KNOWN_HEAVY", "1") != "0":
+            return [pytest.mark.xfail(reason=f"too many elements; {KNOWN_HEAVY[page_id(page)]}", strict=True)]
+        return []
+
+    return [pytest.param(p, marks=marks(p), id=page_id(p)) for p in PAGES]
+
+
+@pytest.mark.parametrize("page", dom_params())
 def test_dom_is_small(page: Path) -> None:
     total, outside = count_elements(page.read_text(encoding="utf-8"))
     assert outside <= MAX_ELEMENTS_OUTSIDE_CODE and total <= MAX_ELEMENTS, (
