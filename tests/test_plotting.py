@@ -27,7 +27,7 @@ def test_narrow_variant_fits_a_phone_column_with_legible_type_and_leaves_the_fig
     out = svg(fig, title="four heads")
     narrow = out[out.index('<svg class="lesson-figure-narrow"') :]
     width_pt = float(re.search(r'width="([\d.]+)pt"', narrow).group(1))  # type: ignore[union-attr]
-    assert round(width_pt * 96 / 72) == 343
+    assert 250 < width_pt * 96 / 72 <= 343  # drawn 343 px wide, blank margins cut off
     sizes = [float(f) for f in re.findall(r"font-size: ([\d.]+)px", narrow)]
     assert sizes and min(sizes) >= 9.0  # 9 pt at natural size is 12 CSS px
     wide = out[: out.index('<svg class="lesson-figure-narrow"')]

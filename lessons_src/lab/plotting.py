@@ -71,10 +71,12 @@ def svg(fig: Figure, *, title: str | None = None, narrow: Figure | None = None) 
     for name, value in (("fig", fig), ("narrow", narrow)):
         if value is not None and not isinstance(value, Figure):
             raise TypeError(f"{name} must be a matplotlib Figure (from plotting.figure()), got {type(value).__name__}")
+    derived = narrow is None and getattr(fig, "_lesson_narrow", None) is None
     if narrow is None:
         narrow = getattr(fig, "_lesson_narrow", None) or _narrow_copy(fig)
     wide_svg = _svg_text(fig, title=title, css_class="lesson-figure-wide", salt="lessons")
-    narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow")
+    # a derived variant is given room to spare (its panels' heights are a guess); the blank margin is cut off
+    narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow", tight=derived)
     return f'<figure class="lesson-figure">{wide_svg}{narrow_svg}</figure>'
 
 
@@ -84,12 +86,13 @@ def set_narrow(fig: Figure, narrow: Figure) -> Figure:
     return fig
 
 
-def _svg_text(fig: Figure, *, title: str | None, css_class: str, salt: str) -> str:
+def _svg_text(fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False) -> str:
     import matplotlib
 
     buf = io.StringIO()
+    crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.04} if tight else {}
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, **crop)
     text = buf.getvalue()
     body = text[text.index("<svg") :]
     label = f' role="img" aria-label="{html.escape(title, quote=True)}"' if title is not None else ""
@@ -161,6 +164,20 @@ def _narrow_copy(fig: Figure) -> Figure:
             if extent > limit and len(t.get_text()) > 8:
                 chars = max(8, int(max(len(line) for line in t.get_text().split("\n")) * limit / extent * 0.9))
                 t.set_text("\n".join(textwrap.fill(line, chars) for line in t.get_text().split("\n")))
+    good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
+    for _ in range(4):  # panels with a fixed aspect (images) leave blank bands: take the height back
+        copy.draw_without_rendering()
+        panels = [a for a in copy.axes if a.get_subplotspec() and a.get_visible() and not hasattr(a, "_colorbar")]
+        frames = [(ax.get_position(original=True), ax.get_position(original=False)) for ax in panels]
+        if not frames or any(full.width - used.width > 0.005 for full, used in frames):
+            copy.set_size_inches(good[0], good[1])  # went too far: a panel got narrower than its column
+            break
+        good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
+        w, h = good
+        slack = min(full.height - used.height for full, used in frames) * h * new_rows
+        if slack < 0.05:
+            break
+        copy.set_size_inches(w, h - 0.7 * slack)
     copy.draw_without_rendering()
     renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
     for ax in copy.axes:
