@@ -231,3 +231,28 @@ def test_no_asset_points_at_another_host() -> None:
         if remote.search(p.read_text(encoding="utf-8", errors="replace"))
     ]
     assert offenders == []
+
+
+def test_every_local_asset_a_page_loads_exists() -> None:
+    """Stylesheets, scripts and images that any HTML file (the 404 page included) loads are in site/."""
+    base = "/" + "/".join(Path(re.sub(r"^https?://[^/]+", "", _site_url())).parts[1:]) + "/"
+    missing = []
+    for page in SITE.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        urls = [a.get("href", "") for a in tag_attrs(html, "link") if a.get("rel") == "stylesheet"]
+        urls += [a.get("src", "") for tag in ("script", "img") for a in tag_attrs(html, tag)]
+        urls += [a.get("srcset", "") for a in tag_attrs(html, "source")]
+        for url in filter(None, urls):
+            if re.match(r"^(https?:)?//|^data:", url):
+                continue
+            path = SITE / url.split("?")[0][len(base) :] if url.startswith("/") else page.parent / url.split("?")[0]
+            if not path.resolve().is_file():
+                missing.append(f"{page.relative_to(SITE)}: {url}")
+    assert missing == []
+
+
+def _site_url() -> str:
+    text = (SITE.parent / "mkdocs.yml").read_text(encoding="utf-8")
+    match = re.search(r"^site_url:\s*(\S+)", text, re.M)
+    assert match is not None
+    return match.group(1)

@@ -84,10 +84,19 @@ def _katex_style(page_url: str) -> str:
     return f"<style>{css}</style>"
 
 
+def on_post_template(output: str, template_name: str, **kwargs: Any) -> str:
+    # the 404 page is a theme template, not a page: it gets the same head (and must not link what is deleted)
+    return _fix_page(output, None) if template_name.endswith(".html") else output
+
+
 def on_post_page(output: str, page: Any = None, **kwargs: Any) -> str:
+    return _fix_page(output, page.url if page is not None else "")
+
+
+def _fix_page(output: str, page_url: str | None) -> str:
     output = _KATEX_LINK.sub("", output)
-    if 'class="katex' in output and _ARTICLE in output:
-        output = output.replace(_ARTICLE, _ARTICLE + _katex_style(page.url if page is not None else ""), 1)
+    if page_url is not None and 'class="katex' in output and _ARTICLE in output:
+        output = output.replace(_ARTICLE, _ARTICLE + _katex_style(page_url), 1)
     output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
     output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
     output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
