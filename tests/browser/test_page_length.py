@@ -75,13 +75,16 @@ def test_figures_fit_the_phone_column(browser: Any, server: str) -> None:
                     const imgs = [...document.querySelectorAll('.lesson-figure img')];
                     imgs.forEach(i => { i.loading = 'eager'; });
                     await Promise.all(imgs.map(i => i.decode().catch(() => null)));
-                    return imgs.map(i => [i.getBoundingClientRect().width, i.currentSrc, i.naturalWidth]);
+                    return imgs.map(i => [i.getBoundingClientRect().width, i.currentSrc, i.naturalWidth,
+                                          (i.parentElement.querySelector('source') || {}).srcset || null]);
                 }"""
             )
             assert widths, f"{path}: no figure image"
-            for width, src, natural in widths:
+            for width, src, natural, narrow in widths:
                 assert 0 < width <= PHONE_COLUMN_PX + 0.5, f"{path}: {src} drawn {width} px wide"
                 assert natural > 0, f"{path}: {src} did not load"
+                if narrow:  # the phone gets the variant drawn for it
+                    assert src.endswith(narrow.split("/")[-1]), f"{path}: a 375-px screen picked {src}, not {narrow}"
     finally:
         context.close()
     assert watch.problems() == {}, watch.problems()
