@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-mha-ways bench-flash bench-live-model clean distclean lock train train-heads ablate
+.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model clean distclean lock train train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -63,8 +63,15 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_mha_ways.py
 	$(BIN)/python tools/bench/bench_flash.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
-	$(BIN)/python tools/bench/bench_site.py
+	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
+
+# PAGES: sitemap paths to measure (e.g. PAGES="lessons/pitfalls/ summary/"; empty = every page; the home page
+# is measured by any run that names no page). REPEATS: Lighthouse runs per page, the median reported.
+PAGES ?=
+REPEATS ?= 3
+bench-site: $(DEPS) $(NODE_DEPS) ## Build time and Lighthouse (mobile, median of REPEATS) of PAGES beside a stock page
+	$(BIN)/python tools/bench/bench_site.py --repeats $(REPEATS) $(if $(strip $(PAGES)),--pages $(PAGES))
 
 bench-live-model: $(DEPS) $(NODE_DEPS) ## Time the live model page in Chromium (forward pass, head toggle; after build)
 	$(BIN)/python tools/bench/bench_live_model.py

@@ -15,8 +15,31 @@ def test_svg_is_reproducible_and_named() -> None:
 
     first, second = make(), make()
     assert first == second
-    assert 'aria-label="three heads"' in first and first.count("<svg") == 1
+    assert first.count('aria-label="three heads"') == 2 and first.count("<svg") == 2  # wide and narrow
     assert "dc:date" not in first
+
+
+def test_narrow_variant_fits_a_phone_column_with_legible_type_and_leaves_the_figure_alone() -> None:
+    import re
+
+    fig = attention_heatmaps(torch.rand(4, 6, 6).softmax(-1), [f"tok{i}" for i in range(6)], cols=4)
+    size = tuple(fig.get_size_inches())
+    out = svg(fig, title="four heads")
+    narrow = out[out.index('<svg class="lesson-figure-narrow"') :]
+    width_pt = float(re.search(r'width="([\d.]+)pt"', narrow).group(1))  # type: ignore[union-attr]
+    assert 250 < width_pt * 96 / 72 <= 343  # drawn 343 px wide, blank margins cut off
+    sizes = [float(f) for f in re.findall(r"font-size: ([\d.]+)px", narrow)]
+    assert sizes and min(sizes) >= 9.0  # 9 pt at natural size is 12 CSS px
+    wide = out[: out.index('<svg class="lesson-figure-narrow"')]
+    assert min(float(f) for f in re.findall(r"font-size: ([\d.]+)px", wide)) == 8.0  # the figure as drawn
+    assert tuple(fig.get_size_inches()) == size
+
+
+def test_svg_rejects_what_is_not_a_figure() -> None:
+    import pytest
+
+    with pytest.raises(TypeError, match="narrow must be a matplotlib Figure"):
+        svg(figure(), narrow="small")  # type: ignore[arg-type]
 
 
 def test_heatmap_grid_has_one_panel_per_head() -> None:

@@ -453,21 +453,94 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, war
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def data_flow_diagram(flow: Sequence[tuple[str, tuple[int, ...]]], num_heads: int) -> Figure:
+def data_flow_diagram(
+    flow: Sequence[tuple[str, tuple[int, ...]]], num_heads: int, *, vertical: bool = False
+) -> Figure:
     """Draw the data flow of a multi-head attention layer, labelled with the shapes of a real run.
 
     Args:
         flow: the output of :func:`dimension_flow`.
         num_heads: heads to draw (at most 4 are drawn, with a gap marked for the rest).
+        vertical: draw it top to bottom for a phone's column. The left-to-right figure carries this one
+            as its narrow-screen variant (:func:`lessons_src.lab.plotting.set_narrow`).
 
     Returns:
         A matplotlib figure (emit it with :func:`lessons_src.lab.plotting.svg`).
     """
+    from .plotting import set_narrow
+
+    shapes = dict(flow)
+    if vertical:
+        return _data_flow_vertical(shapes, num_heads)
+    return set_narrow(_data_flow_across(shapes, num_heads), _data_flow_vertical(shapes, num_heads))
+
+
+def _fmt_shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ")"
+
+
+def _data_flow_vertical(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Figure:
+    """The data flow top to bottom, 343 px wide with 9-pt type (see :func:`data_flow_diagram`)."""
+    import textwrap
+
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    from .plotting import NARROW_MIN_FONT_PT, NARROW_WIDTH_PX, figure
+
+    fs = NARROW_MIN_FONT_PT
+    fig = figure(figsize=(NARROW_WIDTH_PX / 96, 5.4), layout=None)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    ax.set_axis_off()
+
+    def box(x0: float, x1: float, yc: float, h: float, text: str, color: str) -> None:
+        ax.add_patch(FancyBboxPatch((x0, yc - h / 2), x1 - x0, h, boxstyle="round,pad=0.8", fc=color, ec="#333333",
+                                    lw=0.8))
+        ax.text((x0 + x1) / 2, yc, text, ha="center", va="center", fontsize=fs, color="#111111")
+
+    def line(xs: Sequence[float], ys: Sequence[float], head: bool = False) -> None:
+        if head:
+            ax.add_patch(FancyArrowPatch((xs[0], ys[0]), (xs[1], ys[1]), arrowstyle="-|>", mutation_scale=8, lw=0.8,
+                                         color="#333333"))
+        else:
+            ax.plot(xs, ys, color="#333333", lw=0.8)
+
+    B, _, T, E = shapes["per-head queries Q"]
+    box(25, 75, 94.5, 5.5, f"input x\n{_fmt_shape(shapes['input x'])}", "#dbe4ff")
+    line([50, 50], [90.8, 86.4], head=True)
+    projected = _fmt_shape(shapes["fused projection x @ [W_Q; W_K; W_V]^T"])
+    box(15, 85, 80, 9, f"project Q, K, V\n(one fused matmul)\n{projected}", "#fff3bf")
+    drawn = min(num_heads, 4)
+    ys = [64 - i * 9.5 for i in range(drawn)]
+    if num_heads > drawn:
+        ys[-1] -= 5
+    line([50, 50, 5, 5], [74.6, 72, 72, ys[-1]])
+    for i, y in enumerate(ys):
+        label = f"head {i + 1}" if i < drawn - 1 or drawn == num_heads else f"head {num_heads}"
+        box(11, 89, y, 6, f"{label}: softmax(QKᵀ/√{E}) V\nQ, K, V ({B}, {T}, {E})", "#d3f9d8")
+        line([5, 10.2], [y, y], head=True)
+        line([89.8, 95], [y, y])
+    if num_heads > drawn:
+        ax.text(50, (ys[-2] + ys[-1]) / 2, f"… {num_heads - drawn} more heads …", ha="center", va="center", fontsize=fs)
+    concat_y = ys[-1] - 14
+    line([95, 95, 25], [ys[0], concat_y + 7, concat_y + 7])
+    line([25, 25], [concat_y + 7, concat_y + 4.2], head=True)
+    box(6, 44, concat_y, 6, f"concat\n{_fmt_shape(shapes['concatenated heads'])}", "#ffe8cc")
+    line([45, 55], [concat_y, concat_y], head=True)
+    box(56, 94, concat_y, 6, f"W_O\n{_fmt_shape(shapes['output (after W_O)'])}", "#f3d9fa")
+    note = (f"d_model = {shapes['input x'][-1]} is split into {num_heads} heads of d_k = {E}; "
+            f"every head has its own ({T} x {T}) attention weights.")
+    ax.text(50, concat_y - 6, textwrap.fill(note, 44), ha="center", va="top", fontsize=fs)
+    return fig
+
+
+def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Figure:
+    """The data flow left to right (see :func:`data_flow_diagram`)."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     from .plotting import figure
 
-    shapes = dict(flow)
     fig = figure(figsize=(7.2, 4.0), layout=None)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 100)

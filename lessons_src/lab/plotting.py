@@ -5,7 +5,10 @@ matplotlib is imported lazily, so the rest of the package needs only torch.
 
 from __future__ import annotations
 
+import html
 import io
+import pickle
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -15,7 +18,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from torch import Tensor
 
-__all__ = ["attention_heatmap", "attention_heatmaps", "figure", "svg"]
+__all__ = ["attention_heatmap", "attention_heatmaps", "figure", "set_narrow", "svg"]
 
 
 def figure(**kwargs: Any) -> Figure:
@@ -31,27 +34,169 @@ def figure(**kwargs: Any) -> Figure:
     return Figure(**kwargs)
 
 
-def svg(fig: Figure, *, title: str | None = None) -> str:
-    """Render ``fig`` as an inline SVG string with no date and stable element ids.
+# A phone's content column: Material leaves 343 CSS px of a 375-px-wide screen for the page's content.
+NARROW_WIDTH_PX = 343
+# The smallest type in a figure drawn for that column, in points: 9 pt is 12 CSS px at natural size.
+NARROW_MIN_FONT_PT = 9.0
+# Panels narrower than this (inches) are moved to more rows in the narrow variant.
+_MIN_PANEL_IN = 1.7
+
+
+def svg(fig: Figure, *, title: str | None = None, narrow: Figure | None = None) -> str:
+    """Render ``fig`` as inline SVG with no date and stable element ids, plus a variant for narrow screens.
+
+    The returned ``<figure>`` holds two ``<svg>`` elements: the figure as drawn (class
+    ``lesson-figure-wide``) and a variant drawn for a phone's 343-px column (class
+    ``lesson-figure-narrow``), whose smallest type is :data:`NARROW_MIN_FONT_PT` points (12 CSS px) at
+    its natural size. The site's stylesheet shows one of them by screen width; the site build moves both
+    into files behind a ``<picture>`` (``tools/site_build/figures.py``).
+
+    The narrow variant is ``narrow`` if given (or a figure attached with :func:`set_narrow`); otherwise it
+    is derived from a copy of ``fig``: panels in more rows, small type enlarged, long titles wrapped,
+    crowded tick labels thinned. ``fig`` itself is not changed.
 
     Args:
         fig: the figure.
         title: accessible name for the image (read by screen readers).
+        narrow: a figure drawn for narrow screens, if the automatic one does not suit.
 
     Returns:
-        The ``<svg>`` element as text, ready to print from a ``markdown-exec`` block with ``html="1"``.
+        The ``<figure>`` element as text, ready to print from a ``markdown-exec`` block with ``html="1"``.
+
+    Raises:
+        TypeError: if ``fig`` or ``narrow`` is not a matplotlib ``Figure``.
     """
+    from matplotlib.figure import Figure
+
+    for name, value in (("fig", fig), ("narrow", narrow)):
+        if value is not None and not isinstance(value, Figure):
+            raise TypeError(f"{name} must be a matplotlib Figure (from plotting.figure()), got {type(value).__name__}")
+    derived = narrow is None and getattr(fig, "_lesson_narrow", None) is None
+    if narrow is None:
+        narrow = getattr(fig, "_lesson_narrow", None) or _narrow_copy(fig)
+    wide_svg = _svg_text(fig, title=title, css_class="lesson-figure-wide", salt="lessons")
+    # a derived variant is given room to spare (its panels' heights are a guess); the blank margin is cut off
+    narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow", tight=derived)
+    return f'<figure class="lesson-figure">{wide_svg}{narrow_svg}</figure>'
+
+
+def set_narrow(fig: Figure, narrow: Figure) -> Figure:
+    """Attach a hand-made narrow-screen variant to ``fig`` (used by :func:`svg`); returns ``fig``."""
+    fig._lesson_narrow = narrow  # type: ignore[attr-defined]
+    return fig
+
+
+def _svg_text(fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "lessons", "svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.04} if tight else {}
+    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, **crop)
     text = buf.getvalue()
-    start = text.index("<svg")
-    body = text[start:]
-    if title is not None:
-        body = body.replace("<svg ", f'<svg role="img" aria-label="{title}" ', 1)
-    return f'<figure class="lesson-figure">{body}</figure>'
+    body = text[text.index("<svg") :]
+    label = f' role="img" aria-label="{html.escape(title, quote=True)}"' if title is not None else ""
+    return body.replace("<svg ", f'<svg class="{css_class}"{label} ', 1)
+
+
+def _narrow_copy(fig: Figure) -> Figure:
+    """A copy of ``fig`` laid out for a phone's column (see :func:`svg`)."""
+    import textwrap
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    copy: Figure = pickle.loads(pickle.dumps(fig))
+    FigureCanvasAgg(copy)  # measures text while laying out; savefig picks its own canvas for SVG
+    width_in = NARROW_WIDTH_PX / 96
+    old_w, old_h = (float(v) for v in fig.get_size_inches())
+    rows = cols = new_rows = new_cols = 1
+    grid = [ax for ax in copy.axes if ax.get_subplotspec() is not None]
+    specs = {id(ax.get_subplotspec().get_gridspec()) for ax in grid}  # type: ignore[union-attr]
+    if len(specs) == 1 and copy.get_layout_engine() is not None:
+        gs = grid[0].get_subplotspec().get_gridspec()  # type: ignore[union-attr]
+        rows, cols = gs.get_geometry()
+        single = all(
+            len(ax.get_subplotspec().rowspan) == 1 and len(ax.get_subplotspec().colspan) == 1  # type: ignore[union-attr]
+            for ax in grid
+        )
+        if cols > 1 and single:
+            shown = [ax for ax in grid if ax.axison]
+            new_cols = max(1, min(cols, int(width_in // max(_MIN_PANEL_IN, 0.8 * old_w / cols))))
+            new_rows = -(-len(shown) // new_cols)
+            new_gs = copy.add_gridspec(new_rows, new_cols)
+            order = sorted(shown, key=lambda a: (a.get_subplotspec().rowspan.start, a.get_subplotspec().colspan.start))  # type: ignore[union-attr]
+            for i, ax in enumerate(order):
+                ax.set_subplotspec(new_gs[i // new_cols, i % new_cols])
+                ax.tick_params(labelleft=True, labelbottom=True)
+            for ax in grid:
+                if not ax.axison:
+                    copy.delaxes(ax)
+        else:
+            new_rows, new_cols = rows, cols
+    panel_scale = (width_in / new_cols) / (old_w / cols)
+    text_room = 0.7 if copy.get_layout_engine() is not None else 0.0  # enlarged type needs room in every row
+    height_in = max(new_rows * (old_h / rows * panel_scale + text_room), old_h * width_in / old_w, 1.0)
+    copy.set_size_inches(width_in, min(height_in, 4 * width_in))
+    if copy.get_layout_engine() is None:
+        return copy  # hand-placed drawings: enlarging type would break them; see set_narrow
+    for ax in copy.axes:
+        for axis in ("x", "y"):
+            labels = getattr(ax, f"get_{axis}ticklabels")()
+            if labels and labels[0].get_fontsize() < NARROW_MIN_FONT_PT:
+                ax.tick_params(axis=axis, labelsize=NARROW_MIN_FONT_PT)
+    for _ in range(2):
+        copy.draw_without_rendering()
+        renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
+        for t in copy.findobj(Text):
+            if not t.get_visible() or not t.get_text():
+                continue
+            # mathtext draws super- and subscripts at 0.7 of the size (2^3 on a log axis)
+            least = NARROW_MIN_FONT_PT / (0.7 if re.search(r"\$.*[\^_].*\$", t.get_text()) else 1.0)
+            if float(t.get_fontsize()) < least:
+                t.set_fontsize(least)
+            limit = copy.bbox.width * 0.98
+            axes = t.axes
+            titles = [getattr(axes, n, None) for n in ("title", "_left_title", "_right_title")] if axes else []
+            if axes is not None and t in titles:
+                limit = max(axes.bbox.width * 1.15, 60.0)
+            extent = t.get_window_extent(renderer).width
+            if extent > limit and len(t.get_text()) > 8:
+                chars = max(8, int(max(len(line) for line in t.get_text().split("\n")) * limit / extent * 0.9))
+                t.set_text("\n".join(textwrap.fill(line, chars) for line in t.get_text().split("\n")))
+    good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
+    for _ in range(4):  # panels with a fixed aspect (images) leave blank bands: take the height back
+        copy.draw_without_rendering()
+        panels = [a for a in copy.axes if a.get_subplotspec() and a.get_visible() and not hasattr(a, "_colorbar")]
+        frames = [(ax.get_position(original=True), ax.get_position(original=False)) for ax in panels]
+        if not frames or any(full.width - used.width > 0.005 for full, used in frames):
+            copy.set_size_inches(good[0], good[1])  # went too far: a panel got narrower than its column
+            break
+        good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
+        w, h = good
+        slack = min(full.height - used.height for full, used in frames) * h * new_rows
+        if slack < 0.05:
+            break
+        copy.set_size_inches(w, h - 0.7 * slack)
+    copy.draw_without_rendering()
+    renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in copy.axes:
+        for axis in ("x", "y"):
+            ticks = list(getattr(ax, f"get_{axis}ticks")())
+            labels = [lab for lab in getattr(ax, f"get_{axis}ticklabels")() if lab.get_visible()]
+            if len(labels) != len(ticks) or len(labels) < 3:
+                continue
+            boxes = [lab.get_window_extent(renderer) for lab in labels]
+            step = 1
+            while step < len(labels) and any(
+                boxes[i].overlaps(boxes[i + step]) for i in range(0, len(boxes) - step, step)
+            ):
+                step += 1
+            if step > 1:
+                texts = [lab.get_text() if i % step == 0 else "" for i, lab in enumerate(labels)]
+                style = {"rotation": labels[0].get_rotation(), "fontsize": labels[0].get_fontsize()}
+                getattr(ax, f"set_{axis}ticks")(ticks, labels=texts, **style)
+    return copy
 
 
 def attention_heatmap(

@@ -25,21 +25,27 @@ def report() -> dict[str, Any]:
 
 def test_report_is_well_formed(report: dict[str, Any]) -> None:
     assert report["pages"], "the report lists no page"
+    for measured in [*(p["lighthouse"]["mobile"] for p in report["pages"]), report["yardstick"]]:
+        assert list(measured["scores"]) == CATEGORIES
+        assert all(0 <= s <= 100 for s in measured["scores"].values())
+        runs = measured["performance_runs"]
+        assert len(runs) == len(measured["benchmark_index"]) == report["repeats"]
+        assert measured["scores"]["performance"] == round(sorted(runs)[len(runs) // 2]) or len(runs) % 2 == 0
+        assert all(i > 0 for i in measured["benchmark_index"])
     for page in report["pages"]:
         assert page["bytes"] > 0
-        for preset in page["lighthouse"].values():
-            assert list(preset["scores"]) == CATEGORIES
-            assert all(0 <= s <= 100 for s in preset["scores"].values())
     if report["build"] is not None:
         assert report["build"]["warm_s"] > 0 and report["build"]["cold_s"] > 0
 
 
 def test_benchmarks_page_shows_the_report(report: dict[str, Any]) -> None:
     text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", PAGE.read_text(encoding="utf-8"))))
+    yard = report["yardstick"]["scores"]
+    assert f"Yardstick (stock page): {yard['performance']} (" + " / ".join(str(yard[c]) for c in CATEGORIES) in text
     for page in report["pages"]:
-        row = f"{page['page']} {page['bytes'] / 1000:.0f} kB"
+        mobile = page["lighthouse"]["mobile"]["scores"]
+        row = f"{page['page']} {page['bytes'] / 1000:.0f} kB " + " / ".join(str(mobile[c]) for c in CATEGORIES)
+        row += f" {mobile['performance'] - yard['performance']:+d}"
         assert row in text, f"the benchmarks page does not show {row!r}"
-        for preset in page["lighthouse"].values():
-            assert " / ".join(str(preset["scores"][c]) for c in CATEGORIES) in text
     if report["build"] is not None:
         assert f"cold {report['build']['cold_s']:.1f} s, warm {report['build']['warm_s']:.1f} s" in text

@@ -5,17 +5,21 @@ A report, not a test (`make bench` runs it). It measures:
 * the cold and warm time of the site build (the `make build` recipe: `mkdocs build --strict --clean`); cold
   is the first build after removing site/, the notebook cache and the repository's __pycache__ folders,
   warm is the same build again right after it;
-* for every page of the sitemap, Lighthouse (the npm package pinned in package-lock.json, driving Debian's
-  Chromium through CHROME_PATH) against the site served locally under its GitHub Pages sub-path, gzipped
-  as GitHub Pages serves it: the four category scores with the mobile preset (Lighthouse's default:
-  simulated slow 4G and a 4x slower CPU) and the desktop preset, and the bytes transferred to load the page;
+* for every page of the sitemap (or those named with --pages), Lighthouse (the npm package pinned in
+  package-lock.json, driving Debian's Chromium through CHROME_PATH) against the site served locally under
+  its GitHub Pages sub-path, gzipped as GitHub Pages serves it, with the mobile preset (Lighthouse's
+  default: simulated slow 4G and a 4x slower CPU): the four category scores, each the median of --repeats
+  runs, Lighthouse's benchmarkIndex (how fast this machine was during each run), and the bytes transferred;
+* in the same run, round-robin with the pages, the yardstick: a stock one-paragraph page of the same theme
+  (a tiny MkDocs project with this site's theme settings and nothing else), served the same way. A busy
+  machine lowers every score; the distance of a page from the yardstick is what to read.
 * the speed ratios the other benchmarks wrote to docs/_data/bench/*.json.
 
 It writes docs/_data/bench/site.json (shown on the Benchmarks page at the next build) and prints a table.
 
-    python tools/bench/bench_site.py                   # everything
-    python tools/bench/bench_site.py --no-build        # reuse site/ (no build timing)
-    python tools/bench/bench_site.py --presets mobile  # one Lighthouse preset
+    python tools/bench/bench_site.py                                 # everything (make bench-site)
+    python tools/bench/bench_site.py --no-build                      # reuse site/ (no build timing)
+    python tools/bench/bench_site.py --pages "" lessons/pitfalls/ --repeats 1   # a quick look
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,6 +48,8 @@ OUT = ROOT / "docs" / "_data" / "bench" / "site.json"
 LIGHTHOUSE = ROOT / "node_modules" / ".bin" / "lighthouse"
 CATEGORIES = ["performance", "accessibility", "best-practices", "seo"]
 BUDGET_BYTES = 1_000_000  # no page heavier than 1 MB transferred
+GOAL_SCORE = 95  # mobile performance, every page
+GOAL_BELOW_YARDSTICK = 3  # on a busy machine: no page more than 3 points below the stock page
 BUILD_BUDGET_S = 90.0  # cold build on CI's 2 cores
 
 
@@ -74,13 +82,37 @@ def build_times() -> dict[str, float]:
     return {"cold_s": round(cold, 2), "warm_s": round(warm, 2)}
 
 
-def serve() -> tuple[http.server.ThreadingHTTPServer, str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SiteHandler, directory=str(SITE)))
+def serve(directory: Path = SITE) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(SiteHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}{BASE_PATH}"
 
 
-def lighthouse(url: str, preset: str) -> dict[str, Any]:
+def build_yardstick(dest: Path) -> Path:
+    """A stock page of the same theme: this site's theme settings, one paragraph, nothing else."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nhooks:")[0])
+    docs = dest / "docs"
+    docs.mkdir(parents=True)
+    (docs / "index.md").write_text(
+        "# A stock page\n\nOne paragraph of text on a page of the stock theme, with nothing added to it: the "
+        "yardstick against which the site's pages are measured in the same run.\n",
+        encoding="utf-8",
+    )
+    stock = {"site_name": "Yardstick", "site_url": config["site_url"], "theme": config["theme"], "plugins": ["search"]}
+    (dest / "mkdocs.yml").write_text(json.dumps(stock), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(dest / "site")],
+        cwd=dest,
+        env=build_env(),
+        check=True,
+    )
+    return dest / "site"
+
+
+def lighthouse(url: str, preset: str = "mobile") -> dict[str, Any]:
     args = [
         str(LIGHTHOUSE),
         url,
@@ -122,6 +154,18 @@ def lighthouse(url: str, preset: str) -> dict[str, Any]:
         "below_0.9": failing,
         "bytes": int(report["audits"]["total-byte-weight"]["numericValue"]),
         "lighthouse": report["lighthouseVersion"],
+        "benchmark_index": round(report["environment"]["benchmarkIndex"]),
+    }
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median scores and metrics of several Lighthouse runs of one page, with every run's performance kept."""
+    return {
+        "scores": {c: round(statistics.median(r["scores"][c] for r in runs)) for c in CATEGORIES},
+        "metrics_ms": {k: statistics.median(r["metrics_ms"][k] for r in runs) for k in runs[0]["metrics_ms"]},
+        "below_0.9": sorted(set().union(*(r["below_0.9"] for r in runs))),
+        "performance_runs": [r["scores"]["performance"] for r in runs],
+        "benchmark_index": [r["benchmark_index"] for r in runs],
     }
 
 
@@ -146,25 +190,47 @@ def chromium_version() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-build", action="store_true", help="reuse site/; do not time the build")
-    parser.add_argument("--presets", nargs="+", default=["mobile", "desktop"], choices=["mobile", "desktop"])
+    parser.add_argument("--pages", nargs="*", default=None, help="pages to measure, as sitemap paths ('' = home)")
+    parser.add_argument("--repeats", type=int, default=3, help="Lighthouse runs per page (the median is reported)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats={args.repeats}: need at least 1")
 
     load_before = os.getloadavg()[0]
     build = None if args.no_build else build_times()
-    httpd, base = serve()
-    pages: list[dict[str, Any]] = []
-    try:
-        for path in site_pages():
-            entry: dict[str, Any] = {"page": path or "/", "lighthouse": {}}
-            for preset in args.presets:
-                result = lighthouse(base + path, preset)
-                entry["bytes"] = max(entry.get("bytes", 0), result.pop("bytes"))
-                entry["lighthouse"][preset] = result
-            pages.append(entry)
-            print(f"measured {entry['page']}", file=sys.stderr)
-    finally:
-        httpd.shutdown()
-    versions = {p["lighthouse"][k].pop("lighthouse") for p in pages for k in p["lighthouse"]}
+    paths = site_pages()
+    if args.pages:
+        unknown = sorted(set(args.pages) - set(paths))
+        if unknown:
+            parser.error(f"--pages {unknown} are not in the sitemap; pages are: {paths}")
+        paths = [p for p in paths if p in args.pages]
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
+    yard_runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        yard_site = build_yardstick(Path(tmp) / "yardstick")
+        httpd, base = serve()
+        yard_httpd, yard_base = serve(yard_site)
+        try:
+            for repeat in range(args.repeats):
+                yard_runs.append(lighthouse(yard_base))
+                for path in paths:
+                    runs[path].append(lighthouse(base + path))
+                    print(f"run {repeat + 1}/{args.repeats}: {path or '/'}", file=sys.stderr)
+        finally:
+            httpd.shutdown()
+            yard_httpd.shutdown()
+    pages = [
+        {
+            "page": path or "/",
+            "bytes": max(r.pop("bytes") for r in runs[path]),
+            "lighthouse": {"mobile": median_of(runs[path])},
+        }
+        for path in paths
+    ]
+    for r in yard_runs:
+        r.pop("bytes")
+    yardstick = median_of(yard_runs)
+    versions = {r["lighthouse"] for rs in [*runs.values(), yard_runs] for r in rs}
     report = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -173,8 +239,15 @@ def main() -> None:
             "chromium": chromium_version(),
             "lighthouse": sorted(versions)[0] if versions else None,
         },
+        "repeats": args.repeats,
         "build": build,
-        "budgets": {"page_bytes": BUDGET_BYTES, "cold_build_s": BUILD_BUDGET_S, "lighthouse": 100},
+        "budgets": {
+            "page_bytes": BUDGET_BYTES,
+            "cold_build_s": BUILD_BUDGET_S,
+            "performance": GOAL_SCORE,
+            "below_yardstick": GOAL_BELOW_YARDSTICK,
+        },
+        "yardstick": yardstick,
         "pages": pages,
         "module_ratios": module_ratios(),
     }
@@ -184,13 +257,17 @@ def main() -> None:
         flag = "within" if build["cold_s"] < BUILD_BUDGET_S else "OVER"
         cold, warm = build["cold_s"], build["warm_s"]
         print(f"build: cold {cold:.1f} s ({flag} the {BUILD_BUDGET_S:.0f} s budget), warm {warm:.1f} s")
-    header = f"{'page':32} {'KB':>6}" + "".join(f" {p + ' P/A/BP/SEO':>22}" for p in args.presets)
-    print(header)
+    yard = yardstick["scores"]["performance"]
+    print(f"yardstick (stock page): performance {yard} (runs {yardstick['performance_runs']}, "
+          f"benchmarkIndex {yardstick['benchmark_index']})")
+    print(f"{'page':34} {'KB':>6} {'P/A/BP/SEO':>16} {'vs yardstick':>12}  runs")
     for p in pages:
-        cols = "".join(
-            " {:>22}".format("/".join(str(p["lighthouse"][k]["scores"][c]) for c in CATEGORIES)) for k in args.presets
-        )
-        print(f"{p['page']:32} {p['bytes'] / 1000:6.0f}{cols}")
+        m = p["lighthouse"]["mobile"]
+        perf = m["scores"]["performance"]
+        verdict = "" if perf >= GOAL_SCORE or yard - perf <= GOAL_BELOW_YARDSTICK else "  MISSES the goal"
+        scores = "/".join(str(m["scores"][c]) for c in CATEGORIES)
+        row = f"{p['page']:34} {p['bytes'] / 1000:6.0f} {scores:>16} {perf - yard:+12d}"
+        print(f"{row}  {m['performance_runs']}{verdict}")
     for name, ratios in report["module_ratios"].items():
         print(f"{name}: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     print(f"wrote {OUT.relative_to(ROOT)}")

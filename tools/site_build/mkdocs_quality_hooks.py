@@ -16,11 +16,19 @@ hooks fix, in the built HTML, what those audits found in mkdocs-material's templ
   extra_javascript, in that order) are deferred, so they no longer block the first paint. Deferred scripts
   run in document order before DOMContentLoaded, so a widget script that subscribes to Material's
   ``document$`` still finds it.
+* render-blocking CSS: KaTeX's stylesheet (25 kB, more than the site's own CSS) is not linked from every
+  page's head; a page with math carries it inline at the top of its article (instant navigation swaps the
+  article, so the style comes with the page that needs it), its font URLs made relative to the page. Only
+  the woff2 fonts are shipped, so the woff/ttf fallbacks are dropped from it.
+* no unused asset and nothing pointing at another host: markdown-exec always copies its Pyodide and ANSI
+  assets into site/assets/ (the Pyodide stylesheet loads from a CDN); when no page uses them they are
+  deleted after the build, as the links to them were removed from every page.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 _SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
@@ -29,6 +37,10 @@ _DISPLAY_MATH = re.compile(r'<div class="math">(?=<span class="katex-display">)'
 _PYODIDE_ASSETS = re.compile(r'\s*<(?:link|script)\b[^>]*_markdown_exec_pyodide\.(?:css|js)"[^>]*>(?:\s*</script>)?')
 _ANSI_CSS = re.compile(r'\s*<link\b[^>]*_markdown_exec_ansi\.css"[^>]*>')
 _ANSI_OUTPUT = re.compile(r'class="[^"]*-Color-')
+_KATEX_LINK = re.compile(r'\s*<link rel="stylesheet" href="[^"]*assets/katex/katex\.min\.css">')
+_ARTICLE = '<article class="md-content__inner md-typeset">'
+_KATEX_CSS = Path(__file__).resolve().parents[2] / "node_modules" / "katex" / "dist" / "katex.min.css"
+_FALLBACK_FONTS = re.compile(r',url\(fonts/[\w-]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)')
 _LOCAL_SCRIPT = re.compile(r'<script (src="(?!https?:|//)[^"]+")></script>')
 
 
@@ -65,7 +77,26 @@ def on_page_content(html: str, **kwargs: Any) -> str:
     return html
 
 
-def on_post_page(output: str, **kwargs: Any) -> str:
+def _katex_style(page_url: str) -> str:
+    depth = page_url.count("/")
+    css = _FALLBACK_FONTS.sub("", _KATEX_CSS.read_text(encoding="utf-8"))
+    css = css.replace("url(fonts/", "url(" + "../" * depth + "assets/katex/fonts/")
+    return f"<style>{css}</style>"
+
+
+def on_post_template(output: str, template_name: str, **kwargs: Any) -> str:
+    # the 404 page is a theme template, not a page: it gets the same head (and must not link what is deleted)
+    return _fix_page(output, None) if template_name.endswith(".html") else output
+
+
+def on_post_page(output: str, page: Any = None, **kwargs: Any) -> str:
+    return _fix_page(output, page.url if page is not None else "")
+
+
+def _fix_page(output: str, page_url: str | None) -> str:
+    output = _KATEX_LINK.sub("", output)
+    if page_url is not None and 'class="katex' in output and _ARTICLE in output:
+        output = output.replace(_ARTICLE, _ARTICLE + _katex_style(page_url), 1)
     output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
     output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
     output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
@@ -74,3 +105,18 @@ def on_post_page(output: str, **kwargs: Any) -> str:
     if "ansi" not in _uses:
         output = _ANSI_CSS.sub("", output)
     return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)
+
+
+_UNUSED_WHEN = {
+    "pyodide": ("_markdown_exec_pyodide.css", "_markdown_exec_pyodide.js"),
+    "ansi": ("_markdown_exec_ansi.css",),
+}
+
+
+def on_post_build(config: Any, **kwargs: Any) -> None:
+    assets = Path(config["site_dir"]) / "assets"
+    (assets / "katex" / "katex.min.css").unlink(missing_ok=True)  # inlined where used (on_post_page)
+    for use, names in _UNUSED_WHEN.items():
+        if use not in _uses:
+            for name in names:
+                (assets / name).unlink(missing_ok=True)
