@@ -99,7 +99,14 @@ def test_page_renders_cleanly(page: Any, context: tuple[Any, Watch], server: str
     raw = _RAW_TEX.findall(prose)
     assert raw == [], f"{path or 'home'}: TeX left unrendered in the page: {raw[:5]}"
 
-    # Figures: every image and figure SVG in the article is loaded and has a nonzero size.
+    # Figures: every image and figure SVG in the article is loaded and has a nonzero size (lazy ones fetched first).
+    page.evaluate(
+        """async () => {
+            const imgs = [...document.querySelectorAll('article img[loading=lazy]')];
+            imgs.forEach(i => { i.loading = 'eager'; });
+            await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+        }"""
+    )
     figures = page.eval_on_selector_all(
         "article img, article figure svg, article svg[role=img]",
         """els => els.map(e => { const r = e.getBoundingClientRect();
