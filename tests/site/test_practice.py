@@ -69,7 +69,11 @@ def has_class(attrs: dict[str, str | None], cls: str) -> bool:
 def test_page_is_built_small_and_loads_the_widgets(name: str) -> None:
     assert PAGES[name].exists(), f"{name} was not built"
     html = html_of(name)
-    assert "assets/js/practice.js" in html and "assets/practice.css" in html
+    assert "assets/js/practice.js" in html
+    # the widgets' stylesheet is inlined into the pages that show a widget, and only there (not render-blocking)
+    css = (ROOT / "docs" / "assets" / "practice.css").read_text(encoding="utf-8")
+    assert (f"<style>{css}</style>" in html) == (name in {"flashcards", "quiz", "explorer"})
+    assert "assets/practice.css" not in html
     assert len(html.encode()) < 1_000_000  # the lab is the largest: mkdocs-jupyter inlines its CSS
     assert "Traceback (most recent call last)" not in text_of(name)
 
@@ -168,7 +172,8 @@ def test_flashcards_are_rendered_from_the_data_file() -> None:
 
 
 def test_print_stylesheet_puts_one_card_per_page() -> None:
-    css = (SITE / "assets" / "practice.css").read_text(encoding="utf-8")
+    css = (ROOT / "docs" / "assets" / "practice.css").read_text(encoding="utf-8")
+    assert css in html_of("flashcards")  # inlined into the page that prints
     media_print = css[css.index("@media print") :]
     assert "break-after: page" in media_print
     assert ".flashcard-back" in media_print and "display: block !important" in media_print

@@ -42,6 +42,16 @@ _ARTICLE = '<article class="md-content__inner md-typeset">'
 _KATEX_CSS = Path(__file__).resolve().parents[2] / "node_modules" / "katex" / "dist" / "katex.min.css"
 _FALLBACK_FONTS = re.compile(r',url\(fonts/[\w-]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)')
 _LOCAL_SCRIPT = re.compile(r'<script (src="(?!https?:|//)[^"]+")></script>')
+_DOCS_ASSETS = Path(__file__).resolve().parents[2] / "docs" / "assets"
+# Widget stylesheets: inlined only into the pages that show the widget (like KaTeX's), so they do not
+# block rendering on every other page; the markers are the widgets' own class names and attributes.
+_WIDGET_CSS = {
+    "practice.css": ('class="flashcard', 'class="quiz', 'class="hx-'),
+    "live-model.css": ("data-live-model",),
+}
+_WIDGET_LINKS = {
+    name: re.compile(r'\s*<link rel="stylesheet" href="[^"]*assets/' + re.escape(name) + r'">') for name in _WIDGET_CSS
+}
 
 
 _uses: set[str] = set()
@@ -97,6 +107,11 @@ def _fix_page(output: str, page_url: str | None) -> str:
     output = _KATEX_LINK.sub("", output)
     if page_url is not None and 'class="katex' in output and _ARTICLE in output:
         output = output.replace(_ARTICLE, _ARTICLE + _katex_style(page_url), 1)
+    for name, markers in _WIDGET_CSS.items():
+        output = _WIDGET_LINKS[name].sub("", output)
+        if page_url is not None and _ARTICLE in output and any(m in output for m in markers):
+            css = (_DOCS_ASSETS / name).read_text(encoding="utf-8")
+            output = output.replace(_ARTICLE, _ARTICLE + f"<style>{css}</style>", 1)
     output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
     output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
     output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
@@ -116,6 +131,8 @@ _UNUSED_WHEN = {
 def on_post_build(config: Any, **kwargs: Any) -> None:
     assets = Path(config["site_dir"]) / "assets"
     (assets / "katex" / "katex.min.css").unlink(missing_ok=True)  # inlined where used (on_post_page)
+    for name in _WIDGET_CSS:  # inlined into the widgets' pages
+        (assets / name).unlink(missing_ok=True)
     for use, names in _UNUSED_WHEN.items():
         if use not in _uses:
             for name in names:
