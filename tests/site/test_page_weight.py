@@ -22,6 +22,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import material
 import pytest
@@ -214,6 +215,7 @@ THEME_ASSETS = ("assets/stylesheets/", "assets/javascripts/", "assets/images/fav
 def test_every_project_asset_is_used() -> None:
     texts = [p.read_text(encoding="utf-8") for p in SITE.rglob("*.html")]
     texts += [p.read_text(encoding="utf-8") for p in (SITE / "assets").rglob("*.css")]
+    texts += [p.read_text(encoding="utf-8") for p in (SITE / "assets").rglob("*.json")]  # e.g. the live model's
     referenced = "\n".join(texts)
     unused = []
     for asset in sorted((SITE / "assets").rglob("*")):
@@ -235,7 +237,7 @@ def test_no_asset_points_at_another_host() -> None:
 
 def test_every_local_asset_a_page_loads_exists() -> None:
     """Stylesheets, scripts and images that any HTML file (the 404 page included) loads are in site/."""
-    base = "/" + "/".join(Path(re.sub(r"^https?://[^/]+", "", _site_url())).parts[1:]) + "/"
+    base = urlsplit(_site_url()).path.rstrip("/") + "/"  # "/" at the root, "/name/" under a Pages sub-path
     missing = []
     for page in SITE.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
@@ -252,7 +254,7 @@ def test_every_local_asset_a_page_loads_exists() -> None:
 
 
 def _site_url() -> str:
-    text = (SITE.parent / "mkdocs.yml").read_text(encoding="utf-8")
-    match = re.search(r"^site_url:\s*(\S+)", text, re.M)
-    assert match is not None
+    """The address the site was built for: the sitemap's first entry (site_url is resolved at build time)."""
+    match = re.search(r"<loc>([^<]+)</loc>", (SITE / "sitemap.xml").read_text(encoding="utf-8"))
+    assert match is not None, "sitemap.xml lists no page"
     return match.group(1)
