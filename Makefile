@@ -19,7 +19,7 @@ export NO_MKDOCS_2_WARNING := 1
 .PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model clean distclean lock train train-heads ablate
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
 $(DEPS): requirements.txt pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)

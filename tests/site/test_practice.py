@@ -72,7 +72,7 @@ def test_page_is_built_small_and_loads_the_widgets(name: str) -> None:
     assert "assets/js/practice.js" in html
     # the widgets' stylesheet is inlined into the pages that show a widget, and only there (not render-blocking)
     css = (ROOT / "docs" / "assets" / "practice.css").read_text(encoding="utf-8")
-    assert (f"<style>{css}</style>" in html) == (name in {"flashcards", "quiz", "explorer"})
+    assert (f"<style>{css}</style>" in html) == (name in {"flashcards", "quiz", "explorer", "lab"})
     assert "assets/practice.css" not in html
     assert len(html.encode()) < 1_000_000  # the lab is the largest: mkdocs-jupyter inlines its CSS
     assert "Traceback (most recent call last)" not in text_of(name)

@@ -46,7 +46,7 @@ _DOCS_ASSETS = Path(__file__).resolve().parents[2] / "docs" / "assets"
 # Widget stylesheets: inlined only into the pages that show the widget (like KaTeX's), so they do not
 # block rendering on every other page; the markers are the widgets' own class names and attributes.
 _WIDGET_CSS = {
-    "practice.css": ('class="flashcard', 'class="quiz', 'class="hx-'),
+    "practice.css": ('class="flashcard', 'class="quiz', 'class="hx-', "jp-Cell"),  # jp-: the lab notebook's colours
     "live-model.css": ("data-live-model",),
 }
 _WIDGET_LINKS = {
