@@ -24,6 +24,8 @@ PHONE_COLUMN_PX = 343
 ISSUE_15 = "issue 15 (the learner's path) is splitting the lessons"
 KNOWN_LONG: dict[str, str] = {
     "lessons/gqa-mqa/": ISSUE_15,
+    "practice/lab/": "issue 13 (the executed notebook with its install cell: 12.9 screens; fold its outputs)",
+    "reference/benchmarks/": "issue 12/14 (13.4 screens with every report: fold the per-report tables)",
     "lessons/flash-attention/": "issue 17 (its lesson, 12.1 screens: trim or split it)",
     "lessons/parameters-and-compute/": ISSUE_15,
     "lessons/pitfalls/": ISSUE_15,
