@@ -297,6 +297,12 @@ def register_attention(name: str, fn: AttentionFunction) -> None:
     ATTENTION_FUNCTIONS[name] = fn
 
 
+def _check_implementation(name: str) -> None:
+    """Raise a ValueError naming ``name`` and the registered implementations unless it is one of them."""
+    if name not in ATTENTION_FUNCTIONS:
+        raise ValueError(f"unknown attention implementation {name!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}")
+
+
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
@@ -377,10 +383,7 @@ def attention(
         >>> out.shape, weights[0, 0].sum(-1).tolist()
         (torch.Size([1, 4, 3, 8]), [1.0, 1.0, 1.0])
     """
-    if implementation not in ATTENTION_FUNCTIONS:
-        raise ValueError(
-            f"unknown attention implementation {implementation!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}"
-        )
+    _check_implementation(implementation)
     _check_qkv(q, k, v)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1); got {dropout_p!r}")
@@ -549,10 +552,7 @@ class MultiHeadAttention(nn.Module):
             num_kv_heads = _size("num_kv_heads", num_kv_heads)
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False; got {bias!r}")
-        if implementation not in ATTENTION_FUNCTIONS:
-            raise ValueError(
-                f"unknown attention implementation {implementation!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}"
-            )
+        _check_implementation(implementation)
         if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model={d_model} is not divisible by num_heads={num_heads}; "
@@ -712,8 +712,7 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights must be True or False; got {need_weights!r}")
         impl = implementation or ("eager" if need_weights else self.implementation)
-        if impl not in ATTENTION_FUNCTIONS:
-            raise ValueError(f"unknown attention implementation {impl!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}")
+        _check_implementation(impl)
         B, T, _ = x.shape
         if cache is not None:
             self._check_cache(cache, T, is_causal, attn_mask, context, cache_position)
