@@ -226,7 +226,7 @@ def _write(tmp_path: Path, name: str, payload: object) -> Path:
 
 def _quiz_with(options: list[dict[str, object]]) -> dict[str, object]:
     good = json.loads((pp.DATA / "quiz.json").read_text())["questions"]
-    return {"questions": [{"id": "bad", "prompt": "p", "options": options}, *good]}
+    return {"questions": [{"id": "bad", "part": "lessons", "prompt": "p", "options": options}, *good]}
 
 
 @pytest.mark.parametrize(
@@ -314,6 +314,28 @@ def test_rendered_quiz_has_one_correct_radio_per_question() -> None:
     feedback = [a for t, a in tags if "quiz-feedback" in (a.get("class") or "")]
     assert len(feedback) == len(questions) and all(a.get("aria-live") == "polite" for a in feedback)
     assert any("data-quiz-score" in a for _, a in tags)
+
+
+def test_rendered_quiz_is_grouped_by_part_and_numbered_through() -> None:
+    questions = pp.load_quiz()
+    html_ = pp.render_quiz(questions)
+    tags = _parse(html_)
+    parts = [a.get("data-quiz-part") for t, a in tags if t == "details"]
+    assert parts == [p for p in pp.QUIZ_PARTS if any(q["part"] == p for q in questions)]
+    assert [t for t, a in tags if t == "details" and "open" in a] == ["details"]  # only the first part is open
+    numbers = [int(n) for n in re.findall(r'<span class="quiz-number">Question (\d+)\.</span>', html_)]
+    assert numbers == list(range(1, len(questions) + 1))
+    order = [a.get("data-question-id") for t, a in tags if t == "fieldset"]
+    by_part = [q["id"] for p in pp.QUIZ_PARTS for q in questions if q["part"] == p]
+    assert order == by_part
+
+
+def test_quiz_question_with_an_unknown_part_is_rejected(tmp_path: Path) -> None:
+    quiz = _quiz_with([{"text": "a", "correct": True, "explanation": "long enough text"},
+                       {"text": "b", "correct": False, "explanation": "long enough text"}])
+    quiz["questions"][0]["part"] = "nowhere"  # type: ignore[index]
+    with pytest.raises(ValueError, match="part 'nowhere' is not one of"):
+        pp.load_quiz(_write(tmp_path, "quiz.json", quiz))
 
 
 def test_pack_attention_rounds_and_checks() -> None:
