@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -204,3 +205,32 @@ def test_two_head_example_weights_are_a_softmax_of_q_dot_k() -> None:
     torch.testing.assert_close(ex.concat, torch.cat([ex.outputs[0], ex.outputs[1]]))
     with pytest.raises(ValueError, match="sharpness must be > 0"):
         two_head_example(0.0)
+
+
+def test_fmt_table_aligns_columns_and_formats_cells() -> None:
+    from lessons_src.lab.lesson_tools import fmt_table
+
+    got = fmt_table(["heads", "params", "share", "x"], [[8, 1048576, "50.0%", 0.25], [16, torch.tensor(64), "5%", 2.0]])
+    assert got.split("\n") == [
+        "heads     params  share      x",
+        "    8  1,048,576  50.0%  0.250",
+        "   16         64     5%  2.000",
+    ]
+    assert fmt_table(["a"], [[1.23456]], digits=1) == "  a\n1.2"
+    assert fmt_table(["name", "n"], [["one head", 1], ["two", -2]]).split("\n") == [
+        "name       n", "one head   1", "two       -2"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([[1, 2]], "row 0 has 2 cells; the table has 1 columns"),
+        ([[torch.ones(2)]], "one number; got a tensor of shape (2,)"),
+        ([[None]], "a number or a string; got NoneType"),
+    ],
+)
+def test_fmt_table_rejects_bad_rows(rows: list[list[object]], message: str) -> None:
+    from lessons_src.lab.lesson_tools import fmt_table
+
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        fmt_table(["a"], rows)

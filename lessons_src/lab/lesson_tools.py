@@ -35,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..attention import MultiHeadAttention, repeat_kv, scaled_dot_product_attention
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from matplotlib.figure import Figure
 
@@ -53,6 +53,7 @@ __all__ = [
     "data_flow_diagram",
     "dimension_flow",
     "fit_single_head",
+    "fmt_table",
     "fmt_vec",
     "it_example",
     "median_times",
@@ -598,6 +599,49 @@ def fmt_vec(values: Tensor | Sequence[float], digits: int = 3) -> str:
     if any(isinstance(v, list) for v in items):
         raise ValueError(f"fmt_vec formats one vector; got a nested list of shape like {len(items)} x ...")
     return "[" + ", ".join(f"{float(v):.{digits}f}".rstrip("0").rstrip(".") or "0" for v in items) + "]"
+
+
+def _cell(value: object, digits: int) -> str:
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"a table cell holds one number; got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    raise TypeError(f"a table cell is a number or a string; got {type(value).__name__}: {value!r}")
+
+
+def fmt_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, digits: int = 3) -> str:
+    """Rows as a text table, columns as wide as their widest cell: no f-string widths to get right.
+
+    Integers get thousands separators, floats ``digits`` decimals, strings (e.g. ``f"{share:.1%}"``) stay
+    as they are. Columns of numbers are right-aligned, columns of words (no cell starting with a digit or a
+    sign) left-aligned; two spaces separate the columns.
+
+    Example:
+        >>> print(fmt_table(["heads", "d_k"], [[8, 128], [16, 64]]))
+        heads  d_k
+            8  128
+           16   64
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+        raise ValueError(f"digits must be a non-negative int, got {digits!r}")
+    head = [str(h) for h in headers]
+    body = [[_cell(v, digits) for v in row] for row in rows]
+    for i, row in enumerate(body):
+        if len(row) != len(head):
+            raise ValueError(f"row {i} has {len(row)} cells; the table has {len(head)} columns: {head}")
+    widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
+    words = [not any(r[c][:1].isdigit() or r[c][:1] in "+-" for r in body) for c in range(len(head))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(x.ljust(w) if w_ else x.rjust(w) for x, w, w_ in zip(r, widths, words, strict=True))
+
+    return "\n".join(line(r).rstrip() for r in [head, *body])
 
 
 SEED_WORKED_EXAMPLE: dict[str, Any] = {

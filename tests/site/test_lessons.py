@@ -45,6 +45,12 @@ def _article_text(raw: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", raw))
 
 
+def has_row(text: str, *cells: object) -> bool:
+    """Whether a line of a printed table starts with these cells (numbers as fmt_table prints them)."""
+    want = [f"{c:,}" if isinstance(c, int) else str(c) for c in cells]
+    return any(line.split()[: len(want)] == want for line in text.splitlines())
+
+
 def number_after(label: str, text: str) -> float:
     m = re.search(re.escape(label) + r"\s*([-0-9.e+]+)", text)
     assert m is not None, f"{label!r} not found"
@@ -82,9 +88,9 @@ def test_why_weights_table_matches_the_example() -> None:
         _, w1 = ex.one_head(ex.x, need_weights=True)
     a, t = TOKENS.index("animal"), TOKENS.index("tired")
     one, ref, att = w1[0, 0, ex.it], w2[0, 0, ex.it], w2[0, 1, ex.it]
-    assert f"one head                      {one[a]:.3f}   {one[t]:.3f}" in text
-    assert f"two heads: referent head      {ref[a]:.3f}   {ref[t]:.3f}" in text
-    assert f"two heads: attribute head     {att[a]:.3f}   {att[t]:.3f}" in text
+    assert has_row(text, "one", "head", f"{one[a]:.3f}", f"{one[t]:.3f}")
+    assert has_row(text, "two", "heads:", "referent", "head", f"{ref[a]:.3f}", f"{ref[t]:.3f}")
+    assert has_row(text, "two", "heads:", "attribute", "head", f"{att[a]:.3f}", f"{att[t]:.3f}")
 
 
 def test_why_prose_numbers_match_the_code() -> None:
@@ -159,23 +165,21 @@ def test_parameter_table_matches_the_module(d_model: int, heads: int) -> None:
     text = page_text("parameters-and-compute", "speed-and-real-models")
     plain = sum(p.numel() for p in MultiHeadAttention(d_model, heads).parameters())
     biased = sum(p.numel() for p in MultiHeadAttention(d_model, heads, bias=True).parameters())
-    row = f"{d_model:7d} {heads:5d} {d_model // heads:8d} {plain:11,} {4 * d_model**2:11,} {biased:11,}"
-    assert row in text
+    assert has_row(text, d_model, heads, d_model // heads, plain, 4 * d_model**2, biased)
 
 
 @pytest.mark.parametrize("heads", [8, 16, 32])
 def test_partition_table_matches_the_module(heads: int) -> None:
     text = page_text("parameters-and-compute", "speed-and-real-models")
     mha = MultiHeadAttention(1024, heads)
-    row = f"{heads:5d} {mha.head_dim:4d} {mha.head_dim * 1024:14,} {1024**2:14,} {1024**2:11,} {4 * 1024**2:12,}"
-    assert row in text
+    assert has_row(text, heads, mha.head_dim, mha.head_dim * 1024, 1024**2, 1024**2, 4 * 1024**2)
 
 
 def test_flop_tables_match_the_counter() -> None:
     text = page_text("parameters-and-compute", "speed-and-real-models")
     for heads in (1, 2, 4, 8, 16, 32):
         f = attention_flops(512, heads, 128)
-        assert f"{heads:5d} {f['projections']:13,} {f['attention']:11,} {f['total']:13,}" in text
+        assert has_row(text, heads, f["projections"], f["attention"], f["total"])
     growth = re.findall(r"\d+ +[0-9,]+ +[0-9,]+ +[0-9.]+% +([0-9.]+)\n", text)
     assert growth == ["4.0"] * 4
     # The prose says the T^2 term overtakes the D^2 term at T = 2D: there the share is exactly half.
