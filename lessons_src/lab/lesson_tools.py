@@ -606,7 +606,7 @@ def _cell(value: object, digits: int) -> str:
         if value.numel() != 1:
             raise ValueError(f"a table cell holds one number; got a tensor of shape {tuple(value.shape)}")
         value = value.item()
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, bool | str):
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
