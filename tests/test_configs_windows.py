@@ -6,7 +6,7 @@ import pytest
 
 from lessons_src.lab.configs import _parse, load_configs
 
-WINDOWED = ["Mistral 7B", "Gemma 2 2B", "Gemma 2 9B", "Gemma 2 27B", "Gemma 3 27B"]
+WINDOWED = ["Mistral 7B", "Gemma 2 27B", "Gemma 3 27B"]
 
 
 @pytest.mark.parametrize("name", WINDOWED)
@@ -18,8 +18,6 @@ def test_every_window_number_is_named_in_the_source(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "module", "config_class"), [
-    ("Gemma 2 2B", "gemma2", "Gemma2Config"),
-    ("Gemma 2 9B", "gemma2", "Gemma2Config"),
     ("Gemma 2 27B", "gemma2", "Gemma2Config"),
     ("Gemma 3 27B", "gemma3", "Gemma3TextConfig"),
 ])
@@ -36,12 +34,12 @@ def test_layer_pattern_matches_transformers(name: str, module: str, config_class
 
 def test_cached_positions_per_layer() -> None:
     c = load_configs()
-    gemma = c["Gemma 2 9B"]
+    gemma = c["Gemma 2 27B"]
     per_layer = gemma.cached_positions_per_layer(8192)
     assert per_layer[:2] == [4096, 8192] and len(per_layer) == gemma.num_layers
     assert c["Mistral 7B"].cached_positions_per_layer(8192) == [4096] * 32
     assert c["Llama 3 8B"].cached_positions_per_layer(100) == [100] * 32
-    with pytest.raises(ValueError, match="Gemma 2 9B mixes windowed and global layers"):
+    with pytest.raises(ValueError, match="Gemma 2 27B mixes windowed and global layers"):
         gemma.cached_positions(8192)
 
 

@@ -107,7 +107,7 @@ class ModelConfig:
         """Each layer's window (``None``: the layer attends to the whole context), first layer first.
 
         Example:
-            >>> load_configs()["Gemma 2 9B"].layer_windows()[:4]
+            >>> load_configs()["Gemma 2 27B"].layer_windows()[:4]
             [4096, None, 4096, None]
         """
         if self.sliding_window is None:
@@ -141,8 +141,8 @@ class ModelConfig:
         """Positions each layer's KV cache holds for a sequence of ``context`` tokens.
 
         Example:
-            >>> sum(load_configs()["Gemma 2 9B"].cached_positions_per_layer(8192))  # 21 local + 21 global layers
-            258048
+            >>> sum(load_configs()["Gemma 2 27B"].cached_positions_per_layer(8192))  # 23 local + 23 global layers
+            282624
         """
         if isinstance(context, bool) or not isinstance(context, int) or context < 0:
             raise ValueError(f"context must be a non-negative int (a number of tokens); got {context!r}")

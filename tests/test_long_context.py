@@ -1,0 +1,72 @@
+"""lessons_src.lab.long_context, and the long-context lessons' claims and quiz answers checked against the code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lessons_src.lab import toy_models
+from lessons_src.lab.long_context import first_token_mass, receptive_field, toy_logits_with_mask
+from lessons_src.masks import causal_mask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("window", "layers"), [(1, 3), (2, 5), (4, 6), (7, 3)])
+def test_receptive_field_grows_by_window_minus_one_per_layer(window: int, layers: int) -> None:
+    assert receptive_field(window, layers, 64) == [min(64, n * (window - 1) + 1) for n in range(1, layers + 1)]
+
+
+def test_receptive_field_is_capped_by_the_sequence_and_checks_sizes() -> None:
+    assert receptive_field(8, 5, 10) == [8, 10, 10, 10, 10]
+    with pytest.raises(ValueError, match="window must be at least 1"):
+        receptive_field(0, 2, 8)
+    with pytest.raises(ValueError, match="num_layers and length must be at least 1"):
+        receptive_field(2, 0, 8)
+
+
+def test_first_token_mass_counts_only_the_chosen_real_queries() -> None:
+    w = torch.zeros(1, 2, 1, 3, 3)
+    w[..., 0] = 0.5  # every query: half its weight on key 0
+    w[0, 1, 0, 2, 0] = 0.0  # a padding row of sequence 1 (length 2) that must not count
+    assert first_token_mass(w, torch.tensor([3, 2])).tolist() == [[0.5]]
+    w[0, :, 0, 0, 0] = 1.0  # query 0 sees only key 0; from_query=1 leaves it out
+    assert first_token_mass(w, torch.tensor([3, 2]), from_query=1).tolist() == [[0.5]]
+
+
+def test_toy_forward_with_the_causal_mask_is_the_model() -> None:
+    model = toy_models.load_induction_model()
+    tokens = toy_models.repeated_random_tokens(12, model.cfg.vocab_size, seed=3, batch=2)
+    with torch.no_grad():
+        want, _ = model(tokens)
+    torch.testing.assert_close(toy_logits_with_mask(model, tokens, causal_mask(tokens.shape[1])), want)
+
+
+def test_sinks_page_claims_hold() -> None:
+    """MiniLM's [CLS] gets several times the uniform share; the toy model gives its first token a small multiple."""
+    from lessons_src.lab import minilm
+
+    model, tok = minilm.load()
+    _, ids, keep = tok.batch(["The cat sat on the mat because it was warm.", "She gave him the book."])
+    with torch.no_grad():
+        _, w = model(ids, keep)
+    lengths = keep.sum(1)
+    on_cls = first_token_mass(w, lengths).mean(1)[1:]
+    assert float(on_cls.min()) > 3 * float((1 / lengths.float()).mean())
+    toy = toy_models.load_induction_model()
+    tokens = toy_models.repeated_random_tokens(24, toy.cfg.vocab_size, seed=1, batch=32)
+    with torch.no_grad():
+        _, tw = toy(tokens, need_weights=True)
+    uniform = (1 / torch.arange(9, tokens.shape[1] + 1).float()).mean()
+    assert tw is not None and float(first_token_mass(tw, from_query=8).max()) < 3 * float(uniform)
+
+
+def test_quiz_receptive_field_answer_is_computed() -> None:
+    quiz = json.loads((ROOT / "docs" / "_data" / "quiz.json").read_text())["questions"]
+    q = next(q for q in quiz if q["id"] == "window-receptive-field")
+    assert "3 layers" in q["prompt"] and "window of 4" in q["prompt"]
+    correct = next(o["text"] for o in q["options"] if o["correct"])
+    assert correct == str(receptive_field(4, 3, 64)[-1])
