@@ -46,22 +46,21 @@ def test_toy_forward_with_the_causal_mask_is_the_model() -> None:
 
 
 def test_sinks_page_claims_hold() -> None:
-    """MiniLM's [CLS] gets several times the uniform share; the toy model gives its first token a small multiple."""
+    """MiniLM's [CLS] gets several times the uniform share and evicting it moves the embedding more than evicting
+    two words; the toy model gives its first token only a small multiple of the uniform share."""
     from lessons_src.lab import minilm
+    from lessons_src.lab.long_context import minilm_eviction_cosines, minilm_sink_shares, toy_window_eviction
 
     model, tok = minilm.load()
-    _, ids, keep = tok.batch(["The cat sat on the mat because it was warm.", "She gave him the book."])
-    with torch.no_grad():
-        _, w = model(ids, keep)
-    lengths = keep.sum(1)
-    on_cls = first_token_mass(w, lengths).mean(1)[1:]
-    assert float(on_cls.min()) > 3 * float((1 / lengths.float()).mean())
-    toy = toy_models.load_induction_model()
-    tokens = toy_models.repeated_random_tokens(24, toy.cfg.vocab_size, seed=1, batch=32)
-    with torch.no_grad():
-        _, tw = toy(tokens, need_weights=True)
-    uniform = (1 / torch.arange(9, tokens.shape[1] + 1).float()).mean()
-    assert tw is not None and float(first_token_mass(tw, from_query=8).max()) < 3 * float(uniform)
+    shares = minilm_sink_shares(model, tok)
+    assert all(cls > 3 * uniform for cls, _, uniform in shares[1:])
+    sinks, words = minilm_eviction_cosines(model, tok, "sinks"), minilm_eviction_cosines(model, tok, "words")
+    assert all(s < w for s, w in zip(sinks, words, strict=True))
+    with pytest.raises(ValueError, match="which must be 'sinks' or 'words'; got 'cls'"):
+        minilm_eviction_cosines(model, tok, "cls")
+    r = toy_window_eviction(toy_models.load_induction_model(), n=24, window=28, sinks=[0, 1])
+    assert float(r["first_token"].max()) < 3 * r["uniform"]  # type: ignore[attr-defined, operator]
+    assert [row[0] for row in r["windowed"]] == [0, 1]  # type: ignore[attr-defined]
 
 
 def test_quiz_receptive_field_answer_is_computed() -> None:

@@ -18,10 +18,21 @@ from torch import Tensor
 from ..masks import causal_mask
 
 if TYPE_CHECKING:
-    from .minilm import MiniLM
+    from collections.abc import Sequence
+
+    from .minilm import MiniLM, Tokenizer
     from .toy_models import TinyTransformer
 
-__all__ = ["evict_keys_minilm", "first_token_mass", "receptive_field", "toy_logits_with_mask"]
+__all__ = [
+    "SENTENCES",
+    "evict_keys_minilm",
+    "first_token_mass",
+    "minilm_eviction_cosines",
+    "minilm_sink_shares",
+    "receptive_field",
+    "toy_logits_with_mask",
+    "toy_window_eviction",
+]
 
 
 def receptive_field(window: int, num_layers: int, length: int) -> list[int]:
@@ -109,3 +120,88 @@ def evict_keys_minilm(model: MiniLM, ids: Tensor, keep: Tensor, evicted: list[li
         mask[b, positions] = 0
     hidden: Tensor = model(ids, mask)[0]
     return hidden
+
+
+SENTENCES = (
+    "The cat sat on the mat because it was warm.",
+    "Attention heads learn different patterns from the same input.",
+    "A long context needs a cache that does not grow without bound.",
+    "She gave him the book that her brother had written.",
+)
+"""The sentences the attention-sinks lesson measures MiniLM on."""
+
+
+@torch.no_grad()
+def minilm_sink_shares(
+    model: MiniLM, tok: Tokenizer, sentences: Sequence[str] = SENTENCES
+) -> list[tuple[float, float, float]]:
+    """Per layer: the mean weight on ``[CLS]``, on ``[SEP]``, and the share uniform attention gives one token.
+
+    Averaged over every head and every real query of ``sentences``.
+    """
+    _, ids, keep = tok.batch(list(sentences))  # (B, T) ids, 1 for real tokens
+    lengths = keep.sum(1)
+    _, weights = model(ids, keep)  # (L, B, H, T, T)
+    on_cls = first_token_mass(weights, lengths).mean(1)  # (L,): key 0 is [CLS]
+    on_sep = torch.stack(
+        [weights[:, b, :, :n, n - 1].mean(dim=(1, 2)) for b, n in enumerate(lengths.tolist())]
+    ).mean(0)  # (L,): the last real key is [SEP]
+    uniform = float((1 / lengths.float()).mean())
+    return [(float(c), float(s), uniform) for c, s in zip(on_cls, on_sep, strict=True)]
+
+
+@torch.no_grad()
+def minilm_eviction_cosines(
+    model: MiniLM, tok: Tokenizer, which: str, sentences: Sequence[str] = SENTENCES
+) -> list[float]:
+    """Cosine between each sentence's embedding with two keys evicted and without: ``which`` is ``"sinks"``
+    (``[CLS]`` and ``[SEP]``) or ``"words"`` (positions 2 and 4). The embedding is the mean of the token
+    outputs, L2-normalised (as sentence-transformers computes it)."""
+    if which not in ("sinks", "words"):
+        raise ValueError(f"which must be 'sinks' or 'words'; got {which!r}")
+    _, ids, keep = tok.batch(list(sentences))
+    ends = (keep.sum(1) - 1).tolist()
+    evicted = [[0, e] for e in ends] if which == "sinks" else [[2, 4] for _ in ends]
+
+    def embedding(positions: list[list[int]]) -> Tensor:
+        hidden = evict_keys_minilm(model, ids, keep, positions)  # (B, T, D)
+        mean = (hidden * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)
+        return torch.nn.functional.normalize(mean, dim=-1)
+
+    full = embedding([[] for _ in sentences])
+    return [float(c) for c in (embedding(evicted) * full).sum(-1)]
+
+
+@torch.no_grad()
+def toy_window_eviction(
+    model: TinyTransformer, n: int, window: int, sinks: Sequence[int], batch: int = 32, seed: int = 1
+) -> dict[str, object]:
+    """The toy model on a random segment of ``n`` tokens repeated twice: first-token weight and windowed runs.
+
+    Returns ``first_token`` (``(L, H)`` mean weight on position 0 from queries at position 8 or later),
+    ``uniform`` (the share uniform attention would give it), ``full_loss`` (next-token loss on the repeated
+    segment with full attention), and for each ``s`` in ``sinks`` a row ``(s, relative change of the logits
+    from full attention, loss on the repeat)`` with ``causal_mask(2n, window=window, sinks=s)``.
+    """
+    import torch.nn.functional as F
+
+    from .toy_models import repeated_random_tokens
+
+    tokens = repeated_random_tokens(n, model.cfg.vocab_size, seed=seed, batch=batch)  # (batch, 2n)
+    T = tokens.shape[1]
+    full, weights = model(tokens, need_weights=True)  # (B, T, V), (L, B, H, T, T)
+    assert weights is not None
+
+    def repeat_loss(logits: Tensor) -> float:  # predicting the second copy from the token before each
+        return float(F.cross_entropy(logits[:, n:-1].reshape(-1, logits.shape[-1]), tokens[:, n + 1 :].reshape(-1)))
+
+    rows = []
+    for s in sinks:
+        logits = toy_logits_with_mask(model, tokens, causal_mask(T, window=window, sinks=s))
+        rows.append((s, float((logits - full).norm() / full.norm()), repeat_loss(logits)))
+    return {
+        "first_token": first_token_mass(weights, from_query=8),
+        "uniform": float((1 / torch.arange(9, T + 1).float()).mean()),
+        "full_loss": repeat_loss(full),
+        "windowed": rows,
+    }
