@@ -15,10 +15,11 @@ of ragged lengths wastes everything between each sequence's length and the longe
 16-31 in block 2, 32-47 in block 9 (with ``block_size = 16``).
 
 :func:`paged_attention` computes attention for a batch of sequences of different lengths straight from
-the pool: it reads the block tables a chunk of blocks at a time and combines the chunks with the online
-softmax of FlashAttention (the running max and sum of :mod:`lessons_src.flash`), so no sequence's keys
-are ever copied into one contiguous tensor. It equals attention over each sequence's own contiguous
-cache (the tests check it, including after sequences are freed and their blocks reused).
+the pool: it walks each block table as runs of consecutive blocks, each run a view of the pool, and
+combines them with the online softmax of FlashAttention (the running max and sum of
+:mod:`lessons_src.flash`), so no sequence's keys are ever copied into one contiguous tensor. It equals
+attention over each sequence's own contiguous cache (the tests check it, including after sequences are
+freed and their blocks reused).
 
 References:
     Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
@@ -32,7 +33,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["PagedKVCache", "paged_attention"]
+__all__ = ["PagedKVCache", "block_runs", "paged_attention"]
 
 _NEG_INF = float("-inf")
 
@@ -58,8 +59,8 @@ class PagedKVCache:
         device: where to allocate the pool.
 
     Shapes:
-        pool ``k``: ``(K, num_blocks, block_size, E)``, ``v``: ``(K, num_blocks, block_size, Ev)`` (head
-        first, so that the blocks gathered for a batch line up as ``(K, B, L, E)`` without a transpose);
+        pool ``k``: ``(num_blocks, K, block_size, E)``, ``v``: ``(num_blocks, K, block_size, Ev)`` (a block
+        is one contiguous piece of memory, so gathering blocks copies whole pieces);
         :meth:`append` takes one sequence's ``(K, T, E)`` and ``(K, T, Ev)``.
 
     For inference only: :meth:`append` refuses tensors that require grad while autograd records.
@@ -99,9 +100,9 @@ class PagedKVCache:
             raise ValueError(f"block_size must be at least 1 position (vLLM uses 16); got block_size={block_size}")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.num_kv_heads, self.head_dim, self.v_head_dim = num_kv_heads, head_dim, v_head_dim
-        # (K, num_blocks, block_size, E): one pool per KV head
-        self.k = torch.zeros(num_kv_heads, num_blocks, block_size, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros(num_kv_heads, num_blocks, block_size, v_head_dim, dtype=dtype, device=device)
+        # (num_blocks, K, block_size, E): each block one contiguous piece of memory
+        self.k = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros(num_blocks, num_kv_heads, block_size, v_head_dim, dtype=dtype, device=device)
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
         self.block_tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
@@ -114,7 +115,7 @@ class PagedKVCache:
     @property
     def block_nbytes(self) -> int:
         """Bytes of one block (keys and values)."""
-        return (self.k[:, 0].numel() * self.k.element_size()) + (self.v[:, 0].numel() * self.v.element_size())
+        return (self.k[0].numel() * self.k.element_size()) + (self.v[0].numel() * self.v.element_size())
 
     @property
     def nbytes(self) -> int:
@@ -175,8 +176,8 @@ class PagedKVCache:
         table.extend(self._free.pop() for _ in range(needed))
         pos = torch.arange(start, start + T, device=self.k.device)
         blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
-        self.k[:, blocks, pos % bs] = k  # (K, T, E): one position per (block, offset)
-        self.v[:, blocks, pos % bs] = v
+        self.k[blocks, :, pos % bs] = k.transpose(0, 1)  # (T, K, E): one position per (block, offset)
+        self.v[blocks, :, pos % bs] = v.transpose(0, 1)
         self.lengths[seq_id] = start + T
 
     def _check(self, k: Tensor, v: Tensor) -> None:
@@ -208,23 +209,27 @@ class PagedKVCache:
         self._known(seq_id)
         L = self.lengths[seq_id]
         blocks = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.k.device)
-        k = self.k[:, blocks].reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
-        v = self.v[:, blocks].reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
+        k = self.k[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
+        v = self.v[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
         return k, v
 
-    def table_tensor(self, seq_ids: list[int]) -> tuple[Tensor, Tensor]:
-        """The block tables of ``seq_ids`` padded into one tensor (padding: block 0), and their lengths.
 
-        Shapes:
-            tables ``(B, max_blocks)`` long; lengths ``(B,)`` long.
-        """
-        for s in seq_ids:
-            self._known(s)
-        width = max(len(self.block_tables[s]) for s in seq_ids)
-        rows = [self.block_tables[s] + [0] * (width - len(self.block_tables[s])) for s in seq_ids]
-        device = self.k.device
-        return (torch.tensor(rows, dtype=torch.long, device=device),
-                torch.tensor([self.lengths[s] for s in seq_ids], dtype=torch.long, device=device))
+def block_runs(table: list[int]) -> list[tuple[int, int]]:
+    """A block table as runs of consecutive pool blocks: ``(first block, number of blocks)``, in order.
+
+    A run is one slice of the pool, so it can be read in place (a view, no copy).
+
+    Example:
+        >>> block_runs([4, 5, 6, 0, 1, 9])
+        [(4, 3), (0, 2), (9, 1)]
+    """
+    runs: list[tuple[int, int]] = []
+    for block in table:
+        if runs and block == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((block, 1))
+    return runs
 
 
 def paged_attention(
@@ -233,28 +238,28 @@ def paged_attention(
     seq_ids: list[int],
     *,
     scale: float | None = None,
-    chunk_blocks: int = 8,
 ) -> Tensor:
     """Attention of each sequence's newest ``T`` queries to its own cached keys, read through the block tables.
 
     Query ``t`` of sequence ``b`` (of length ``L_b``, its new tokens already appended) is at position
-    ``L_b - T + t`` and sees keys ``0..L_b - T + t`` (bottom-right causal, per sequence). The block tables
-    are read ``chunk_blocks`` columns at a time; each chunk's scores update a running max, sum and weighted
-    sum of values (the online softmax), and sequences with no block in a chunk skip it.
+    ``L_b - T + t`` and sees keys ``0..L_b - T + t`` (bottom-right causal, per sequence). PagedAttention's
+    kernel reads every block in place. Plain PyTorch can read in place only a slice of the pool, so each
+    block table is walked as runs of consecutive blocks (:func:`block_runs`; the allocator hands out
+    consecutive blocks while it can), each run a view of the pool, never a copy. The runs are combined
+    with the online softmax of FlashAttention: a running max, sum and weighted sum of values per query.
 
     Args:
         q: ``(B, H, T, E)``, ``H`` a multiple of the cache's ``K`` (GQA without repeating keys).
         cache: the :class:`PagedKVCache` holding the sequences.
         seq_ids: the ``B`` sequences, in the order of ``q``'s batch.
         scale: score multiplier, default ``1 / sqrt(E)``.
-        chunk_blocks: block-table columns read per step.
 
     Returns:
         ``(B, H, T, Ev)``.
 
     Raises:
         ValueError: if ``q`` does not match the cache or ``seq_ids`` (shape, heads, width, dtype, device),
-            a sequence is unknown or freed, holds fewer than ``T`` positions, or ``chunk_blocks < 1``.
+            or a sequence is unknown or freed, or holds fewer than ``T`` positions.
 
     Example:
         >>> cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, head_dim=4)
@@ -264,7 +269,6 @@ def paged_attention(
         >>> paged_attention(torch.randn(2, 2, 1, 4), cache, [0, 1]).shape
         torch.Size([2, 2, 1, 4])
     """
-    _positive("chunk_blocks", chunk_blocks)
     if not isinstance(q, Tensor) or q.ndim != 4:
         raise ValueError(f"q must be (B, H, T, E); got shape {tuple(getattr(q, 'shape', ()))}")
     B, H, T, E = q.shape
@@ -277,40 +281,34 @@ def paged_attention(
         )
     if q.dtype != cache.k.dtype or q.device != cache.k.device:
         raise ValueError(f"q is {q.dtype} on {q.device} but the pool is {cache.k.dtype} on {cache.k.device}")
-    tables, lengths = cache.table_tensor(seq_ids)  # (B, max_blocks), (B,)
-    short = [s for s, n in zip(seq_ids, lengths.tolist(), strict=True) if n < T]
+    for seq in seq_ids:
+        cache._known(seq)
+    short = [seq for seq in seq_ids if cache.lengths[seq] < T]
     if short:
         raise ValueError(f"sequences {short} hold fewer than T={T} positions; append the new tokens first")
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     n_rep, R = H // K, (H // K) * T
-    qg = (q.reshape(B, K, R, E).transpose(0, 1) * scale).contiguous()  # (K, B, R, E); row r*T + t: head k*n_rep + r
-    q_pos = lengths[:, None] - T + torch.arange(T, device=q.device)  # (B, T) position of each query
-    n_blocks = (lengths + bs - 1) // bs  # (B,)
-    m = torch.full((K, B, R), _NEG_INF, dtype=q.dtype, device=q.device)  # running max
-    l = torch.zeros(K, B, R, dtype=q.dtype, device=q.device)  # running sum of exp(s - m)
-    acc = torch.zeros(K, B, R, Ev, dtype=q.dtype, device=q.device)  # running sum of exp(s - m) v
-    for c0 in range(0, tables.shape[1], chunk_blocks):
-        c1 = min(c0 + chunk_blocks, tables.shape[1])
-        rows = (n_blocks > c0).nonzero().flatten()  # the sequences with a block in this chunk
-        every = rows.numel() == B
-        ids = tables[:, c0:c1] if every else tables[rows, c0:c1]  # (b, cb) pool blocks
-        b, cb = ids.shape
-        k = cache.k.index_select(1, ids.flatten()).view(K, b, cb * bs, E)  # (K, b, L, E), L = cb * bs: one copy
-        v = cache.v.index_select(1, ids.flatten()).view(K, b, cb * bs, Ev)
-        s = (qg if every else qg[:, rows]) @ k.transpose(-2, -1)  # (K, b, R, L)
-        key_pos = torch.arange(c0 * bs, c1 * bs, device=q.device)  # (L,)
-        hidden = key_pos > (q_pos if every else q_pos[rows])[:, :, None]  # (b, T, L): after the query, or padding
-        s = s.view(K, b, n_rep, T, cb * bs).masked_fill(hidden[:, None], _NEG_INF).view(K, b, R, cb * bs)
-        m_old, l_old, acc_old = (m, l, acc) if every else (m[:, rows], l[:, rows], acc[:, rows])
-        m_new = torch.maximum(m_old, s.amax(dim=-1))
-        shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
-        p = torch.exp(s - shift[..., None])  # (K, b, R, L)
-        alpha = torch.exp(m_old - shift)  # rescales what was summed under the old max
-        l_new = alpha * l_old + p.sum(dim=-1)
-        acc_new = alpha[..., None] * acc_old + p @ v  # (K, b, R, Ev)
-        if every:
-            m, l, acc = m_new, l_new, acc_new
-        else:
-            m[:, rows], l[:, rows], acc[:, rows] = m_new, l_new, acc_new
-    out = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]  # (K, B, R, Ev)
-    return out.transpose(0, 1).reshape(B, H, T, Ev)
+    t = torch.arange(T, device=q.device).view(1, 1, 1, T, 1)  # new query t
+    out = torch.empty(B, K, R, Ev, dtype=q.dtype, device=q.device)
+    for b, seq in enumerate(seq_ids):
+        L = cache.lengths[seq]
+        qb = q[b].reshape(K, R, E) * scale  # row r * T + t is query head k * n_rep + r, token t
+        m = torch.full((K, R), _NEG_INF, dtype=q.dtype, device=q.device)  # running max
+        l = torch.zeros(K, R, dtype=q.dtype, device=q.device)  # running sum of exp(s - m)
+        acc = torch.zeros(K, R, Ev, dtype=q.dtype, device=q.device)  # running sum of exp(s - m) v
+        first = 0  # position of the run's first key
+        for start, n in block_runs(cache.block_tables[seq]):
+            k, v = cache.k[start : start + n], cache.v[start : start + n]  # views: (n, K, bs, E), (n, K, bs, Ev)
+            s = qb @ k.transpose(-2, -1)  # (n, K, R, bs): every block of the run at once
+            if first + n * bs - 1 > L - T:  # some key is after the first new query (or past the end)
+                pos = torch.arange(first, first + n * bs, device=q.device).view(n, 1, 1, 1, bs)
+                s = s.view(n, K, n_rep, T, bs).masked_fill(pos > L - T + t, _NEG_INF).view(n, K, R, bs)
+            m_new = torch.maximum(m, s.amax(dim=(0, 3)))  # (K, R)
+            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - shift[None, :, :, None])  # (n, K, R, bs), unnormalised
+            alpha = torch.exp(m - shift)  # rescales what was summed under the old max
+            l = alpha * l + p.sum(dim=(0, 3))
+            acc = alpha[..., None] * acc + (p @ v).sum(dim=0)  # (K, R, Ev)
+            m, first = m_new, first + n * bs
+        out[b] = acc / l[..., None]  # every query sees at least key 0, so l > 0
+    return out.reshape(B, H, T, Ev)

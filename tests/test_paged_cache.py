@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lessons_src.attention import attention
 from lessons_src.kv_cache import KVCache, kv_bytes_per_token
-from lessons_src.paged_cache import PagedKVCache, paged_attention
+from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 
 K, E, EV = 2, 8, 6
 
@@ -36,10 +36,10 @@ def contiguous_reference(q: torch.Tensor, caches: list[KVCache]) -> torch.Tensor
 
 
 @pytest.mark.parametrize("H", [2, 4])  # MHA and GQA (2 query heads per KV head)
-@pytest.mark.parametrize(("block_size", "chunk_blocks"), [(4, 1), (4, 3), (5, 8), (1, 4), (16, 2)])
+@pytest.mark.parametrize("block_size", [1, 4, 5, 16])
 @pytest.mark.parametrize("T", [1, 3])
 def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
-    H: int, block_size: int, chunk_blocks: int, T: int
+    H: int, block_size: int, T: int
 ) -> None:
     g = torch.Generator().manual_seed(block_size * 10 + H + T)
     lengths = {0: 13, 1: 3, 2: 30, 3: 7, 4: 21}
@@ -70,7 +70,7 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
                 paged.append(s, k, v)
                 own[s].update(k[None], v[None])
             q = torch.randn(len(ids), H, T, E, generator=g, dtype=torch.float64)
-            got = paged_attention(q, paged, ids, chunk_blocks=chunk_blocks)
+            got = paged_attention(q, paged, ids)
             torch.testing.assert_close(got, contiguous_reference(q, [own[s] for s in ids]), atol=1e-12, rtol=1e-10)
             if step == 0:
                 for s in ids:
@@ -96,6 +96,12 @@ def test_blocks_are_taken_as_needed_and_returned() -> None:
         cache.append(2, torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
         assert cache.block_tables[2] == [0]  # the freed block is handed out again
     assert cache.nbytes == 4 * cache.block_nbytes == 4 * 4 * kv_bytes_per_token(1, 2, torch.float32)
+
+
+def test_block_runs_split_a_table_into_slices_of_the_pool() -> None:
+    assert block_runs([3, 4, 5, 9, 10, 2]) == [(3, 3), (9, 2), (2, 1)]
+    assert block_runs([7]) == [(7, 1)] and block_runs([]) == []
+    assert block_runs([5, 4, 3]) == [(5, 1), (4, 1), (3, 1)]  # descending ids are not one slice
 
 
 def test_an_exhausted_pool_writes_nothing() -> None:
@@ -146,8 +152,6 @@ def _freed() -> PagedKVCache:
     (lambda: paged_attention(torch.randn(1, 1, 1, 8), _filled(), [0]), ValueError, r"E must be 4 and H a multiple of K=1"),
     (lambda: paged_attention(torch.randn(1, 1, 4, 4), _filled(), [0]), ValueError,
      r"sequences \[0\] hold fewer than T=4 positions"),
-    (lambda: paged_attention(torch.randn(1, 1, 1, 4), _filled(), [0], chunk_blocks=0), ValueError,
-     r"chunk_blocks must be at least 1"),
     (lambda: paged_attention(torch.randn(1, 1, 1, 4).double(), _filled(), [0]), ValueError, r"q is torch.float64"),
 ])
 def test_bad_input_gets_a_clear_error(call, error, match) -> None:  # type: ignore[no-untyped-def]

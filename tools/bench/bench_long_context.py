@@ -20,7 +20,7 @@ recorded before and after. Medians are reported, with the ratios the targets are
    full :class:`~lessons_src.kv_cache.KVCache` for contrast. Caches are filled with random rotated keys
    (the time of a step does not depend on their values).
 4. **Cached vs recomputed decoding** (the pitfall "my KV cache gives no speed-up"): one
-   ``MultiHeadAttention`` layer, d_model 512, 8 heads, B=1, prompt lengths 16 to 4,096. Per new token:
+   ``MultiHeadAttention`` layer, d_model 512, 8 heads, B=1, prompt lengths 1 to 4,096. Per new token:
    ``recompute`` runs the layer over the whole prefix again; ``cache`` decodes one token with a
    preallocated ``KVCache``; ``cat cache`` grows its keys and values with ``torch.cat`` each step.
    Prefill time is measured too, to show when a workload is prefill-dominated.
@@ -132,10 +132,18 @@ def paged_vs_contiguous(steps: int, B: int = 8, H: int = 8, E: int = 64, block: 
                 fn(q, k, v)
                 times[name].append(time.perf_counter() - t0)
     ms = {name: median_ms(ts) for name, ts in times.items()}
+    allocated = {  # bytes of the tensors each variant allocated, and what the tokens in it need
+        "contiguous": sum(c.k.nbytes + c.v.nbytes for c in own),
+        "padded": padded_k.nbytes + padded_v.nbytes,
+        "paged": pool.k.nbytes + pool.v.nbytes,
+    }
     return {
         "config": {"B": B, "lengths_at_start": lengths, "block_size": block, "num_heads": H, "num_kv_heads": H,
                    "head_dim": E, "steps": steps, "dtype": "float32"},
         "ms_per_step": ms,
+        "bytes_allocated": allocated,
+        "bytes_paged_blocks_held": pool.nbytes,
+        "bytes_tokens": sum(c.nbytes for c in own),
         "paged_over_contiguous": ms["paged"] / ms["contiguous"],
         "paged_over_padded": ms["paged"] / ms["padded"],
         "padded_over_contiguous": ms["padded"] / ms["contiguous"],
@@ -190,6 +198,7 @@ def rolling(steps: int, repeats: int, window: int = 1024, sinks: int = 4, H: int
                 r.update(k, v)
                 f.update(k, v)
             caches[f"rolling {n}"], caches[f"full {n}"] = r, f
+    held = {name: c.nbytes for name, c in caches.items()}  # after filling, before the timed steps add tokens
 
     def step(cache: RollingKVCache | KVCache) -> None:
         p = cache.length
@@ -212,8 +221,8 @@ def rolling(steps: int, repeats: int, window: int = 1024, sinks: int = 4, H: int
                    "steps": steps, "repeats": repeats, "dtype": "float32"},
         "ms_per_token": per_token,
         "rolling_spread": max(roll) / min(roll) - 1,
-        "rolling_bytes": {str(n): caches[f"rolling {n}"].nbytes for n in contexts},
-        "full_bytes": {str(n): caches[f"full {n}"].nbytes for n in contexts},
+        "rolling_bytes": {str(n): held[f"rolling {n}"] for n in contexts},
+        "full_bytes": {str(n): held[f"full {n}"] for n in contexts},
     }
 
 
@@ -237,7 +246,7 @@ class CatCache:
 
 
 def cache_vs_recompute(repeats: int, D: int = 512, H: int = 8) -> dict[str, Any]:
-    prompts = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    prompts = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     torch.manual_seed(0)
     mha = MultiHeadAttention(D, H).eval()
     x = torch.randn(1, max(prompts) + 1, D)
