@@ -86,9 +86,7 @@ class PreparedMask:
             ``j <= i + S - T``); ``False`` when it would hide nothing (one query, or no causal flag).
         T: query positions.
         S: key positions.
-        window: with ``causal``, a sliding window: key ``j`` visible to query ``i`` only when also
-            ``j > i + S - T - window`` (the last ``window`` positions, the query's own included);
-            ``None`` for none.
+        window: with ``causal``, each query sees only the last ``window`` positions (``None``: all).
     """
 
     mask: Tensor | None
@@ -127,25 +125,20 @@ def prepare_mask(
         shape: the scores' shape ``(B, H, T, S)``.
         dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
         device: the queries' device; the mask must be on it.
-        window: a sliding window on top of the causal mask (needs ``is_causal=True``): each query sees
-            only the last ``window`` positions up to its own, bottom-right aligned; ``None``: no window.
+        window: with ``is_causal``, each query sees only the last ``window`` positions, its own included.
 
     Returns:
         A :class:`PreparedMask`.
 
     Raises:
-        ValueError: naming the mask's shape, dtype or device and what would be accepted; a window below
-            1 or without ``is_causal``.
-        TypeError: if ``is_causal`` is not a bool or ``window`` not an int.
+        ValueError: naming the mask's shape, dtype or device (or the window) and what would be accepted.
+        TypeError: if ``is_causal`` is not a bool (or ``window`` not an int).
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
     window = check_window(window)
     if window is not None and not is_causal:
-        raise ValueError(
-            f"window={window} narrows the causal mask, so it needs is_causal=True (a window over future keys "
-            "is not what sliding-window attention means); pass is_causal=True, or an explicit attn_mask"
-        )
+        raise ValueError(f"window={window} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
     T, S = shape[2], shape[3]
     mask = attn_mask
     if mask is not None:
@@ -381,8 +374,7 @@ def attention(
         dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
         implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel) or ``"eager"``
             (explicit; returns the weights).
-        window: sliding-window attention (with ``is_causal=True``): each query sees only the last
-            ``window`` positions up to its own, bottom-right aligned like the causal mask.
+        window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
 
     Returns:
         An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``.
@@ -714,9 +706,7 @@ class MultiHeadAttention(nn.Module):
                 without ``cache_position`` are refused rather than attending to a stale prompt.
             implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
                 (or ``"eager"`` with ``need_weights``).
-            window: sliding-window attention, with ``is_causal=True`` (see :func:`attention`). With a
-                :class:`~lessons_src.kv_cache.KVCache` the cache still keeps every position; the window
-                only hides the old ones (a :class:`~lessons_src.kv_cache.RollingKVCache` drops them).
+            window: sliding window, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.

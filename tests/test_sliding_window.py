@@ -124,7 +124,7 @@ def test_module_decodes_with_a_window_through_a_cache() -> None:
     (lambda: causal_mask(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
     (lambda: check_window(-3), ValueError, r"got window=-3"),
     (lambda: attention(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), window=2),
-     ValueError, r"window=2 narrows the causal mask, so it needs is_causal=True"),
+     ValueError, r"window=2 narrows the causal mask, so it needs is_causal=True \(or pass an attn_mask\)"),
     (lambda: prepare_mask(None, is_causal=True, shape=(1, 1, 2, 2), dtype=torch.float32, device=torch.device("cpu"),
                           window=0), ValueError, r"window must be at least 1"),
     (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), is_causal=True, window=-1), ValueError, r"got window=-1"),
