@@ -29,9 +29,13 @@ References:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["PagedKVCache", "block_runs", "paged_attention"]
 
@@ -174,11 +178,15 @@ class PagedKVCache:
                 "sequences or make the cache with more num_blocks"
             )
         table.extend(self._free.pop() for _ in range(needed))
+        self.lengths[seq_id] = start + T
+        if T == 1:  # decoding: one position, written with plain indexing
+            self.k[table[start // bs], :, start % bs] = k[:, 0]
+            self.v[table[start // bs], :, start % bs] = v[:, 0]
+            return
         pos = torch.arange(start, start + T, device=self.k.device)
         blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
         self.k[blocks, :, pos % bs] = k.transpose(0, 1)  # (T, K, E): one position per (block, offset)
         self.v[blocks, :, pos % bs] = v.transpose(0, 1)
-        self.lengths[seq_id] = start + T
 
     def _check(self, k: Tensor, v: Tensor) -> None:
         for name, t, width in (("k", k, self.head_dim), ("v", v, self.v_head_dim)):
@@ -232,34 +240,55 @@ def block_runs(table: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
+def _pieces(cache: PagedKVCache, table: list[int], min_run: int) -> Iterator[tuple[Tensor, Tensor, list[int]]]:
+    """A sequence's keys and values in pieces: each run of at least ``min_run`` consecutive blocks as a view
+    of the pool (no copy), then every other block gathered into one tensor (a small copy). Yields
+    ``(k (n, K, bs, E), v (n, K, bs, Ev), the table indices of the n blocks)``."""
+    scattered: list[int] = []
+    i = 0
+    for start, n in block_runs(table):
+        if n >= min_run:
+            yield cache.k[start : start + n], cache.v[start : start + n], list(range(i, i + n))
+        else:
+            scattered.extend(range(i, i + n))
+        i += n
+    if scattered:
+        blocks = torch.tensor([table[j] for j in scattered], device=cache.k.device)
+        yield cache.k.index_select(0, blocks), cache.v.index_select(0, blocks), scattered
+
+
 def paged_attention(
     q: Tensor,
     cache: PagedKVCache,
     seq_ids: list[int],
     *,
     scale: float | None = None,
+    min_run: int = 4,
 ) -> Tensor:
     """Attention of each sequence's newest ``T`` queries to its own cached keys, read through the block tables.
 
     Query ``t`` of sequence ``b`` (of length ``L_b``, its new tokens already appended) is at position
     ``L_b - T + t`` and sees keys ``0..L_b - T + t`` (bottom-right causal, per sequence). PagedAttention's
     kernel reads every block in place. Plain PyTorch can read in place only a slice of the pool, so each
-    block table is walked as runs of consecutive blocks (:func:`block_runs`; the allocator hands out
-    consecutive blocks while it can), each run a view of the pool, never a copy. The runs are combined
-    with the online softmax of FlashAttention: a running max, sum and weighted sum of values per query.
+    block table is split into runs of consecutive blocks (:func:`block_runs`; the allocator hands out
+    consecutive blocks while it can): a run of at least ``min_run`` blocks is read as a view of the pool,
+    and the scattered blocks left over are gathered into one tensor (a small copy), so a sequence costs a
+    few pieces, not one per block. The pieces are combined with the online softmax of FlashAttention: a
+    running max, sum and weighted sum of values per query; the order of the pieces does not matter.
 
     Args:
         q: ``(B, H, T, E)``, ``H`` a multiple of the cache's ``K`` (GQA without repeating keys).
         cache: the :class:`PagedKVCache` holding the sequences.
         seq_ids: the ``B`` sequences, in the order of ``q``'s batch.
         scale: score multiplier, default ``1 / sqrt(E)``.
+        min_run: the shortest run of consecutive blocks read in place; shorter ones are gathered.
 
     Returns:
         ``(B, H, T, Ev)``.
 
     Raises:
         ValueError: if ``q`` does not match the cache or ``seq_ids`` (shape, heads, width, dtype, device),
-            or a sequence is unknown or freed, or holds fewer than ``T`` positions.
+            a sequence is unknown or freed, or holds fewer than ``T`` positions, or ``min_run < 1``.
 
     Example:
         >>> cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, head_dim=4)
@@ -269,6 +298,7 @@ def paged_attention(
         >>> paged_attention(torch.randn(2, 2, 1, 4), cache, [0, 1]).shape
         torch.Size([2, 2, 1, 4])
     """
+    _positive("min_run", min_run)
     if not isinstance(q, Tensor) or q.ndim != 4:
         raise ValueError(f"q must be (B, H, T, E); got shape {tuple(getattr(q, 'shape', ()))}")
     B, H, T, E = q.shape
@@ -289,6 +319,7 @@ def paged_attention(
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     n_rep, R = H // K, (H // K) * T
     t = torch.arange(T, device=q.device).view(1, 1, 1, T, 1)  # new query t
+    offsets = torch.arange(bs, device=q.device)
     out = torch.empty(B, K, R, Ev, dtype=q.dtype, device=q.device)
     for b, seq in enumerate(seq_ids):
         L = cache.lengths[seq]
@@ -296,19 +327,18 @@ def paged_attention(
         m = torch.full((K, R), _NEG_INF, dtype=q.dtype, device=q.device)  # running max
         l = torch.zeros(K, R, dtype=q.dtype, device=q.device)  # running sum of exp(s - m)
         acc = torch.zeros(K, R, Ev, dtype=q.dtype, device=q.device)  # running sum of exp(s - m) v
-        first = 0  # position of the run's first key
-        for start, n in block_runs(cache.block_tables[seq]):
-            k, v = cache.k[start : start + n], cache.v[start : start + n]  # views: (n, K, bs, E), (n, K, bs, Ev)
-            s = qb @ k.transpose(-2, -1)  # (n, K, R, bs): every block of the run at once
-            if first + n * bs - 1 > L - T:  # some key is after the first new query (or past the end)
-                pos = torch.arange(first, first + n * bs, device=q.device).view(n, 1, 1, 1, bs)
-                s = s.view(n, K, n_rep, T, bs).masked_fill(pos > L - T + t, _NEG_INF).view(n, K, R, bs)
+        for k, v, where in _pieces(cache, cache.block_tables[seq], min_run):
+            s = qb @ k.transpose(-2, -1)  # (n, K, R, bs): every block of the piece at once
+            if (max(where) + 1) * bs - 1 > L - T:  # some key is after the first new query (or past the end)
+                pos = torch.tensor(where, device=q.device)[:, None] * bs + offsets  # (n, bs) key positions
+                hidden = pos.view(-1, 1, 1, 1, bs) > L - T + t  # (n, 1, 1, T, bs)
+                s = s.view(-1, K, n_rep, T, bs).masked_fill(hidden, _NEG_INF).view(-1, K, R, bs)
             m_new = torch.maximum(m, s.amax(dim=(0, 3)))  # (K, R)
-            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)  # a row that saw nothing yet
             p = torch.exp(s - shift[None, :, :, None])  # (n, K, R, bs), unnormalised
-            alpha = torch.exp(m - shift)  # rescales what was summed under the old max
+            alpha = torch.exp(m - shift)  # rescales what was summed under the old max (0 at the start)
             l = alpha * l + p.sum(dim=(0, 3))
             acc = alpha[..., None] * acc + (p @ v).sum(dim=0)  # (K, R, Ev)
-            m, first = m_new, first + n * bs
+            m = m_new
         out[b] = acc / l[..., None]  # every query sees at least key 0, so l > 0
     return out.reshape(B, H, T, Ev)

@@ -72,7 +72,9 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
             q = torch.randn(len(ids), H, T, E, generator=g, dtype=torch.float64)
             got = paged_attention(q, paged, ids)
             torch.testing.assert_close(got, contiguous_reference(q, [own[s] for s in ids]), atol=1e-12, rtol=1e-10)
-            if step == 0:
+            if step == 0:  # runs read in place, everything gathered, and the default split agree
+                for min_run in (1, 1000):
+                    torch.testing.assert_close(paged_attention(q, paged, ids, min_run=min_run), got)
                 for s in ids:
                     k, v = paged.gather(s)
                     torch.testing.assert_close((k, v), (own[s].k[0, :, : own[s].length], own[s].v[0, :, : own[s].length]))
@@ -153,6 +155,7 @@ def _freed() -> PagedKVCache:
     (lambda: paged_attention(torch.randn(1, 1, 4, 4), _filled(), [0]), ValueError,
      r"sequences \[0\] hold fewer than T=4 positions"),
     (lambda: paged_attention(torch.randn(1, 1, 1, 4).double(), _filled(), [0]), ValueError, r"q is torch.float64"),
+    (lambda: paged_attention(torch.randn(1, 1, 1, 4), _filled(), [0], min_run=0), ValueError, r"min_run must be at least 1"),
 ])
 def test_bad_input_gets_a_clear_error(call, error, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=match):
