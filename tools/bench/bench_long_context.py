@@ -309,9 +309,9 @@ def cache_vs_recompute(repeats: int, D: int = 512, H: int = 8) -> dict[str, Any]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    ap.add_argument("--paged-steps", type=int, default=80)
-    ap.add_argument("--rolling-steps", type=int, default=40)
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--paged-steps", type=int, default=120)
+    ap.add_argument("--rolling-steps", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
