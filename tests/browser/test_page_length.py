@@ -21,18 +21,7 @@ MAX_SCREENS = 12
 PHONE_COLUMN_PX = 343
 # Pages over the limit whose text another issue owns (lessons and summary: issue 15; practice: issue 16).
 # KNOWN_LONG=0 in the environment runs them as ordinary tests, to measure them.
-ISSUE_15 = "issue 15 (the learner's path) is splitting the lessons"
-KNOWN_LONG: dict[str, str] = {
-    "lessons/gqa-mqa/": ISSUE_15,
-    "practice/lab/": "issue 13 (the executed notebook with its install cell: 12.9 screens; fold its outputs)",
-    "reference/benchmarks/": "issue 12/14 (13.4 screens with every report: fold the per-report tables)",
-    "lessons/flash-attention/": "issue 17 (its lesson, 12.1 screens: trim or split it)",
-    "lessons/parameters-and-compute/": ISSUE_15,
-    "lessons/pitfalls/": ISSUE_15,
-    "lessons/split-run-concatenate/": ISSUE_15,
-    "lessons/what-heads-learn/": ISSUE_15,
-    "lessons/why-multiple-heads/": ISSUE_15,
-}
+KNOWN_LONG: dict[str, str] = {}
 PAGES = site_pages()
 
 

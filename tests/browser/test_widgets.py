@@ -224,6 +224,11 @@ def test_quiz_gives_feedback_and_a_score(page: Any, context: tuple[Any, Watch], 
     wording = re.compile(rf"^(\d+) of {n} answered, (\d+) correct$")
     score = quiz.locator("[data-quiz-score]")
     assert wording.match(score.inner_text()) and score.inner_text() == f"0 of {n} answered, 0 correct"
+    parts = quiz.locator("details.quiz-part")
+    assert parts.count() >= 2 and questions.nth(n - 1).is_hidden(), "the quiz's later parts start folded"
+    for i in range(parts.count()):  # a reader opens each part by its summary
+        if parts.nth(i).get_attribute("open") is None:
+            parts.nth(i).locator("summary").click()
     expected_correct = 0
     for i in range(n):
         q = questions.nth(i)

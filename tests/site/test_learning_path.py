@@ -162,17 +162,12 @@ def test_navigation_and_toc_show_no_raw_latex() -> None:
     assert sorted(set(problems)) == []
 
 
-PAGES_WITH_KNOWN_QUOTES = {"practice/questions/index.html"}  # issue 16 owns that page
-
-
 @pytest.mark.parametrize("page", all_pages(), ids=lambda p: str(p.relative_to(SITE)))
 def test_no_backslash_quotes_in_visible_text(page: Path) -> None:
     raw = page.read_text(encoding="utf-8")
     raw = re.sub(r"<(pre|script|style|code|svg)\b.*?</\1>", " ", raw, flags=re.S)
     text = html.unescape(re.sub(r"<[^>]+>", " ", raw))
     found = re.findall(r".{0,30}\\[\"'].{0,30}", text)
-    if str(page.relative_to(SITE)) in PAGES_WITH_KNOWN_QUOTES and found:
-        pytest.xfail(f"known, owned by issue 16: {found[:2]}")
     assert found == []
 
 

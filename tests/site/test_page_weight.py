@@ -40,15 +40,7 @@ MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
 # entry must go). Most of their elements are KaTeX's (HTML and MathML for every formula).
-ISSUE_15 = "issue 15 (the learner's path) is splitting the lessons"
-KNOWN_HEAVY = {
-    "lessons/mla/": ISSUE_15,  # KaTeX's HTML for its equations (MathML-only output would fit it)
-    "lessons/parameters-and-compute/": ISSUE_15,
-    "lessons/pitfalls/": ISSUE_15,
-    "lessons/split-run-concatenate/": ISSUE_15,
-    # 4 over once issue 18's Long contexts section joined the navigation; 897 of its elements are KaTeX's HTML
-    "lessons/why-multiple-heads/": "the navigation grew (issue 18); KaTeX's HTML is most of it (MathML-only would fit)",
-}
+KNOWN_HEAVY: dict[str, str] = {}  # page id -> the issue fixing it (strict xfails); empty: every page fits
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 

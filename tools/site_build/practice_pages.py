@@ -188,15 +188,29 @@ def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str
     return [{k: fill(v) for k, v in card.items()} for card in cards]
 
 
+QUIZ_PARTS = {  # part key -> the heading the quiz page shows; in the navigation's order
+    "lessons": "The lessons: heads, shapes, costs, pitfalls",
+    "inference": "Inference variants: KV cache, masks, GQA, MLA",
+    "sdpa": "How SDPA runs: FlashAttention",
+    "long": "Long contexts: sliding windows, attention sinks, paged caches",
+}
+
+
 def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
-    """Load and validate the quiz: 2+ options per question, exactly one correct, an explanation for each."""
+    """Load and validate the quiz: 2+ options per question, exactly one correct, an explanation for each.
+
+    Each question names the ``part`` of the course it tests (a key of :data:`QUIZ_PARTS`); the page
+    groups the questions by part, each group a collapsible, so the page stays short as questions are added.
+    """
     questions = json.loads(path.read_text(encoding="utf-8"))["questions"]
     _require(len(questions) >= MIN_QUIZ, f"{path}: {len(questions)} questions; at least {MIN_QUIZ} are needed")
     ids = [q.get("id") for q in questions]
     _require(len(set(ids)) == len(ids), f"{path}: duplicate question ids")
     for q in questions:
         qid = q.get("id")
-        _require({"id", "prompt", "options"} <= set(q), f"question {qid}: needs id, prompt, options; has {sorted(q)}")
+        needed = {"id", "part", "prompt", "options"}
+        _require(needed <= set(q), f"question {qid}: needs id, part, prompt, options; has {sorted(q)}")
+        _require(q["part"] in QUIZ_PARTS, f"question {qid}: part {q['part']!r} is not one of {sorted(QUIZ_PARTS)}")
         opts = q["options"]
         _require(len(opts) >= 2, f"question {qid}: {len(opts)} options; at least 2 are needed")
         n_correct = sum(o.get("correct") is True for o in opts)
@@ -213,6 +227,7 @@ def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
     return [
         {
             "id": q["id"],
+            "part": q["part"],
             "prompt": fill(q["prompt"]),
             "options": [{**o, "text": fill(o["text"]), "explanation": fill(o["explanation"])} for o in q["options"]],
         }
@@ -267,28 +282,41 @@ def score_text(answered: int, total: int, correct: int) -> str:
 
 
 def render_quiz(questions: list[dict[str, Any]]) -> str:
-    """HTML for the quiz: ``[data-quiz]``; one ``fieldset.quiz-question`` with radio inputs per question."""
+    """HTML for the quiz: ``[data-quiz]``; one ``fieldset.quiz-question`` with radio inputs per question.
+
+    The questions are grouped by part (``details.quiz-part``, in :data:`QUIZ_PARTS` order, the first one
+    open) and numbered through the whole quiz; the score line counts every question.
+    """
     e = html.escape
-    parts = []
-    for n, q in enumerate(questions, 1):
-        qid = e(q["id"])
-        opts = []
-        for i, o in enumerate(q["options"]):
-            opts.append(
-                f'<li><label class="quiz-option"><input type="radio" name="quiz-{qid}" value="{i}" '
-                f'data-correct="{str(o["correct"]).lower()}" data-explanation="{e(o["explanation"])}"> '
-                f"<span>{e(o['text'])}</span></label></li>"
+    groups: dict[str, list[str]] = {part: [] for part in QUIZ_PARTS}
+    n = 0
+    for part in QUIZ_PARTS:
+        for q in (q for q in questions if q["part"] == part):
+            n += 1
+            qid = e(q["id"])
+            opts = []
+            for i, o in enumerate(q["options"]):
+                opts.append(
+                    f'<li><label class="quiz-option"><input type="radio" name="quiz-{qid}" value="{i}" '
+                    f'data-correct="{str(o["correct"]).lower()}" data-explanation="{e(o["explanation"])}"> '
+                    f"<span>{e(o['text'])}</span></label></li>"
+                )
+            groups[part].append(
+                f'<fieldset class="quiz-question" id="quiz-{qid}" data-question-id="{qid}">'
+                f'<legend><span class="quiz-number">Question {n}.</span> {e(q["prompt"])}</legend>'
+                f'<ol class="quiz-options" type="A">{"".join(opts)}</ol>'
+                f'<p class="quiz-feedback" aria-live="polite"></p></fieldset>'
             )
-        parts.append(
-            f'<fieldset class="quiz-question" id="quiz-{qid}" data-question-id="{qid}">'
-            f'<legend><span class="quiz-number">Question {n}.</span> {e(q["prompt"])}</legend>'
-            f'<ol class="quiz-options" type="A">{"".join(opts)}</ol>'
-            f'<p class="quiz-feedback" aria-live="polite"></p></fieldset>'
+    sections = []
+    for i, (part, items) in enumerate((p, g) for p, g in groups.items() if g):
+        sections.append(
+            f'<details class="quiz-part" data-quiz-part="{part}"{" open" if i == 0 else ""}>'
+            f"<summary>{e(QUIZ_PARTS[part])} ({len(items)} questions)</summary>{''.join(items)}</details>"
         )
     return (
         f'<form class="quiz" data-quiz data-total="{len(questions)}" onsubmit="return false">'
         f'<p class="quiz-score-line">Score: <output data-quiz-score aria-live="polite">'
-        f"{score_text(0, len(questions), 0)}</output></p>{''.join(parts)}"
+        f"{score_text(0, len(questions), 0)}</output></p>{''.join(sections)}"
         '<p><button type="reset" class="md-button" data-quiz-reset>Start again</button></p></form>'
     )
 
