@@ -136,9 +136,7 @@ def prepare_mask(
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
-    window = check_window(window)
-    if window is not None and not is_causal:
-        raise ValueError(f"window={window} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
+    window = check_window(window, is_causal=is_causal)
     T, S = shape[2], shape[3]
     mask = attn_mask
     if mask is not None:
@@ -150,8 +148,6 @@ def prepare_mask(
         if mask.dtype != torch.bool and mask.dtype != dtype:
             mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
-    if window is not None and window >= S:  # the window hides nothing the causal mask keeps
-        window = None
     return PreparedMask(mask=mask, causal=is_causal and (T > 1 or window is not None), T=T, S=S, window=window)
 
 

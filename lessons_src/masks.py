@@ -104,8 +104,11 @@ def causal_mask(
     return keep & (recent | sink)
 
 
-def check_window(window: object) -> int | None:
+def check_window(window: object, *, is_causal: bool = True) -> int | None:
     """``window`` as an int of at least 1, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise.
+
+    A window narrows the causal mask, so it needs ``is_causal``: a window over future keys is not what
+    sliding-window attention means.
 
     Example:
         >>> check_window(4096), check_window(None)
@@ -118,6 +121,8 @@ def check_window(window: object) -> int | None:
     w = int(window.__index__())
     if w < 1:
         raise ValueError(f"window must be at least 1 (the query itself); got window={w}")
+    if not is_causal:
+        raise ValueError(f"window={w} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
     return w
 
 
