@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model clean distclean lock train train-heads ablate
+.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context clean distclean lock train train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -63,6 +63,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_mha_ways.py
 	$(BIN)/python tools/bench/bench_flash.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
+	$(BIN)/python tools/bench/bench_long_context.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
@@ -81,6 +82,9 @@ bench-mha-ways: $(DEPS) ## Only the common ways of writing MHA (Raschka's setup)
 
 bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (minutes per call; ~18 GiB peak, eager forward+backward)
 	$(BIN)/python tools/bench/bench_flash.py
+
+bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding (~3 min)
+	$(BIN)/python tools/bench/bench_long_context.py
 
 train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU, a few minutes)
 	$(BIN)/python tools/train/train_induction.py

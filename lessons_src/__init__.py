@@ -7,7 +7,8 @@ The package has two layers. The **core** is what a reader copies into a project;
 ``attention.py``      ``scaled_dot_product_attention`` (explicit), ``MultiHeadAttention`` (MHA, GQA,
                       MQA), ``grouped_attention``, ``repeat_kv``
 ``masks.py``          the one mask convention (bool ``True`` = may attend), causal and padding masks
-``kv_cache.py``       ``KVCache`` and MLA's ``LatentCache`` for incremental decoding
+``kv_cache.py``       ``KVCache``, MLA's ``LatentCache`` and the sliding-window ``RollingKVCache``
+``paged_cache.py``    ``PagedKVCache`` (block pool, block tables) and ``paged_attention``
 ``mla.py``            ``MultiHeadLatentAttention`` (DeepSeek-V2), naive and absorbed
 ``rope.py``           rotary position embedding
 ``convert.py``        MHA -> GQA checkpoint conversion

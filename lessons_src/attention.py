@@ -27,7 +27,7 @@ References:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 
 import torch
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention.bias import causal_lower_right
 
-from .masks import causal_mask, check_mask, combine_masks
+from .masks import causal_mask, check_mask, check_window, combine_masks
 
 if TYPE_CHECKING:
     from .kv_cache import KVCache
@@ -86,19 +86,21 @@ class PreparedMask:
             ``j <= i + S - T``); ``False`` when it would hide nothing (one query, or no causal flag).
         T: query positions.
         S: key positions.
+        window: with ``causal``, each query sees only the last ``window`` positions (``None``: all).
     """
 
     mask: Tensor | None
     causal: bool
     T: int
     S: int
+    window: int | None = None
 
     def combined(self) -> Tensor | None:
         """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``."""
         if not self.causal:
             return self.mask
         device = None if self.mask is None else self.mask.device
-        causal = causal_mask(self.T, self.S, device=device)  # (T, S) bool
+        causal = causal_mask(self.T, self.S, window=self.window, device=device)  # (T, S) bool
         if self.mask is None:
             return causal
         dtype = self.mask.dtype if self.mask.dtype != torch.bool else torch.float32
@@ -112,6 +114,7 @@ def prepare_mask(
     shape: tuple[int, int, int, int],
     dtype: torch.dtype,
     device: torch.device,
+    window: int | None = None,
 ) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
@@ -122,16 +125,18 @@ def prepare_mask(
         shape: the scores' shape ``(B, H, T, S)``.
         dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
         device: the queries' device; the mask must be on it.
+        window: with ``is_causal``, each query sees only the last ``window`` positions, its own included.
 
     Returns:
         A :class:`PreparedMask`.
 
     Raises:
-        ValueError: naming the mask's shape, dtype or device and what would be accepted.
-        TypeError: if ``is_causal`` is not a bool.
+        ValueError: naming the mask's shape, dtype or device (or the window) and what would be accepted.
+        TypeError: if ``is_causal`` is not a bool (or ``window`` not an int).
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
+    window = check_window(window, is_causal=is_causal)
     T, S = shape[2], shape[3]
     mask = attn_mask
     if mask is not None:
@@ -143,7 +148,7 @@ def prepare_mask(
         if mask.dtype != torch.bool and mask.dtype != dtype:
             mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
-    return PreparedMask(mask=mask, causal=is_causal and T > 1, T=T, S=S)
+    return PreparedMask(mask=mask, causal=is_causal and (T > 1 or window is not None), T=T, S=S, window=window)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -256,7 +261,7 @@ def sdpa_attention(
     n_rep = H // K
     # (under torch.compile the causal_lower_right object cannot be traced; a bool mask is used instead)
     lower_right_ok = T == S or not torch.compiler.is_compiling()
-    if mask.mask is None and (not mask.causal or T <= S) and lower_right_ok:
+    if mask.mask is None and mask.window is None and (not mask.causal or T <= S) and lower_right_ok:
         if not mask.causal:
             flag, bias = False, None
         elif T == S:
@@ -342,6 +347,7 @@ def attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     implementation: str = "sdpa",
+    window: int | None = None,
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
@@ -364,6 +370,7 @@ def attention(
         dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
         implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel) or ``"eager"``
             (explicit; returns the weights).
+        window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
 
     Returns:
         An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``.
@@ -389,7 +396,9 @@ def attention(
         raise ValueError(f"dropout_p must be a number in [0, 1); got {dropout_p!r}")
     B, H, T, E = q.shape
     S = k.shape[2]
-    mask = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device)
+    mask = prepare_mask(
+        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window
+    )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p))
 
@@ -403,6 +412,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
+    window: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The explicit attention formula, returning the output and the weights.
 
@@ -418,6 +428,7 @@ def scaled_dot_product_attention(
         is_causal: hide future keys, bottom-right aligned (for ``T == S`` the usual lower triangle).
         scale: multiplier of the scores; default ``1 / sqrt(E)``.
         dropout_p: probability of zeroing a weight.
+        window: sliding window on top of ``is_causal`` (see :func:`attention`).
 
     Returns:
         ``(output, weights)``. A query that may attend to no key gets all-zero weights and a zero output
@@ -446,7 +457,7 @@ def scaled_dot_product_attention(
         q, k, v = (t.reshape(lead + tuple(t.shape)) for t in (q, k, v))
     out, weights, _ = attention(
         q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p,
-        implementation="eager",
+        implementation="eager", window=window,
     )
     assert weights is not None
     if 2 <= ndim < 4:
@@ -463,6 +474,7 @@ def grouped_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads.
 
@@ -478,7 +490,8 @@ def grouped_attention(
         torch.Size([1, 4, 1, 8])
     """
     return attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="sdpa"
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="sdpa",
+        window=window,
     ).output
 
 
@@ -637,6 +650,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = ...,
         cache_position: int | None = ...,
         implementation: str | None = ...,
+        window: int | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -651,6 +665,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = ...,
         cache_position: int | None = ...,
         implementation: str | None = ...,
+        window: int | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -664,6 +679,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         cache_position: int | None = None,
         implementation: str | None = None,
+        window: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -686,6 +702,7 @@ class MultiHeadAttention(nn.Module):
                 without ``cache_position`` are refused rather than attending to a stale prompt.
             implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
                 (or ``"eager"`` with ``need_weights``).
+            window: sliding window, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
@@ -722,7 +739,7 @@ class MultiHeadAttention(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
-        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device)
+        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length
@@ -730,7 +747,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
             if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
-                mask = PreparedMask(mask.mask.to(q.dtype), mask.causal, mask.T, mask.S)
+                mask = replace(mask, mask=mask.mask.to(q.dtype))
             result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim), dropout_p=dropout_p)
             if need_weights and result.weights is None:
                 raise ValueError(f"implementation {impl!r} does not return attention weights; use 'eager' for them")

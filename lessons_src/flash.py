@@ -12,7 +12,9 @@ query's log-sum-exp) and its backward pass, which recomputes each tile from the 
 of storing the weights (FlashAttention-2's backward), as a ``torch.autograd.Function``. It is registered
 as the ``"tiled"`` implementation of :func:`lessons_src.attention.attention`, so it accepts the same masks
 (bool or float, any broadcastable shape), bottom-right ``is_causal``, grouped-query heads (without
-repeating keys and values) and dtypes as the others, and gives the same answer.
+repeating keys and values) and dtypes as the others, and gives the same answer. With a sliding
+``window`` it skips the tiles that lie wholly before the window as well as those after the diagonal, so
+its work grows with ``T * window`` instead of ``T * S``.
 
 It is not fast: the fused kernels (``F.scaled_dot_product_attention``) run the same loop inside one
 kernel, keeping each tile in on-chip memory, which plain PyTorch cannot express. What it shows is the
@@ -35,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .attention import AttentionResult, PreparedMask, _check_qkv, prepare_mask, register_attention
+from .masks import check_window
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -143,38 +146,51 @@ def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
 # --------------------------------------------------------------------------- which tiles to compute
 
 
-def block_kind(i0: int, i1: int, j0: int, j1: int, T: int, S: int, *, causal: bool) -> BlockKind:
+def block_kind(
+    i0: int, i1: int, j0: int, j1: int, T: int, S: int, *, causal: bool, window: int | None = None
+) -> BlockKind:
     """Whether the tile of queries ``i0..i1-1`` and keys ``j0..j1-1`` is skipped, fully or partly visible.
 
     With the bottom-right causal mask, query ``i`` sees key ``j`` when ``j <= i + S - T``. A tile is
     hidden entirely (``"skip"``: never computed) when its first key is after what its last query sees,
     and visible entirely (``"full"``: no mask needed) when its last key is within what its first query
     sees; otherwise ``"partial"`` (the causal mask is built for the tile). Without ``causal``, ``"full"``.
+    A sliding ``window`` also hides key ``j`` from query ``i`` when ``j <= i + S - T - window``: a tile
+    whose last key is that old even for its first query is skipped too.
 
     Example:
         >>> [block_kind(0, 2, j, j + 2, 4, 4, causal=True) for j in (0, 2)]
         ['partial', 'skip']
+        >>> [block_kind(6, 8, j, j + 2, 8, 8, causal=True, window=2) for j in (0, 2, 4, 6)]
+        ['skip', 'skip', 'partial', 'partial']
     """
     if not causal:
         return "full"
     if j0 > (i1 - 1) + S - T:
-        return "skip"
-    if (j1 - 1) <= i0 + S - T:
+        return "skip"  # after the diagonal
+    if window is not None and (j1 - 1) <= i0 + S - T - window:
+        return "skip"  # before the window
+    if (j1 - 1) <= i0 + S - T and (window is None or j0 > (i1 - 1) + S - T - window):
         return "full"
     return "partial"
 
 
-def tile_plan(T: int, S: int, block_q: int, block_k: int, *, causal: bool) -> list[list[BlockKind]]:
+def tile_plan(
+    T: int, S: int, block_q: int, block_k: int, *, causal: bool, window: int | None = None
+) -> list[list[BlockKind]]:
     """The kind of every tile (rows: query blocks, columns: key blocks), as the loops of this file see them.
 
     Example:
         >>> tile_plan(4, 4, 2, 2, causal=True)
         [['partial', 'skip'], ['full', 'partial']]
+        >>> tile_plan(6, 6, 2, 2, causal=True, window=2)[2]
+        ['skip', 'partial', 'partial']
     """
     block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    window = check_window(window)
     return [
         [
-            block_kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S), T, S, causal=causal)
+            block_kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S), T, S, causal=causal, window=window)
             for j0 in range(0, S, block_k)
         ]
         for i0 in range(0, T, block_q)
@@ -203,6 +219,7 @@ def _tile_scores(
     kind: BlockKind,
     span: tuple[int, int, int, int, int, int],
     scale: float,
+    window: int | None = None,
 ) -> Tensor:
     """Scaled, masked scores of one tile, with the ``n_rep`` query heads of each KV head stacked on the rows.
 
@@ -225,7 +242,10 @@ def _tile_scores(
     if kind == "partial":
         i = torch.arange(i0, i1, device=s.device)[:, None]
         j = torch.arange(j0, j1, device=s.device)[None, :]
-        s5 = s5.masked_fill(j > i + S - T, _NEG_INF)  # (tq, tk) causal part, bottom-right
+        hidden = j > i + S - T  # (tq, tk) causal part, bottom-right
+        if window is not None:
+            hidden = hidden | (j <= i + S - T - window)  # older than the window
+        s5 = s5.masked_fill(hidden, _NEG_INF)
     return s5.reshape(B, K, n_rep * tq, tk)
 
 
@@ -233,7 +253,8 @@ def _tile_scores(
 
 
 def _forward(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
+    window: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time."""
     B, H, T, E = q.shape
@@ -252,11 +273,11 @@ def _forward(
         acc = torch.zeros(B, K, n_rep * tq, Ev, dtype=cd, device=q.device)  # running sum of exp(s - m) v
         for j0 in range(0, S, block_k):
             j1 = min(j0 + block_k, S)
-            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal)
+            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal, window=window)
             if kind == "skip":
-                continue  # hidden by the causal mask: never computed
+                continue  # hidden by the causal mask (or before the window): never computed
             k_j = k[:, :, j0:j1].to(cd)  # (B, K, tk, E)
-            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale)  # (B, K, n_rep * tq, tk)
+            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window)  # (B, K, n_rep*tq, tk)
             m_new = torch.maximum(m, s.amax(dim=-1))
             shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
             p = torch.exp(s - shift[..., None])  # (B, K, n_rep * tq, tk), unnormalised
@@ -282,7 +303,7 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
 
 def _backward(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
-    out: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor | None, mask_grad: bool,
+    out: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor | None, mask_grad: bool, window: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Gradients of q, k, v (and of a float mask), each tile's weights recomputed from the saved log-sum-exp.
 
@@ -311,12 +332,12 @@ def _backward(
         for i0 in range(0, T, block_q):
             i1 = min(i0 + block_q, T)
             tq, tk = i1 - i0, j1 - j0
-            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal)
+            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal, window=window)
             if kind == "skip":
                 continue
             q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)
             do_i = dog[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, Ev)
-            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale)  # (B, K, n_rep*tq, tk)
+            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window)  # (B, K, n_rep*tq, tk)
             p = torch.exp(s - lseg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # the weights, again
             dv[:, :, j0:j1] += p.transpose(-2, -1) @ do_i  # sums over the n_rep heads of the group too
             dp = do_i @ v_j.transpose(-2, -1)  # (B, K, n_rep * tq, tk)
@@ -338,36 +359,36 @@ def _backward(
 class TiledAttention(torch.autograd.Function):
     """Tiled attention with FlashAttention-2's backward: nothing of size ``T x S`` is saved or built.
 
-    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k) -> (output, lse)``; saves
+    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k, window) -> (output, lse)``; saves
     q, k, v, the mask, the output and the log-sum-exp (``O(T)`` per head) for the backward pass.
     """
 
     @staticmethod
     def forward(
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
-        block_q: int, block_k: int,
+        block_q: int, block_k: int, window: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         if torch.is_autocast_enabled(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
             with torch.autocast(q.device.type, enabled=False):
-                out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k)
+                out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, window)
         else:
-            out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k)
+            out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, window)
         ctx.save_for_backward(q, k, v, mask, out, lse)
-        ctx.config = (causal, scale, block_q, block_k)
+        ctx.config = (causal, scale, block_q, block_k, window)
         ctx.mask_grad = mask is not None and mask.requires_grad
         return out, lse
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor, d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
         q, k, v, mask, out, lse = ctx.saved_tensors
-        causal, scale, block_q, block_k = ctx.config
-        args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad)
+        causal, scale, block_q, block_k, window = ctx.config
+        args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad, window)
         if torch.is_autocast_enabled(q.device.type):
             with torch.autocast(q.device.type, enabled=False):
                 dq, dk, dv, d_mask = _backward(*args)
         else:
             dq, dk, dv, d_mask = _backward(*args)
-        return dq, dk, dv, d_mask, None, None, None, None
+        return dq, dk, dv, d_mask, None, None, None, None, None
 
 
 # --------------------------------------------------------------------------- entry points
@@ -392,7 +413,7 @@ def tiled_attention_function(
             "Use 'sdpa' or 'eager' for dropout, or dropout_p=0.0 (a module in eval mode)"
         )
     out, lse = TiledAttention.apply(  # type: ignore[no-untyped-call]
-        q, k, v, mask.mask, mask.causal, scale, block_q, block_k
+        q, k, v, mask.mask, mask.causal, scale, block_q, block_k, mask.window
     )
     return AttentionResult(out, None, lse)
 
@@ -407,6 +428,7 @@ def tiled_attention(
     scale: float | None = None,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    window: int | None = None,
 ) -> AttentionResult:
     """Attention one ``(block_q, block_k)`` tile at a time (FlashAttention-2), with the log-sum-exp.
 
@@ -421,6 +443,7 @@ def tiled_attention(
         scale: score multiplier, default ``1 / sqrt(E)``.
         block_q: queries per block (the last block may be shorter).
         block_k: keys per block (the last block may be shorter).
+        window: sliding window on top of ``is_causal``; tiles wholly before it are skipped too.
 
     Returns:
         :class:`lessons_src.attention.AttentionResult` ``(output, None, lse)``: ``lse[b, h, t]`` is the
@@ -443,7 +466,9 @@ def tiled_attention(
     block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
     _check_qkv(q, k, v)
     B, H, T, E = q.shape
-    prepared = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
+    prepared = prepare_mask(
+        attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device, window=window
+    )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     return tiled_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k)
 

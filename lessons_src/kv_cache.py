@@ -10,6 +10,9 @@ then grown by one or more new tokens per decoding step.
 * :class:`LatentCache` holds what multi-head latent attention (MLA) needs: one compressed latent of size
   ``C`` and one RoPE key of size ``R`` per token, shared by all heads, stored side by side as
   ``(B, S, C + R)``. Bytes per token per layer: ``(C + R) * bytes_per_element``.
+* :class:`RollingKVCache` is a fixed-size cache for sliding-window attention: the last ``window``
+  tokens, plus optionally the first ``sinks`` tokens (StreamingLLM's attention sinks). Its memory stops
+  growing at ``sinks + window`` positions, however long the sequence.
 
 The ``nbytes`` of a cache is measured from its tensors; :func:`kv_bytes_per_token` and
 :func:`latent_bytes_per_token` are the formulas. The tests and the lesson check that the two agree.
@@ -18,14 +21,19 @@ References:
     Pope et al., "Efficiently Scaling Transformer Inference", 2022 (arXiv:2211.05102), on why the KV
     cache dominates decoding memory.
     DeepSeek-AI, "DeepSeek-V2", 2024 (arXiv:2405.04434), section 2.1.
+    Jiang et al., "Mistral 7B", 2023 (arXiv:2310.06825), section 2 (rolling buffer cache).
+    Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453),
+    section 3.2 (rolling KV cache with attention sinks).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "LatentCache", "kv_bytes_per_token", "latent_bytes_per_token"]
+__all__ = ["KVCache", "LatentCache", "RollingKVCache", "RollingUpdate", "kv_bytes_per_token", "latent_bytes_per_token"]
 
 
 def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_head_dim: int | None = None) -> int:
@@ -276,3 +284,160 @@ class LatentCache(_Preallocated):
         """Bytes held by the cached tokens, measured from the tensor (not the preallocated total)."""
         kv = self.kv[:, : self.length]
         return kv.numel() * kv.element_size()
+
+
+class RollingUpdate(NamedTuple):
+    """What :meth:`RollingKVCache.update` returns: the keys and values to attend to, and who may see what.
+
+    Attributes:
+        k: ``(B, K, S, E)``, keys of every position a new query may need (in storage order, not time order).
+        v: ``(B, K, S, Ev)``.
+        mask: bool ``(T, S)``, ``True`` where new query ``t`` may attend to key ``s``; ``None`` when every
+            query may see every key (one new token into a full cache: the common decoding step).
+        positions: ``(S,)``, the original position of each key (``-1`` for a slot not filled yet).
+    """
+
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    positions: Tensor
+
+
+class RollingKVCache:
+    """A fixed-size KV cache for sliding-window attention: the last ``window`` tokens and ``sinks`` first ones.
+
+    A model trained with a sliding window of ``W`` (Mistral 7B: 4,096) never lets a query see a key more than
+    ``W - 1`` positions back, so older keys can be dropped: Mistral's *rolling buffer* stores position ``p``
+    in slot ``p mod W``, overwriting the key that just left the window. ``sinks = n`` also keeps the first
+    ``n`` tokens for good (Xiao et al.'s attention sinks: many heads park attention on the first tokens,
+    and evicting them hurts a window-only cache). So the cache holds ``sinks + window`` positions at most,
+    and decoding costs the same per token at position 1,000 or 1,000,000.
+
+    Keys are cached **after** RoPE, each rotated by its **original** position, and a query at position
+    ``p`` is rotated by ``p``. Attention is then exactly what a full forward pass computes with
+    ``causal_mask(..., window=W, sinks=n)`` (the tests check it), and the order of the slots does not
+    matter: a rotated key carries its position with it. StreamingLLM does something else: it caches keys
+    *before* RoPE and, at every step, rotates them by their position *inside the cache* (sinks at
+    ``0..n-1``, the window right after), so the distance from a query to the sinks stays small. That keeps
+    every relative distance within what the model saw in training, which is how StreamingLLM runs a model
+    far beyond its training length, but it changes the computation: it no longer equals any masked full
+    pass, and every key is re-rotated at every step. This course keeps original positions so that the
+    cache is a pure memory saving, testable against the full computation; with a model trained with a
+    window (Mistral), original positions are also what its training used.
+
+    Args:
+        batch_size: ``B``.
+        num_kv_heads: ``K``.
+        head_dim: ``E``.
+        window: ``W``, positions each query sees, its own included (``>= 1``).
+        sinks: first positions kept for good (``>= 0``).
+        v_head_dim: ``Ev`` (default ``E``).
+        dtype: element type.
+        device: where to allocate.
+
+    Shapes:
+        k: ``(B, K, sinks + window, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)``.
+
+    For inference only, like :class:`KVCache`.
+
+    Raises:
+        TypeError: if a size is not an int.
+        ValueError: if ``window`` or another size is below 1, ``sinks`` is negative, and in :meth:`update`.
+
+    Example:
+        >>> cache = RollingKVCache(batch_size=1, num_kv_heads=1, head_dim=2, window=3, sinks=1)
+        >>> for _ in range(6):
+        ...     step = cache.update(torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+        >>> sorted(step.positions.tolist()), step.mask is None  # token 5 sees 0 (a sink) and 3, 4, 5
+        ([0, 3, 4, 5], True)
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        window: int,
+        *,
+        sinks: int = 0,
+        v_head_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        if isinstance(window, int) and not isinstance(window, bool) and window < 1:
+            raise ValueError(f"window must be at least 1 (the query itself); got window={window}")
+        _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim, "window": window,
+                "v_head_dim": v_head_dim})
+        if isinstance(sinks, bool) or not isinstance(sinks, int):
+            raise TypeError(f"sinks must be an int; got {sinks!r} of type {type(sinks).__name__}")
+        if sinks < 0:
+            raise ValueError(f"sinks must be at least 0 (0: a window-only cache); got sinks={sinks}")
+        self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
+        self.head_dim, self.v_head_dim = head_dim, v_head_dim
+        self.window, self.sinks = window, sinks
+        self.max_len = sinks + window  # slots
+        self.length = 0  # tokens seen so far: the next token's position
+        self.k = torch.zeros(batch_size, num_kv_heads, self.max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros(batch_size, num_kv_heads, self.max_len, v_head_dim, dtype=dtype, device=device)
+        self.positions = torch.full((self.max_len,), -1, dtype=torch.long, device=device)  # -1: empty slot
+
+    def slot(self, position: int) -> int:
+        """The slot that holds ``position``: its own for a sink, else ``sinks + (position - sinks) mod window``."""
+        return position if position < self.sinks else self.sinks + (position - self.sinks) % self.window
+
+    def update(self, k: Tensor, v: Tensor) -> RollingUpdate:
+        """Add ``T`` new tokens (keys already rotated by their positions ``length .. length + T - 1``).
+
+        Returns what the new queries attend to: with ``T == 1`` the buffer itself after the new token
+        overwrote the one leaving the window (every slot visible once the cache is full, so ``mask`` is
+        ``None``); with ``T > 1`` (a prompt, or a chunk of one) the kept keys followed by the new ones,
+        with the window-and-sink mask, since early queries of the chunk still see keys that later ones
+        push out. Afterwards the cache keeps the sinks and the last ``window`` positions.
+
+        Raises:
+            ValueError: if ``k``/``v`` do not fit the cache (batch, heads, widths, dtype, device), have
+                different lengths, add no position, or require grad while autograd records.
+        """
+        B, K = self.batch_size, self.num_kv_heads
+        _check_new("k", k, (B, K, None, self.head_dim), "(B, K, T, E)", self.k)
+        _check_new("v", v, (B, K, None, self.v_head_dim), "(B, K, T, Ev)", self.v)
+        T = k.shape[2]
+        if v.shape[2] != T or T < 1:
+            raise ValueError(
+                f"k and v must add the same number (>= 1) of positions; got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        start, end = self.length, self.length + T
+        if T == 1:  # decoding: write, then attend to the buffer
+            slot = self.slot(start)
+            self.k[:, :, slot], self.v[:, :, slot], self.positions[slot] = k[:, :, 0], v[:, :, 0], start
+            self.length = end
+            filled = self.positions >= 0
+            mask = None if bool(filled.all()) else filled[None, :]  # (1, S): hide the empty slots
+            return RollingUpdate(self.k, self.v, mask, self.positions.clone())
+        kept = (self.positions >= 0).nonzero().flatten()  # slots in use, before this chunk
+        new_pos = torch.arange(start, end, device=self.positions.device)  # (T,)
+        pos = torch.cat([self.positions[kept], new_pos])  # (S,) with S = kept + T
+        k_all = torch.cat([self.k[:, :, kept], k], dim=2)  # (B, K, S, E)
+        v_all = torch.cat([self.v[:, :, kept], v], dim=2)  # (B, K, S, Ev)
+        p, j = new_pos[:, None], pos[None, :]  # query and key positions
+        mask = (j <= p) & ((j > p - self.window) | (j < self.sinks))  # (T, S): causal, window, sinks
+        survive = (new_pos < self.sinks) | (new_pos >= end - self.window)  # the new tokens the cache keeps
+        slots = torch.tensor([self.slot(int(q)) for q in new_pos[survive]], dtype=torch.long, device=pos.device)
+        self.k[:, :, slots], self.v[:, :, slots] = k[:, :, survive], v[:, :, survive]
+        self.positions[slots] = new_pos[survive]
+        self.length = end
+        return RollingUpdate(k_all, v_all, mask, pos)
+
+    def reset(self) -> None:
+        """Forget every cached token (the memory stays allocated)."""
+        self.length = 0
+        self.positions.fill_(-1)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the filled slots, measured from the tensors (at most ``sinks + window`` positions)."""
+        used = int((self.positions >= 0).sum())
+        k, v = self.k[:, :, :1], self.v[:, :, :1]  # one slot
+        per_position = k.numel() * k.element_size() + v.numel() * v.element_size()
+        return used * per_position

@@ -16,6 +16,21 @@ decoded after ``S - T`` cached ones) the last query sees every key::
 
 ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns the triangle top-left instead, which is
 wrong for decoding with a cache, so this package never passes ``is_causal=True`` to it when ``T != S``.
+
+A **sliding window** of ``W`` keeps only the last ``W`` positions up to and including the query's own
+(``i + S - T - W < j <= i + S - T``), aligned bottom-right like the causal mask; ``sinks=n`` keeps the
+first ``n`` keys visible as well (StreamingLLM's attention sinks)::
+
+    causal_mask(5, window=2, sinks=1)   key j ->  0 1 2 3 4
+                                        query 0   1 . . . .
+                                        query 1   1 1 . . .
+                                        query 2   1 1 1 . .
+                                        query 3   1 . 1 1 .
+                                        query 4   1 . . 1 1
+
+References:
+    Beltagy et al., "Longformer: The Long-Document Transformer", 2020 (arXiv:2004.05150), sliding windows.
+    Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453).
 """
 
 from __future__ import annotations
@@ -31,20 +46,31 @@ if TYPE_CHECKING:
 __all__ = [
     "causal_mask",
     "check_mask",
+    "check_window",
     "combine_masks",
     "padding_mask",
 ]
 
 
-def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> Tensor:
+def causal_mask(
+    T: int,
+    S: int | None = None,
+    *,
+    window: int | None = None,
+    sinks: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Bool mask that lets query ``i`` see key ``j`` when ``j <= i + S - T`` (bottom-right aligned).
 
     The queries are the last ``T`` of ``S`` positions. With ``T > S`` (more queries than keys) the first
-    ``T - S`` queries see nothing; attention gives them a zero output.
+    ``T - S`` queries see nothing; attention gives them a zero output. With a ``window``, a query sees
+    only the last ``window`` of those keys (itself included), plus the first ``sinks`` keys.
 
     Args:
         T: number of query positions (``>= 0``).
         S: number of key positions (``>= 0``; defaults to ``T``).
+        window: keep key ``j`` only when ``j > i + S - T - window`` (``None``: no window; ``>= 1``).
+        sinks: with a window, also keep keys ``0 .. sinks - 1`` (causally); ``>= 0``.
         device: where to build the mask.
 
     Returns:
@@ -54,16 +80,50 @@ def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | No
         output: ``(T, S)``
 
     Raises:
-        TypeError: if ``T`` or ``S`` is not an int.
-        ValueError: if ``T`` or ``S`` is negative.
+        TypeError: if ``T``, ``S``, ``window`` or ``sinks`` is not an int.
+        ValueError: if ``T``, ``S`` or ``sinks`` is negative, ``window`` is below 1, or ``sinks`` is
+            given without a window.
 
     Example:
         >>> causal_mask(2, 3).int().tolist()
         [[1, 1, 0], [1, 1, 1]]
+        >>> causal_mask(2, 3, window=2).int().tolist()
+        [[1, 1, 0], [0, 1, 1]]
     """
     T = _length("T", T)
     S = T if S is None else _length("S", S)
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    window = check_window(window)
+    sinks = _length("sinks", sinks)
+    if sinks and window is None:
+        raise ValueError(f"sinks={sinks} only means something with a window (without one every key is kept)")
+    keep = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # j <= i + S - T
+    if window is None:
+        return keep
+    recent = torch.ones(T, S, dtype=torch.bool, device=device).triu(diagonal=S - T - window + 1)  # j > i+S-T-W
+    sink = torch.arange(S, device=device) < sinks  # (S,)
+    return keep & (recent | sink)
+
+
+def check_window(window: object, *, is_causal: bool = True) -> int | None:
+    """``window`` as an int of at least 1, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise.
+
+    A window narrows the causal mask, so it needs ``is_causal``: a window over future keys is not what
+    sliding-window attention means.
+
+    Example:
+        >>> check_window(4096), check_window(None)
+        (4096, None)
+    """
+    if window is None:
+        return None
+    if isinstance(window, bool) or not hasattr(window, "__index__"):
+        raise TypeError(f"window must be an int or None; got {window!r} of type {type(window).__name__}")
+    w = int(window.__index__())
+    if w < 1:
+        raise ValueError(f"window must be at least 1 (the query itself); got window={w}")
+    if not is_causal:
+        raise ValueError(f"window={w} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
+    return w
 
 
 def _length(name: str, value: object) -> int:

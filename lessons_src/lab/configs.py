@@ -37,6 +37,11 @@ class ModelConfig:
         mla: multi-head latent attention sizes (DeepSeek-V2 style), if any.
         sliding_window: positions a query attends to (itself included) when the model uses sliding-window
             attention, e.g. Mistral 7B; its KV cache is then a rolling buffer of this many positions.
+        global_every: with ``sliding_window``, layers ``global_every, 2 * global_every, ...`` (counted
+            from 1) attend to the whole context and the others use the window (Gemma 2: 2, local and
+            global alternating; Gemma 3: 6, five local layers per global one); ``None``: every layer
+            uses the window.
+        context_length: the longest context the source states the model was trained or released for.
         params_billions: total parameter count in billions, as the source rounds it, when stated.
     """
 
@@ -51,6 +56,8 @@ class ModelConfig:
     head_dim_published: int | None = None
     mla: dict[str, int] | None = None
     sliding_window: int | None = None
+    global_every: int | None = None
+    context_length: int | None = None
     params_billions: float | None = None
 
     def __post_init__(self) -> None:
@@ -67,6 +74,13 @@ class ModelConfig:
             raise ValueError(f"{self.name}: d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"{self.name}: sliding_window={self.sliding_window} must be a positive number of tokens")
+        if self.global_every is not None and (self.sliding_window is None or self.global_every < 2):
+            raise ValueError(
+                f"{self.name}: global_every={self.global_every} needs a sliding_window and must be at least 2 "
+                "(every global_every-th layer is global, the others windowed)"
+            )
+        if self.context_length is not None and self.context_length < 1:
+            raise ValueError(f"{self.name}: context_length={self.context_length} must be a positive number of tokens")
         if self.params_billions is not None and self.params_billions <= 0:
             raise ValueError(f"{self.name}: params_billions={self.params_billions} must be positive")
 
@@ -89,20 +103,50 @@ class ModelConfig:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
+    def layer_windows(self) -> list[int | None]:
+        """Each layer's window (``None``: the layer attends to the whole context), first layer first.
+
+        Example:
+            >>> load_configs()["Gemma 2 27B"].layer_windows()[:4]
+            [4096, None, 4096, None]
+        """
+        if self.sliding_window is None:
+            return [None] * self.num_layers
+        every = self.global_every
+        return [None if every and n % every == 0 else self.sliding_window for n in range(1, self.num_layers + 1)]
+
     def cached_positions(self, context: int) -> int:
-        """Positions the KV cache holds for a sequence of ``context`` tokens.
+        """Positions one layer's KV cache holds for a sequence of ``context`` tokens.
 
         A sliding-window model keeps only the last ``sliding_window`` positions (a rolling buffer), so its
-        cache stops growing at the window; other models cache every position.
+        cache stops growing at the window; other models cache every position. For a model that mixes
+        windowed and global layers, use :meth:`cached_positions_per_layer`.
+
+        Raises:
+            ValueError: if ``context`` is not a non-negative int, or the model mixes windowed and global layers.
 
         Example:
             >>> cfgs = load_configs()
             >>> cfgs["Mistral 7B"].cached_positions(131072), cfgs["Llama 3 8B"].cached_positions(131072)
             (4096, 131072)
         """
+        if self.global_every is not None:
+            raise ValueError(
+                f"{self.name} mixes windowed and global layers, so its layers cache different numbers of "
+                "positions; use cached_positions_per_layer(context)"
+            )
+        return self.cached_positions_per_layer(context)[0]
+
+    def cached_positions_per_layer(self, context: int) -> list[int]:
+        """Positions each layer's KV cache holds for a sequence of ``context`` tokens.
+
+        Example:
+            >>> sum(load_configs()["Gemma 2 27B"].cached_positions_per_layer(8192))  # 23 local + 23 global layers
+            282624
+        """
         if isinstance(context, bool) or not isinstance(context, int) or context < 0:
             raise ValueError(f"context must be a non-negative int (a number of tokens); got {context!r}")
-        return context if self.sliding_window is None else min(context, self.sliding_window)
+        return [context if w is None else min(context, w) for w in self.layer_windows()]
 
 
 def _parse(entry: dict[str, Any]) -> ModelConfig:
@@ -118,6 +162,8 @@ def _parse(entry: dict[str, Any]) -> ModelConfig:
         head_dim_published=entry.get("head_dim"),
         mla=entry.get("mla"),
         sliding_window=None if entry.get("sliding_window") is None else int(entry["sliding_window"]),
+        global_every=None if entry.get("global_every") is None else int(entry["global_every"]),
+        context_length=None if entry.get("context_length") is None else int(entry["context_length"]),
         params_billions=None if entry.get("params_billions") is None else float(entry["params_billions"]),
     )
     return cfg

@@ -192,6 +192,7 @@ QUIZ_PARTS = {  # part key -> the heading the quiz page shows; in the navigation
     "lessons": "The lessons: heads, shapes, costs, pitfalls",
     "inference": "Inference variants: KV cache, masks, GQA, MLA",
     "sdpa": "How SDPA runs: FlashAttention",
+    "long": "Long contexts: sliding windows, attention sinks, paged caches",
 }
 
 

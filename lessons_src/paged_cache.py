@@ -1,0 +1,344 @@
+"""A paged KV cache: one pool of fixed-size blocks shared by many sequences, and attention through it.
+
+A server decoding many sequences at once cannot know how long each will grow. A contiguous cache
+(:class:`lessons_src.kv_cache.KVCache`) reserves ``max_len`` positions per sequence up front, so a batch
+of ragged lengths wastes everything between each sequence's length and the longest. PagedAttention
+(Kwon et al. 2023, the idea behind vLLM) borrows from virtual memory instead:
+
+* the cache is one **pool** of ``num_blocks`` blocks of ``block_size`` positions each;
+* each sequence owns a **block table**: the list of pool blocks holding its positions ``0..bs-1``,
+  ``bs..2bs-1``, and so on, in order; its blocks need not be adjacent in the pool;
+* a sequence takes a new block only when its last one is full, and gives all of them back when it ends,
+  so at most ``block_size - 1`` positions per sequence are reserved and unused.
+
+``block 7 of the pool`` ... ``block table of sequence 3: [7, 2, 9]`` means positions 0-15 are in block 7,
+16-31 in block 2, 32-47 in block 9 (with ``block_size = 16``).
+
+:func:`paged_attention` computes attention for a batch of sequences of different lengths straight from
+the pool: it walks each block table as runs of consecutive blocks, each run a view of the pool, and
+combines them with the online softmax of FlashAttention (the running max and sum of
+:mod:`lessons_src.flash`), so no sequence's keys are ever copied into one contiguous tensor. It equals
+attention over each sequence's own contiguous cache (the tests check it, including after sequences are
+freed and their blocks reused).
+
+References:
+    Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
+    SOSP 2023 (arXiv:2309.06180).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["PagedKVCache", "block_runs", "paged_attention"]
+
+_NEG_INF = float("-inf")
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={value}")
+    return value
+
+
+class PagedKVCache:
+    """Keys and values of many sequences in one pool of fixed-size blocks, with a block table per sequence.
+
+    Args:
+        num_blocks: blocks in the pool.
+        block_size: positions per block (vLLM's default is 16).
+        num_kv_heads: ``K``.
+        head_dim: ``E``.
+        v_head_dim: ``Ev`` (default ``E``).
+        dtype: element type.
+        device: where to allocate the pool.
+
+    Shapes:
+        pool ``k``: ``(num_blocks, K, block_size, E)``, ``v``: ``(num_blocks, K, block_size, Ev)`` (a block
+        is one contiguous piece of memory, so gathering blocks copies whole pieces);
+        :meth:`append` takes one sequence's ``(K, T, E)`` and ``(K, T, Ev)``.
+
+    For inference only: :meth:`append` refuses tensors that require grad while autograd records.
+
+    Raises:
+        TypeError: if a size is not an int.
+        ValueError: if a size is below 1; in the methods, on an unknown or freed sequence, an exhausted
+            pool or tensors that do not fit (see each method).
+
+    Example:
+        >>> cache = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=1, head_dim=2)
+        >>> cache.add_sequence(0); cache.add_sequence(1)
+        >>> cache.append(0, torch.randn(1, 6, 2), torch.randn(1, 6, 2))  # 6 positions: 2 blocks
+        >>> cache.append(1, torch.randn(1, 3, 2), torch.randn(1, 3, 2))  # 3 positions: 1 block
+        >>> cache.block_tables, cache.num_free_blocks
+        ({0: [0, 1], 1: [2]}, 5)
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        v_head_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        for name, n in (("num_blocks", num_blocks), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                        ("v_head_dim", v_head_dim)):
+            _positive(name, n)
+        if isinstance(block_size, bool) or not isinstance(block_size, int):
+            raise TypeError(f"block_size must be an int; got {block_size!r} of type {type(block_size).__name__}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1 position (vLLM uses 16); got block_size={block_size}")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_kv_heads, self.head_dim, self.v_head_dim = num_kv_heads, head_dim, v_head_dim
+        # (num_blocks, K, block_size, E): each block one contiguous piece of memory
+        self.k = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros(num_blocks, num_kv_heads, block_size, v_head_dim, dtype=dtype, device=device)
+        self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
+        self.block_tables: dict[int, list[int]] = {}
+        self.lengths: dict[int, int] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks not owned by any sequence."""
+        return len(self._free)
+
+    @property
+    def block_nbytes(self) -> int:
+        """Bytes of one block (keys and values)."""
+        return (self.k[0].numel() * self.k.element_size()) + (self.v[0].numel() * self.v.element_size())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks in use: what the sequences occupy, rounded up to whole blocks."""
+        return (self.num_blocks - self.num_free_blocks) * self.block_nbytes
+
+    def _known(self, seq_id: int) -> None:
+        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
+            raise TypeError(f"a sequence id must be an int; got {seq_id!r} of type {type(seq_id).__name__}")
+        if seq_id not in self.block_tables:
+            known = sorted(self.block_tables) or "none"
+            raise ValueError(
+                f"sequence {seq_id} is not in the cache (never added, or already freed); sequences in it: {known}"
+            )
+
+    def add_sequence(self, seq_id: int) -> None:
+        """Start an empty sequence (no block is taken until it has positions).
+
+        Raises:
+            ValueError: if ``seq_id`` is already in the cache.
+        """
+        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
+            raise TypeError(f"a sequence id must be an int; got {seq_id!r} of type {type(seq_id).__name__}")
+        if seq_id in self.block_tables:
+            raise ValueError(f"sequence {seq_id} is already in the cache; free it first or use another id")
+        self.block_tables[seq_id], self.lengths[seq_id] = [], 0
+
+    def free(self, seq_id: int) -> None:
+        """End a sequence and return its blocks to the pool (their contents are left to be overwritten).
+
+        Raises:
+            ValueError: if ``seq_id`` is not in the cache (never added, or freed already).
+        """
+        self._known(seq_id)
+        self._free.extend(reversed(self.block_tables.pop(seq_id)))
+        del self.lengths[seq_id]
+
+    def append(self, seq_id: int, k: Tensor, v: Tensor) -> None:
+        """Append ``T`` positions to one sequence, taking new blocks from the pool as its last one fills.
+
+        Raises:
+            ValueError: on an unknown or freed sequence; if the pool has too few free blocks (nothing is
+                written then); if ``k``/``v`` are not ``(K, T, E)``/``(K, T, Ev)`` of the pool's dtype and
+                device, add no position, or require grad while autograd records.
+        """
+        self._known(seq_id)
+        self._check(k, v)
+        T, bs = k.shape[1], self.block_size
+        start = self.lengths[seq_id]
+        table = self.block_tables[seq_id]
+        needed = math.ceil((start + T) / bs) - len(table)
+        if needed > len(self._free):
+            raise ValueError(
+                f"the pool is exhausted: sequence {seq_id} needs {needed} more blocks of {bs} positions for "
+                f"{T} new tokens but only {len(self._free)} of {self.num_blocks} are free; free finished "
+                "sequences or make the cache with more num_blocks"
+            )
+        table.extend(self._free.pop() for _ in range(needed))
+        self.lengths[seq_id] = start + T
+        if T == 1:  # decoding: one position, written with plain indexing
+            self.k[table[start // bs], :, start % bs] = k[:, 0]
+            self.v[table[start // bs], :, start % bs] = v[:, 0]
+            return
+        pos = torch.arange(start, start + T, device=self.k.device)
+        blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
+        self.k[blocks, :, pos % bs] = k.transpose(0, 1)  # (T, K, E): one position per (block, offset)
+        self.v[blocks, :, pos % bs] = v.transpose(0, 1)
+
+    def _check(self, k: Tensor, v: Tensor) -> None:
+        for name, t, width in (("k", k, self.head_dim), ("v", v, self.v_head_dim)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+            if t.ndim != 3 or t.shape[0] != self.num_kv_heads or t.shape[2] != width:
+                want = "(K, T, E)" if name == "k" else "(K, T, Ev)"
+                raise ValueError(
+                    f"{name} of shape {tuple(t.shape)} does not fit: one sequence's {want} = "
+                    f"({self.num_kv_heads}, T, {width})"
+                )
+            if t.dtype != self.k.dtype or t.device != self.k.device:
+                raise ValueError(
+                    f"{name} is {t.dtype} on {t.device} but the pool is {self.k.dtype} on {self.k.device}"
+                )
+            if t.requires_grad and torch.is_grad_enabled():
+                raise ValueError(f"{name} requires grad: KV caches are for inference; decode under torch.no_grad()")
+        if k.shape[1] != v.shape[1] or k.shape[1] < 1:
+            raise ValueError(
+                f"k and v must add the same number (>= 1) of positions; got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+
+    def gather(self, seq_id: int) -> tuple[Tensor, Tensor]:
+        """One sequence's keys and values as contiguous tensors ``(K, L, E)``, ``(K, L, Ev)`` (a copy).
+
+        :func:`paged_attention` does not need this; it is here to look at, and to test against.
+        """
+        self._known(seq_id)
+        L = self.lengths[seq_id]
+        blocks = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.k.device)
+        k = self.k[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
+        v = self.v[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
+        return k, v
+
+
+def block_runs(table: list[int]) -> list[tuple[int, int]]:
+    """A block table as runs of consecutive pool blocks: ``(first block, number of blocks)``, in order.
+
+    A run is one slice of the pool, so it can be read in place (a view, no copy).
+
+    Example:
+        >>> block_runs([4, 5, 6, 0, 1, 9])
+        [(4, 3), (0, 2), (9, 1)]
+    """
+    runs: list[tuple[int, int]] = []
+    for block in table:
+        if runs and block == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((block, 1))
+    return runs
+
+
+def _pieces(cache: PagedKVCache, table: list[int], min_run: int) -> Iterator[tuple[Tensor, Tensor, list[int]]]:
+    """A sequence's keys and values in pieces: each run of at least ``min_run`` consecutive blocks as a view
+    of the pool (no copy), then every other block gathered into one tensor (a small copy). Yields
+    ``(k (n, K, bs, E), v (n, K, bs, Ev), the table indices of the n blocks)``."""
+    scattered: list[int] = []
+    i = 0
+    for start, n in block_runs(table):
+        if n >= min_run:
+            yield cache.k[start : start + n], cache.v[start : start + n], list(range(i, i + n))
+        else:
+            scattered.extend(range(i, i + n))
+        i += n
+    if scattered:
+        blocks = torch.tensor([table[j] for j in scattered], device=cache.k.device)
+        yield cache.k.index_select(0, blocks), cache.v.index_select(0, blocks), scattered
+
+
+def paged_attention(
+    q: Tensor,
+    cache: PagedKVCache,
+    seq_ids: list[int],
+    *,
+    scale: float | None = None,
+    min_run: int = 4,
+) -> Tensor:
+    """Attention of each sequence's newest ``T`` queries to its own cached keys, read through the block tables.
+
+    Query ``t`` of sequence ``b`` (of length ``L_b``, its new tokens already appended) is at position
+    ``L_b - T + t`` and sees keys ``0..L_b - T + t`` (bottom-right causal, per sequence). PagedAttention's
+    kernel reads every block in place. Plain PyTorch can read in place only a slice of the pool, so each
+    block table is split into runs of consecutive blocks (:func:`block_runs`; the allocator hands out
+    consecutive blocks while it can): a run of at least ``min_run`` blocks is read as a view of the pool,
+    and the scattered blocks left over are gathered into one tensor (a small copy), so a sequence costs a
+    few pieces, not one per block. The pieces are combined with the online softmax of FlashAttention: a
+    running max, sum and weighted sum of values per query; the order of the pieces does not matter.
+
+    Args:
+        q: ``(B, H, T, E)``, ``H`` a multiple of the cache's ``K`` (GQA without repeating keys).
+        cache: the :class:`PagedKVCache` holding the sequences.
+        seq_ids: the ``B`` sequences, in the order of ``q``'s batch.
+        scale: score multiplier, default ``1 / sqrt(E)``.
+        min_run: the shortest run of consecutive blocks read in place; shorter ones are gathered.
+
+    Returns:
+        ``(B, H, T, Ev)``.
+
+    Raises:
+        ValueError: if ``q`` does not match the cache or ``seq_ids`` (shape, heads, width, dtype, device),
+            a sequence is unknown or freed, or holds fewer than ``T`` positions, or ``min_run < 1``.
+
+    Example:
+        >>> cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, head_dim=4)
+        >>> for s, n in ((0, 3), (1, 1)):
+        ...     cache.add_sequence(s)
+        ...     cache.append(s, torch.randn(1, n, 4), torch.randn(1, n, 4))
+        >>> paged_attention(torch.randn(2, 2, 1, 4), cache, [0, 1]).shape
+        torch.Size([2, 2, 1, 4])
+    """
+    _positive("min_run", min_run)
+    if not isinstance(q, Tensor) or q.ndim != 4:
+        raise ValueError(f"q must be (B, H, T, E); got shape {tuple(getattr(q, 'shape', ()))}")
+    B, H, T, E = q.shape
+    K, bs, Ev = cache.num_kv_heads, cache.block_size, cache.v_head_dim
+    if len(seq_ids) != B:
+        raise ValueError(f"q has a batch of {B} but {len(seq_ids)} sequence ids were given: {seq_ids}")
+    if cache.head_dim != E or H % K != 0:
+        raise ValueError(
+            f"q of shape {tuple(q.shape)} does not fit the cache: E must be {cache.head_dim} and H a multiple of K={K}"
+        )
+    if q.dtype != cache.k.dtype or q.device != cache.k.device:
+        raise ValueError(f"q is {q.dtype} on {q.device} but the pool is {cache.k.dtype} on {cache.k.device}")
+    for seq in seq_ids:
+        cache._known(seq)
+    short = [seq for seq in seq_ids if cache.lengths[seq] < T]
+    if short:
+        raise ValueError(f"sequences {short} hold fewer than T={T} positions; append the new tokens first")
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    n_rep, R = H // K, (H // K) * T
+    t = torch.arange(T, device=q.device).view(1, 1, 1, T, 1)  # new query t
+    offsets = torch.arange(bs, device=q.device)
+    out = torch.empty(B, K, R, Ev, dtype=q.dtype, device=q.device)
+    for b, seq in enumerate(seq_ids):
+        L = cache.lengths[seq]
+        qb = q[b].reshape(K, R, E) * scale  # row r * T + t is query head k * n_rep + r, token t
+        m = torch.full((K, R), _NEG_INF, dtype=q.dtype, device=q.device)  # running max
+        l = torch.zeros(K, R, dtype=q.dtype, device=q.device)  # running sum of exp(s - m)
+        acc = torch.zeros(K, R, Ev, dtype=q.dtype, device=q.device)  # running sum of exp(s - m) v
+        for k, v, where in _pieces(cache, cache.block_tables[seq], min_run):
+            s = qb @ k.transpose(-2, -1)  # (n, K, R, bs): every block of the piece at once
+            if (max(where) + 1) * bs - 1 > L - T:  # some key is after the first new query (or past the end)
+                pos = torch.tensor(where, device=q.device)[:, None] * bs + offsets  # (n, bs) key positions
+                hidden = pos.view(-1, 1, 1, 1, bs) > L - T + t  # (n, 1, 1, T, bs)
+                s = s.view(-1, K, n_rep, T, bs).masked_fill(hidden, _NEG_INF).view(-1, K, R, bs)
+            m_new = torch.maximum(m, s.amax(dim=(0, 3)))  # (K, R)
+            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)  # a row that saw nothing yet
+            p = torch.exp(s - shift[None, :, :, None])  # (n, K, R, bs), unnormalised
+            alpha = torch.exp(m - shift)  # rescales what was summed under the old max (0 at the start)
+            l = alpha * l + p.sum(dim=(0, 3))
+            acc = alpha[..., None] * acc + (p @ v).sum(dim=0)  # (K, R, Ev)
+            m = m_new
+        out[b] = acc / l[..., None]  # every query sees at least key 0, so l > 0
+    return out.reshape(B, H, T, Ev)

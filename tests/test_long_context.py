@@ -1,0 +1,71 @@
+"""lessons_src.lab.long_context, and the long-context lessons' claims and quiz answers checked against the code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lessons_src.lab import toy_models
+from lessons_src.lab.long_context import first_token_mass, receptive_field, toy_logits_with_mask
+from lessons_src.masks import causal_mask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("window", "layers"), [(1, 3), (2, 5), (4, 6), (7, 3)])
+def test_receptive_field_grows_by_window_minus_one_per_layer(window: int, layers: int) -> None:
+    assert receptive_field(window, layers, 64) == [min(64, n * (window - 1) + 1) for n in range(1, layers + 1)]
+
+
+def test_receptive_field_is_capped_by_the_sequence_and_checks_sizes() -> None:
+    assert receptive_field(8, 5, 10) == [8, 10, 10, 10, 10]
+    with pytest.raises(ValueError, match="window must be at least 1"):
+        receptive_field(0, 2, 8)
+    with pytest.raises(ValueError, match="num_layers and length must be at least 1"):
+        receptive_field(2, 0, 8)
+
+
+def test_first_token_mass_counts_only_the_chosen_real_queries() -> None:
+    w = torch.zeros(1, 2, 1, 3, 3)
+    w[..., 0] = 0.5  # every query: half its weight on key 0
+    w[0, 1, 0, 2, 0] = 0.0  # a padding row of sequence 1 (length 2) that must not count
+    assert first_token_mass(w, torch.tensor([3, 2])).tolist() == [[0.5]]
+    w[0, :, 0, 0, 0] = 1.0  # query 0 sees only key 0; from_query=1 leaves it out
+    assert first_token_mass(w, torch.tensor([3, 2]), from_query=1).tolist() == [[0.5]]
+
+
+def test_toy_forward_with_the_causal_mask_is_the_model() -> None:
+    model = toy_models.load_induction_model()
+    tokens = toy_models.repeated_random_tokens(12, model.cfg.vocab_size, seed=3, batch=2)
+    with torch.no_grad():
+        want, _ = model(tokens)
+    torch.testing.assert_close(toy_logits_with_mask(model, tokens, causal_mask(tokens.shape[1])), want)
+
+
+def test_sinks_page_claims_hold() -> None:
+    """MiniLM's [CLS] gets several times the uniform share and evicting it moves the embedding more than evicting
+    two words; the toy model gives its first token only a small multiple of the uniform share."""
+    from lessons_src.lab import minilm
+    from lessons_src.lab.long_context import minilm_eviction_cosines, minilm_sink_shares, toy_window_eviction
+
+    model, tok = minilm.load()
+    shares = minilm_sink_shares(model, tok)
+    assert all(cls > 3 * uniform for cls, _, uniform in shares[1:])
+    sinks, words = minilm_eviction_cosines(model, tok, "sinks"), minilm_eviction_cosines(model, tok, "words")
+    assert all(s < w for s, w in zip(sinks, words, strict=True))
+    with pytest.raises(ValueError, match="which must be 'sinks' or 'words'; got 'cls'"):
+        minilm_eviction_cosines(model, tok, "cls")
+    r = toy_window_eviction(toy_models.load_induction_model(), n=24, window=28, sinks=[0, 1])
+    assert float(r["first_token"].max()) < 3 * r["uniform"]  # type: ignore[attr-defined, operator]
+    assert [row[0] for row in r["windowed"]] == [0, 1]  # type: ignore[attr-defined]
+
+
+def test_quiz_receptive_field_answer_is_computed() -> None:
+    quiz = json.loads((ROOT / "docs" / "_data" / "quiz.json").read_text())["questions"]
+    q = next(q for q in quiz if q["id"] == "window-receptive-field")
+    assert "3 layers" in q["prompt"] and "window of 4" in q["prompt"]
+    correct = next(o["text"] for o in q["options"] if o["correct"])
+    assert correct == str(receptive_field(4, 3, 64)[-1])

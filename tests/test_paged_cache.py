@@ -1,0 +1,162 @@
+# ruff: noqa: E501  (tables of cases: one row per call reads better than wrapped rows)
+"""PagedKVCache and paged_attention: equal to each sequence's own contiguous cache, for ragged batches.
+
+The reference is the package's attention over one ``KVCache`` per sequence (bottom-right causal), and
+PyTorch's SDPA; the cases include sequences freed and their blocks handed to new ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lessons_src.attention import attention
+from lessons_src.kv_cache import KVCache, kv_bytes_per_token
+from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
+
+K, E, EV = 2, 8, 6
+
+
+def kv(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(K, n, E, generator=g, dtype=torch.float64), torch.randn(K, n, EV, generator=g, dtype=torch.float64)
+
+
+def contiguous_reference(q: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+    """Attention of each sequence's queries to its own contiguous cache, one sequence at a time."""
+    outs = []
+    for b, cache in enumerate(caches):
+        k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]
+        outs.append(attention(q[b : b + 1], k, v, is_causal=True).output)
+        if q.shape[2] == 1:  # and PyTorch's own kernel, for decoding
+            n_rep = q.shape[1] // K
+            ref = F.scaled_dot_product_attention(q[b : b + 1], k.repeat_interleave(n_rep, 1), v.repeat_interleave(n_rep, 1))
+            torch.testing.assert_close(outs[-1], ref)
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("H", [2, 4])  # MHA and GQA (2 query heads per KV head)
+@pytest.mark.parametrize("block_size", [1, 4, 5, 16])
+@pytest.mark.parametrize("T", [1, 3])
+def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
+    H: int, block_size: int, T: int
+) -> None:
+    g = torch.Generator().manual_seed(block_size * 10 + H + T)
+    lengths = {0: 13, 1: 3, 2: 30, 3: 7, 4: 21}
+    paged = PagedKVCache(200, block_size, K, E, v_head_dim=EV, dtype=torch.float64)
+    own: dict[int, KVCache] = {}
+    with torch.no_grad():
+        for s, n in lengths.items():
+            paged.add_sequence(s)
+            own[s] = KVCache(1, K, E, 64, v_head_dim=EV, dtype=torch.float64)
+            for part in (n // 2, n - n // 2):  # appended in two pieces
+                if part:
+                    k, v = kv(part, g)
+                    paged.append(s, k, v)
+                    own[s].update(k[None], v[None])
+        freed = set(paged.block_tables[1]) | set(paged.block_tables[3])
+        paged.free(1)
+        paged.free(3)  # their blocks go back to the pool...
+        for s, n in ((7, 11), (8, 2 * block_size + 1)):  # ...and new sequences take them
+            paged.add_sequence(s)
+            own[s] = KVCache(1, K, E, 64, v_head_dim=EV, dtype=torch.float64)
+            k, v = kv(n, g)
+            paged.append(s, k, v)
+            own[s].update(k[None], v[None])
+        ids = [2, 7, 0, 8, 4]
+        for step in range(3):  # a few decoding steps: every sequence grows by T
+            for s in ids:
+                k, v = kv(T, g)
+                paged.append(s, k, v)
+                own[s].update(k[None], v[None])
+            q = torch.randn(len(ids), H, T, E, generator=g, dtype=torch.float64)
+            got = paged_attention(q, paged, ids)
+            torch.testing.assert_close(got, contiguous_reference(q, [own[s] for s in ids]), atol=1e-12, rtol=1e-10)
+            if step == 0:  # runs read in place, everything gathered, and the default split agree
+                for min_run in (1, 1000):
+                    torch.testing.assert_close(paged_attention(q, paged, ids, min_run=min_run), got)
+                for s in ids:
+                    k, v = paged.gather(s)
+                    torch.testing.assert_close((k, v), (own[s].k[0, :, : own[s].length], own[s].v[0, :, : own[s].length]))
+    assert freed <= set(paged.block_tables[7]) | set(paged.block_tables[8])  # every freed block was reused
+
+
+def test_blocks_are_taken_as_needed_and_returned() -> None:
+    cache = PagedKVCache(num_blocks=6, block_size=4, num_kv_heads=1, head_dim=2)
+    with torch.no_grad():
+        cache.add_sequence(0)
+        cache.append(0, torch.zeros(1, 4, 2), torch.zeros(1, 4, 2))
+        assert cache.block_tables[0] == [0] and cache.num_free_blocks == 5
+        cache.append(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))  # position 4 opens a second block
+        assert cache.block_tables[0] == [0, 1] and cache.lengths[0] == 5
+        cache.add_sequence(1)
+        cache.append(1, torch.zeros(1, 9, 2), torch.zeros(1, 9, 2))
+        assert cache.block_tables[1] == [2, 3, 4]
+        cache.free(0)
+        assert cache.num_free_blocks == 3
+        cache.add_sequence(2)
+        cache.append(2, torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+        assert cache.block_tables[2] == [0]  # the freed block is handed out again
+    assert cache.nbytes == 4 * cache.block_nbytes == 4 * 4 * kv_bytes_per_token(1, 2, torch.float32)
+
+
+def test_block_runs_split_a_table_into_slices_of_the_pool() -> None:
+    assert block_runs([3, 4, 5, 9, 10, 2]) == [(3, 3), (9, 2), (2, 1)]
+    assert block_runs([7]) == [(7, 1)] and block_runs([]) == []
+    assert block_runs([5, 4, 3]) == [(5, 1), (4, 1), (3, 1)]  # descending ids are not one slice
+
+
+def test_an_exhausted_pool_writes_nothing() -> None:
+    cache = PagedKVCache(num_blocks=2, block_size=4, num_kv_heads=1, head_dim=2)
+    cache.add_sequence(0)
+    with torch.no_grad():
+        cache.append(0, torch.ones(1, 6, 2), torch.ones(1, 6, 2))
+        with pytest.raises(ValueError, match=r"the pool is exhausted: sequence 0 needs 1 more blocks of 4 positions "
+                                              r"for 3 new tokens but only 0 of 2 are free"):
+            cache.append(0, torch.ones(1, 3, 2), torch.ones(1, 3, 2))
+    assert cache.lengths[0] == 6 and cache.block_tables[0] == [0, 1]
+
+
+def _filled() -> PagedKVCache:
+    cache = PagedKVCache(4, 2, 1, 4)
+    cache.add_sequence(0)
+    with torch.no_grad():
+        cache.append(0, torch.zeros(1, 3, 4), torch.zeros(1, 3, 4))
+    return cache
+
+
+def _freed() -> PagedKVCache:
+    cache = _filled()
+    cache.free(0)
+    return cache
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: PagedKVCache(4, 0, 1, 4), ValueError, r"block_size must be at least 1 position \(vLLM uses 16\); got block_size=0"),
+    (lambda: PagedKVCache(4, 2.0, 1, 4), TypeError, r"block_size must be an int; got 2.0"),
+    (lambda: PagedKVCache(0, 16, 1, 4), ValueError, r"num_blocks must be at least 1; got num_blocks=0"),
+    (lambda: PagedKVCache(4, 16, 1, "4"), TypeError, r"head_dim must be an int; got '4'"),
+    (lambda: _freed().append(0, torch.zeros(1, 1, 4), torch.zeros(1, 1, 4)), ValueError,
+     r"sequence 0 is not in the cache \(never added, or already freed\); sequences in it: none"),
+    (lambda: _freed().free(0), ValueError, r"sequence 0 is not in the cache"),
+    (lambda: _filled().add_sequence(0), ValueError, r"sequence 0 is already in the cache"),
+    (lambda: _filled().add_sequence("a"), TypeError, r"a sequence id must be an int; got 'a'"),
+    (lambda: _filled().append(0, torch.zeros(2, 1, 4), torch.zeros(2, 1, 4)), ValueError,
+     r"k of shape \(2, 1, 4\) does not fit: one sequence's \(K, T, E\) = \(1, T, 4\)"),
+    (lambda: _filled().append(0, torch.zeros(1, 1, 4).double(), torch.zeros(1, 1, 4)), ValueError,
+     r"k is torch.float64 on cpu but the pool is torch.float32 on cpu"),
+    (lambda: _filled().append(0, torch.zeros(1, 2, 4), torch.zeros(1, 1, 4)), ValueError, r"k and v must add the same number"),
+    (lambda: _filled().append(0, torch.zeros(1, 1, 4, requires_grad=True), torch.zeros(1, 1, 4)), ValueError,
+     r"k requires grad"),
+    (lambda: paged_attention(torch.randn(1, 1, 1, 4), _freed(), [0]), ValueError, r"sequence 0 is not in the cache"),
+    (lambda: paged_attention(torch.randn(2, 1, 1, 4), _filled(), [0]), ValueError,
+     r"q has a batch of 2 but 1 sequence ids were given"),
+    (lambda: paged_attention(torch.randn(1, 1, 1, 8), _filled(), [0]), ValueError, r"E must be 4 and H a multiple of K=1"),
+    (lambda: paged_attention(torch.randn(1, 1, 4, 4), _filled(), [0]), ValueError,
+     r"sequences \[0\] hold fewer than T=4 positions"),
+    (lambda: paged_attention(torch.randn(1, 1, 1, 4).double(), _filled(), [0]), ValueError, r"q is torch.float64"),
+    (lambda: paged_attention(torch.randn(1, 1, 1, 4), _filled(), [0], min_run=0), ValueError, r"min_run must be at least 1"),
+])
+def test_bad_input_gets_a_clear_error(call, error, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=match):
+        call()
