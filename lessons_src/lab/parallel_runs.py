@@ -1,0 +1,143 @@
+"""What :func:`lessons_src.lab.launch.launch` runs in each process, for the tests, the lesson and ``make parallel``.
+
+Each takes the rank's :class:`lessons_src.lab.launch.CountingCollectives` first and returns plain data
+(tensors, numbers, records), so the caller, in the parent process, compares them with a single-process
+reference it computed itself. Many checks share one launch, because starting processes costs seconds.
+
+* :func:`tensor_parallel_run`: :class:`lessons_src.parallel.TensorParallelAttention` loaded from a
+  full layer's weights; output, input gradient and the shards' gradients put back in the full layout;
+* :func:`ulysses_run`: :func:`lessons_src.parallel.ulysses_attention` on this rank's positions;
+* :func:`ring_run`: :func:`lessons_src.parallel.ring_attention`, with each step's running max and sum;
+* :func:`combined_run`: several of each in one launch (the tests and the lesson use it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from ..attention import MultiHeadAttention
+from ..parallel import TensorParallelAttention, ring_attention, shard_sequence, ulysses_attention
+
+if TYPE_CHECKING:
+    from .launch import CountingCollectives
+
+__all__ = ["build_layer", "combined_run", "ranks_and_sizes", "ring_run", "tensor_parallel_run", "ulysses_run"]
+
+
+def ranks_and_sizes(comm: CountingCollectives) -> tuple[int, int]:
+    """``(rank, world_size)``: the smallest possible run."""
+    return comm.rank, comm.world_size
+
+
+def build_layer(config: dict[str, Any], state: dict[str, torch.Tensor]) -> MultiHeadAttention:
+    """A :class:`MultiHeadAttention` of ``config`` (``d_model``, ``num_heads``, ``num_kv_heads``, ``bias``), loaded."""
+    mha = MultiHeadAttention(
+        config["d_model"], config["num_heads"], num_kv_heads=config["num_kv_heads"], bias=config.get("bias", False)
+    )
+    mha.load_state_dict(state)
+    return mha.to(next(iter(state.values())).dtype)
+
+
+def _summed(t: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks without going through the counting wrapper (bookkeeping, not the algorithm's traffic)."""
+    t = t.clone()
+    dist.all_reduce(t)
+    return t
+
+
+def tensor_parallel_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each case, this rank's tensor-parallel forward and backward of the full layer given.
+
+    A case holds ``config`` and ``state`` (the full layer), ``x`` ``(B, T, D)``, ``grad_out`` (the
+    gradient fed back), ``is_causal`` and an optional ``attn_mask``. Returns per case: ``output``,
+    ``x_grad``, ``grads`` (each full parameter's gradient assembled from the ranks' shards: summed where
+    KV heads are replicated), ``forward`` and ``backward`` (the comm records of each pass),
+    ``kv_bytes_per_token`` (fp32 and bf16) and the shard sizes.
+    """
+    results = []
+    for case in cases:
+        full = build_layer(case["config"], case["state"])
+        tp = TensorParallelAttention.from_module(full, comm)
+        x = case["x"].clone().requires_grad_(True)
+        comm.reset()
+        out = tp(x, is_causal=case.get("is_causal", False), attn_mask=case.get("attn_mask"))
+        forward = list(comm.records)
+        comm.reset()
+        out.backward(case["grad_out"])
+        backward = list(comm.records)
+        assert x.grad is not None and tp.qkv_proj.weight.grad is not None and tp.out_proj.weight.grad is not None
+        qkv = torch.zeros_like(full.qkv_proj.weight).index_add_(0, tp.qkv_rows, tp.qkv_proj.weight.grad)
+        wo = torch.zeros_like(full.out_proj.weight).index_add_(1, tp.out_cols, tp.out_proj.weight.grad)
+        grads = {"qkv_proj.weight": _summed(qkv), "out_proj.weight": _summed(wo)}
+        if tp.qkv_proj.bias is not None and tp.qkv_proj.bias.grad is not None and tp.out_bias is not None:
+            assert full.qkv_proj.bias is not None
+            b = torch.zeros_like(full.qkv_proj.bias).index_add_(0, tp.qkv_rows, tp.qkv_proj.bias.grad)
+            grads["qkv_proj.bias"] = _summed(b)
+            assert tp.out_bias.grad is not None
+            grads["out_proj.bias"] = tp.out_bias.grad  # replicated: every rank has the whole gradient
+        results.append({
+            "output": out.detach(), "x_grad": x.grad, "grads": grads, "forward": forward, "backward": backward,
+            "kv_bytes_per_token": {"float32": tp.kv_cache_bytes_per_token(torch.float32),
+                                   "bfloat16": tp.kv_cache_bytes_per_token(torch.bfloat16)},
+            "local_heads": tp.local_heads, "local_kv_heads": tp.local_kv_heads,
+            "kv_heads": list(tp.plan.kv_heads(comm.rank)), "query_heads": list(tp.plan.query_heads(comm.rank)),
+            "parameters": sum(p.numel() for p in tp.parameters()),
+        })
+    return results
+
+
+def ulysses_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each case (``config``, ``state``, full ``x`` and ``grad_out``, ``is_causal``): Ulysses on my positions.
+
+    Returns per case this rank's ``output`` and ``x_grad`` (its positions), the parameters' gradients
+    summed over ranks (each rank's are partial: its positions only), and the comm records.
+    """
+    results = []
+    P, rank = comm.world_size, comm.rank
+    for case in cases:
+        mha = build_layer(case["config"], case["state"])
+        x = shard_sequence(case["x"], P, rank, dim=1).requires_grad_(True)
+        comm.reset()
+        out = ulysses_attention(mha, x, comm, is_causal=case.get("is_causal", False))
+        forward = list(comm.records)
+        comm.reset()
+        torch.autograd.backward(out, shard_sequence(case["grad_out"], P, rank, dim=1))
+        backward = list(comm.records)
+        grads = {name: _summed(p.grad) for name, p in mha.named_parameters() if p.grad is not None}
+        results.append({"output": out.detach(), "x_grad": x.grad, "grads": grads, "forward": forward,
+                        "backward": backward})
+    return results
+
+
+def ring_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each case (full ``q``, ``k``, ``v``, ``is_causal``, ``order``), ring attention on this rank's positions.
+
+    Returns per case this rank's ``output`` and ``lse``, its ``work`` (query-key scores computed), the
+    comm records and, with ``keep_steps`` in the case, each step's source rank, work, running max and sum.
+    """
+    results = []
+    P, rank = comm.world_size, comm.rank
+    for case in cases:
+        order = case.get("order", "contiguous")
+        q, k, v = (shard_sequence(case[n], P, rank, dim=2, order=order) for n in ("q", "k", "v"))
+        comm.reset()
+        with torch.no_grad():
+            r = ring_attention(q, k, v, comm, is_causal=case.get("is_causal", False), order=order,
+                               keep_steps=case.get("keep_steps", False))
+        steps = [{"step": s.step, "source": s.source, "work": s.work, "running_max": s.running_max,
+                  "running_sum": s.running_sum} for s in r.steps]
+        results.append({"output": r.output, "lse": r.lse, "work": r.work, "records": list(comm.records),
+                        "steps": steps})
+    return results
+
+
+def combined_run(comm: CountingCollectives, work: dict[str, Any]) -> dict[str, Any]:
+    """Tensor-parallel, Ulysses and ring cases in one launch: ``{"tp": [...], "ulysses": [...], "ring": [...]}``."""
+    return {
+        "tp": tensor_parallel_run(comm, work["tp"]),
+        "ulysses": ulysses_run(comm, work["ulysses"]),
+        "ring": ring_run(comm, work["ring"]),
+    }
