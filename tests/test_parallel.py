@@ -317,3 +317,24 @@ def test_docstring_examples_run() -> None:
     for module, at_least in ((parallel_module, 4), (launch_module, 2)):
         result = doctest.testmod(module)
         assert result.attempted >= at_least and result.failed == 0, module.__name__
+
+
+def test_mla_under_tensor_parallelism_replicates_the_down_projections_and_the_latent() -> None:
+    from lessons_src.lab.configs import load_configs
+    from lessons_src.lab.parallel_runs import mla_tensor_parallel
+
+    cfg = load_configs()["DeepSeek-V2"]
+    assert cfg.mla is not None
+    D, Hh, E = cfg.d_model, cfg.num_heads, cfg.head_dim
+    C, R, Ev, Cq = (cfg.mla[n] for n in ("kv_latent_dim", "rope_dim", "v_head_dim", "q_latent_dim"))
+    replicated = D * Cq + D * (C + R)  # W_DQ, and [W_DKV; W_KR]
+    sharded = Cq * Hh * (E + R) + C * Hh * E + C * Hh * Ev + Hh * Ev * D  # W_UQ/W_QR, W_UK, W_UV, W_O
+    for P in (1, 8, 128):
+        split = mla_tensor_parallel(cfg, P)
+        assert split["replicated_parameters"] == replicated and split["sharded_parameters"] == sharded
+        assert split["per_rank_parameters"] == replicated + sharded // P
+        assert split["cache_bytes_per_token"] == (C + R) * 2  # the same on every rank, whatever P
+    with pytest.raises(ValueError, match="degree must divide num_heads=128; got 3"):
+        mla_tensor_parallel(cfg, 3)
+    with pytest.raises(ValueError, match="no multi-head latent attention sizes"):
+        mla_tensor_parallel(load_configs()["Llama 3 8B"], 8)

@@ -8,6 +8,7 @@ reference it computed itself. Many checks share one launch, because starting pro
   full layer's weights; output, input gradient and the shards' gradients put back in the full layout;
 * :func:`ulysses_run`: :func:`lessons_src.parallel.ulysses_attention` on this rank's positions;
 * :func:`ring_run`: :func:`lessons_src.parallel.ring_attention`, with each step's running max and sum;
+* :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer (counted, not run);
 * :func:`combined_run`: several of each in one launch (the tests and the lesson use it).
 """
 
@@ -19,12 +20,23 @@ import torch
 import torch.distributed as dist
 
 from ..attention import MultiHeadAttention
+from ..mla import MultiHeadLatentAttention
 from ..parallel import TensorParallelAttention, ring_attention, shard_sequence, ulysses_attention
 
 if TYPE_CHECKING:
+    from .configs import ModelConfig
     from .launch import CountingCollectives
 
-__all__ = ["build_layer", "combined_run", "ranks_and_sizes", "ring_run", "tensor_parallel_run", "ulysses_run"]
+__all__ = [
+    "MLA_REPLICATED",
+    "build_layer",
+    "combined_run",
+    "mla_tensor_parallel",
+    "ranks_and_sizes",
+    "ring_run",
+    "tensor_parallel_run",
+    "ulysses_run",
+]
 
 
 def ranks_and_sizes(comm: CountingCollectives) -> tuple[int, int]:
@@ -140,4 +152,47 @@ def combined_run(comm: CountingCollectives, work: dict[str, Any]) -> dict[str, A
         "tp": tensor_parallel_run(comm, work["tp"]),
         "ulysses": ulysses_run(comm, work["ulysses"]),
         "ring": ring_run(comm, work["ring"]),
+    }
+
+
+MLA_REPLICATED = ("q_down_proj", "kv_down_proj")
+"""The projections of :class:`lessons_src.mla.MultiHeadLatentAttention` every rank holds whole under tensor
+parallelism: they produce the compressed query and the shared key/value latent (and RoPE key), which every
+head reads. The others (``q_proj``, ``k_up_proj``, ``v_up_proj``, ``out_proj``) are per head and split by heads."""
+
+
+def mla_tensor_parallel(cfg: ModelConfig, degree: int) -> dict[str, Any]:
+    """Parameters per rank and latent-cache bytes per token for an MLA layer of ``cfg`` over ``degree`` ranks.
+
+    The layer is built on the meta device (shapes only, no memory), and its parameters are counted by
+    name: :data:`MLA_REPLICATED` whole on every rank, the rest divided by ``degree``. The latent cache is
+    replicated: every rank's heads up-project the whole latent, so each rank caches ``C + R`` numbers per
+    token (bfloat16 here) whatever the degree.
+
+    Raises:
+        ValueError: if ``cfg`` has no MLA sizes, or ``degree`` does not divide its heads.
+    """
+    if not cfg.mla:
+        raise ValueError(f"{cfg.name} has no multi-head latent attention sizes (cfg.mla is empty)")
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1 or cfg.num_heads % degree:
+        divisors = [p for p in range(1, cfg.num_heads + 1) if cfg.num_heads % p == 0]
+        raise ValueError(f"degree must divide num_heads={cfg.num_heads}; got {degree!r}; degrees that do: {divisors}")
+    m = cfg.mla
+    with torch.device("meta"):
+        layer = MultiHeadLatentAttention(
+            cfg.d_model, cfg.num_heads, kv_latent_dim=m["kv_latent_dim"], rope_dim=m["rope_dim"],
+            head_dim=cfg.head_dim, v_head_dim=m.get("v_head_dim"), q_latent_dim=m.get("q_latent_dim"),
+        )
+    replicated = sharded = 0
+    for name, p in layer.named_parameters():
+        if name.split(".")[0] in MLA_REPLICATED:
+            replicated += p.numel()
+        else:
+            sharded += p.numel()
+    return {
+        "replicated": [n for n in MLA_REPLICATED if getattr(layer, n, None) is not None],
+        "replicated_parameters": replicated,
+        "sharded_parameters": sharded,
+        "per_rank_parameters": replicated + sharded // degree,
+        "cache_bytes_per_token": (m["kv_latent_dim"] + m["rope_dim"]) * 2,
     }
