@@ -22,6 +22,10 @@ is a *sum* over heads, which one all-reduce completes. Three ways to use that, e
   rank ``P`` blocks of work and the first one; the zig-zag split (:func:`sequence_chunks`) evens it out.
   Forward only: its backward pass is not implemented here, and asking for it raises.
 
+Multi-head latent attention splits by heads too, with its down-projections and latent cache replicated
+on every rank; that split is ``lessons_src.lab.parallel_runs.shard_mla`` (kept out of this file, which
+needs only ``attention.py``).
+
 Every collective goes through one small :class:`Collectives` object, so a subclass can count the bytes
 each call moves (``lessons_src.lab.launch.CountingCollectives`` does).
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from lessons_src import MultiHeadAttention
+from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
 from lessons_src.attention import attention
+from lessons_src.kv_cache import LatentCache
 from lessons_src.lab.launch import launch
 from lessons_src.lab.parallel_runs import combined_run, ranks_and_sizes
 from lessons_src.parallel import (
@@ -93,11 +94,25 @@ def _ring_cases() -> list[dict[str, Any]]:
     ]
 
 
+MLA_CONFIG = {"d_model": D, "num_heads": H, "kv_latent_dim": 12, "rope_dim": 4, "head_dim": 6, "v_head_dim": 5,
+              "q_latent_dim": 10}
+
+
+def _mla_cases() -> list[dict[str, Any]]:
+    cases = []
+    for mode in ("naive", "absorbed"):
+        cfg = dict(MLA_CONFIG)
+        full = MultiHeadLatentAttention(cfg.pop("d_model"), cfg.pop("num_heads"), **cfg)  # type: ignore[arg-type]
+        cases.append({"config": MLA_CONFIG, "state": full.state_dict(), "prompt": torch.randn(B, T, D),
+                      "token": torch.randn(B, 1, D), "mode": mode})
+    return cases
+
+
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda p: f"P={p}")
 def run(request: pytest.FixtureRequest) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """(P, the cases, each rank's results): one launch per world size for every check in this file."""
     torch.manual_seed(0)
-    work = {"tp": _tp_cases(), "ulysses": _ulysses_cases(), "ring": _ring_cases()}
+    work = {"tp": _tp_cases(), "ulysses": _ulysses_cases(), "ring": _ring_cases(), "mla": _mla_cases()}
     return request.param, work, launch(combined_run, request.param, work)
 
 
@@ -259,6 +274,32 @@ def test_ring_running_max_and_sum_end_at_the_log_sum_exp(run: tuple[int, dict[st
             assert_close(last["running_max"] + last["running_sum"].log(), got["lse"], **TOL[got["lse"].dtype])
 
 
+# --------------------------------------------------------------------------- MLA under tensor parallelism
+
+
+def test_mla_split_by_heads_equals_one_process(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Prefill and one decoded token through a latent cache, naive and absorbed: the ranks' sum is the full layer."""
+    P, work, results = run
+    for i, case in enumerate(work["mla"]):
+        cfg = dict(case["config"])
+        full = MultiHeadLatentAttention(cfg.pop("d_model"), cfg.pop("num_heads"), **cfg).eval()
+        full.load_state_dict(case["state"])
+        cache = LatentCache(batch_size=B, kv_latent_dim=full.kv_latent_dim, rope_dim=full.rope_dim, max_len=T + 1)
+        with torch.no_grad():
+            prefill = full(case["prompt"], cache=cache, mode=case["mode"])
+            decode = full(case["token"], cache=cache, mode=case["mode"])
+        replicated = sum(p.numel() for n, p in full.named_parameters() if n.startswith(("q_down", "kv_down")))
+        sharded = sum(p.numel() for p in full.parameters()) - replicated
+        payloads = [B * T * D * 4, B * 1 * D * 4]  # one all-reduce of the (B, T, D) output per step
+        for rank in range(P):
+            got = results[rank]["mla"][i]
+            assert_close(got["prefill"], prefill, **TOL[torch.float32])
+            assert_close(got["decode"], decode, **TOL[torch.float32])
+            assert got["cache_bytes"] == cache.nbytes  # the whole latent on every rank
+            assert got["parameters"] == replicated + sharded // P
+            assert [(r.op, r.payload_bytes) for r in got["records"]] == [("all_reduce", n) for n in payloads]
+
+
 # --------------------------------------------------------------------------- no processes needed
 
 
@@ -338,3 +379,7 @@ def test_mla_under_tensor_parallelism_replicates_the_down_projections_and_the_la
         mla_tensor_parallel(cfg, 3)
     with pytest.raises(ValueError, match="no multi-head latent attention sizes"):
         mla_tensor_parallel(load_configs()["Llama 3 8B"], 8)
+    from lessons_src.lab.parallel_runs import shard_mla
+
+    with pytest.raises(ValueError, match=r"degree must divide num_heads=4; got 3; degrees that do: \[1, 2, 4\]"):
+        shard_mla(MultiHeadLatentAttention(16, 4, kv_latent_dim=8, rope_dim=2), 0, 3)

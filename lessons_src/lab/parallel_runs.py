@@ -8,7 +8,8 @@ reference it computed itself. Many checks share one launch, because starting pro
   full layer's weights; output, input gradient and the shards' gradients put back in the full layout;
 * :func:`ulysses_run`: :func:`lessons_src.parallel.ulysses_attention` on this rank's positions;
 * :func:`ring_run`: :func:`lessons_src.parallel.ring_attention`, with each step's running max and sum;
-* :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer (counted, not run);
+* :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer, counted;
+  :func:`shard_mla` and :func:`mla_run`: the split run (forward, naive and absorbed, with a latent cache);
 * :func:`combined_run`: several of each in one launch (the tests and the lesson use it).
 """
 
@@ -31,9 +32,11 @@ __all__ = [
     "MLA_REPLICATED",
     "build_layer",
     "combined_run",
+    "mla_run",
     "mla_tensor_parallel",
     "ranks_and_sizes",
     "ring_run",
+    "shard_mla",
     "tensor_parallel_run",
     "ulysses_run",
 ]
@@ -152,6 +155,7 @@ def combined_run(comm: CountingCollectives, work: dict[str, Any]) -> dict[str, A
         "tp": tensor_parallel_run(comm, work["tp"]),
         "ulysses": ulysses_run(comm, work["ulysses"]),
         "ring": ring_run(comm, work["ring"]),
+        "mla": mla_run(comm, work.get("mla", [])),
     }
 
 
@@ -196,3 +200,69 @@ def mla_tensor_parallel(cfg: ModelConfig, degree: int) -> dict[str, Any]:
         "per_rank_parameters": replicated + sharded // degree,
         "cache_bytes_per_token": (m["kv_latent_dim"] + m["rope_dim"]) * 2,
     }
+
+
+def shard_mla(full: MultiHeadLatentAttention, rank: int, degree: int) -> MultiHeadLatentAttention:
+    """Rank ``rank``'s share of ``full`` under tensor parallelism: an MLA layer with ``H / degree`` heads.
+
+    The query down-projection and the key/value down-projection (latent and RoPE key) are copied whole;
+    the per-head query projection, ``W_UK``, ``W_UV`` and ``W_O`` keep only this rank's heads. Its output
+    is this rank's share of ``W_O``'s sum over heads: adding the ranks' outputs (one all-reduce) gives
+    ``full``'s. Its latent cache is the whole latent, as on every rank.
+
+    Raises:
+        ValueError: if ``degree`` does not divide ``full.num_heads`` or ``rank`` is out of range.
+    """
+    H = full.num_heads
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1 or H % degree:
+        divisors = [p for p in range(1, H + 1) if H % p == 0]
+        raise ValueError(f"degree must divide num_heads={H}; got {degree!r}; degrees that do: {divisors}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < degree:
+        raise ValueError(f"rank must be in 0..{degree - 1}; got {rank!r}")
+    Hl, E, Ev, R = H // degree, full.head_dim, full.v_head_dim, full.rope_dim
+    w = full.kv_down_proj.weight
+    local = MultiHeadLatentAttention(
+        full.d_model, Hl, kv_latent_dim=full.kv_latent_dim, rope_dim=R, head_dim=E, v_head_dim=Ev,
+        q_latent_dim=full.q_latent_dim, rope_base=full.rope_base,
+    ).to(dtype=w.dtype, device=w.device)
+    heads = slice(rank * Hl, (rank + 1) * Hl)
+
+    def rows(weight: torch.Tensor, per_head: int) -> torch.Tensor:
+        return weight.view(H, per_head, -1)[heads].reshape(Hl * per_head, -1)  # this rank's heads' rows
+
+    with torch.no_grad():
+        if full.q_down_proj is not None and local.q_down_proj is not None:
+            local.q_down_proj.weight.copy_(full.q_down_proj.weight)  # replicated
+        local.kv_down_proj.weight.copy_(full.kv_down_proj.weight)  # replicated
+        local.q_proj.weight.copy_(rows(full.q_proj.weight, E + R))
+        local.k_up_proj.weight.copy_(rows(full.k_up_proj.weight, E))
+        local.v_up_proj.weight.copy_(rows(full.v_up_proj.weight, Ev))
+        local.out_proj.weight.copy_(full.out_proj.weight.view(-1, H, Ev)[:, heads].reshape(-1, Hl * Ev))
+    return local
+
+
+def mla_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each case, tensor-parallel MLA on this rank: a prefill then one decoded token, through a latent cache.
+
+    A case holds ``config`` (the keyword arguments of :class:`lessons_src.mla.MultiHeadLatentAttention`),
+    ``state`` (the full layer's weights), ``prompt`` ``(B, T, D)``, ``token`` ``(B, 1, D)`` and ``mode``.
+    Returns per case the summed ``prefill`` and ``decode`` outputs, this rank's ``cache_bytes`` and
+    parameter count, and the comm records.
+    """
+    from ..kv_cache import LatentCache
+
+    results = []
+    for case in cases:
+        cfg = dict(case["config"])
+        full = MultiHeadLatentAttention(cfg.pop("d_model"), cfg.pop("num_heads"), **cfg)
+        full.load_state_dict(case["state"])
+        local = shard_mla(full, comm.rank, comm.world_size).eval()
+        B, T, _ = case["prompt"].shape
+        cache = LatentCache(batch_size=B, kv_latent_dim=full.kv_latent_dim, rope_dim=full.rope_dim, max_len=T + 1)
+        comm.reset()
+        with torch.no_grad():
+            prefill = comm.all_reduce(local(case["prompt"], cache=cache, mode=case["mode"]))  # sum over heads
+            decode = comm.all_reduce(local(case["token"], cache=cache, mode=case["mode"]))
+        results.append({"prefill": prefill, "decode": decode, "cache_bytes": cache.nbytes,
+                        "parameters": sum(p.numel() for p in local.parameters()), "records": list(comm.records)})
+    return results
