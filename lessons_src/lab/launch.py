@@ -119,6 +119,8 @@ def _child(rank: int, world_size: int, job_dir: str) -> None:
     module, name, args, backend = pickle.loads((job / "job.pkl").read_bytes())
     out = job / f"rank{rank}.pt"
     try:
+        if backend == "nccl":  # one GPU per process (not run here: no GPU)
+            torch.cuda.set_device(rank)
         dist.init_process_group(backend, init_method=f"file://{job / 'rendezvous'}", rank=rank, world_size=world_size)
         try:
             fn = getattr(importlib.import_module(module), name)
@@ -147,8 +149,8 @@ def launch(
         fn: a module-level function ``fn(comm, *args)`` of an importable module.
         world_size: processes to run (the parallel degree).
         *args: passed to ``fn`` in every process (picklable).
-        backend: ``"gloo"`` on CPU; ``"nccl"`` on GPUs (then ``fn`` must put its tensors on
-            ``torch.device("cuda", comm.rank)``).
+        backend: ``"gloo"`` on CPU; ``"nccl"`` on GPUs: each process then uses GPU ``rank``
+            (``torch.cuda.set_device``), and ``fn`` must put its tensors on ``torch.device("cuda", comm.rank)``.
         timeout_s: seconds to wait for all processes before stopping them.
 
     Returns:
