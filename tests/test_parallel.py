@@ -20,7 +20,7 @@ from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
 from lessons_src.attention import attention
 from lessons_src.kv_cache import LatentCache
 from lessons_src.lab.launch import launch
-from lessons_src.lab.parallel_runs import combined_run, ranks_and_sizes
+from lessons_src.lab.parallel_runs import combined_run, ranks_and_sizes, ring_run
 from lessons_src.parallel import (
     TensorParallelAttention,
     ring_attention,
@@ -342,11 +342,25 @@ def test_sequence_split_round_trips_and_rejects_uneven_lengths() -> None:
         sequence_chunks(8, 2, 0, "striped")  # type: ignore[arg-type]
 
 
+def test_collectives_need_an_initialised_process_group() -> None:
+    from lessons_src.parallel import Collectives
+
+    with pytest.raises(ValueError, match="torch.distributed is not initialised"):
+        Collectives()
+
+
 def test_launch_needs_a_function_other_processes_can_import() -> None:
     with pytest.raises(ValueError, match="module-level function of an importable module"):
         launch(lambda comm: comm.rank, 2)
     with pytest.raises(ValueError, match="world_size must be an int of at least 1"):
         launch(ranks_and_sizes, 0)
+
+
+def test_launch_reports_the_failing_rank_and_its_error() -> None:
+    bad = {"q": torch.randn(1, 1, 3, 4), "k": torch.randn(1, 1, 3, 4), "v": torch.randn(1, 1, 3, 4)}
+    with pytest.raises(RuntimeError, match=r"(?s)rank \d of 2 running lessons_src.lab.parallel_runs.ring_run failed.*"
+                       r"T=3 positions do not split into 2 equal blocks"):
+        launch(ring_run, 2, [bad], timeout_s=60)
 
 
 def test_docstring_examples_run() -> None:
