@@ -345,7 +345,7 @@ def test_sequence_split_round_trips_and_rejects_uneven_lengths() -> None:
 def test_collectives_need_an_initialised_process_group() -> None:
     from lessons_src.parallel import Collectives
 
-    with pytest.raises(ValueError, match="torch.distributed is not initialised"):
+    with pytest.raises(ValueError, match=r"torch\.distributed is not initialised"):
         Collectives()
 
 
