@@ -20,7 +20,7 @@ is a *sum* over heads, which one all-reduce completes. Three ways to use that, e
   block into its queries' running max and sum (the online softmax of :mod:`lessons_src.flash`), so no
   rank ever holds more than two blocks of keys. With a causal mask the contiguous split gives the last
   rank ``P`` blocks of work and the first one; the zig-zag split (:func:`sequence_chunks`) evens it out.
-  Forward only: its backward pass is not implemented here, and asking for it raises.
+  Its backward pass sends the blocks round once more, each with its gradient.
 
 Multi-head latent attention splits by heads too, with its down-projections and latent cache replicated
 on every rank; that split is ``lessons_src.lab.parallel_runs.shard_mla`` (kept out of this file, which
@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from .attention import MultiHeadAttention, attention, repeat_kv
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = [
     "Collectives",
@@ -508,6 +508,139 @@ def _chunk_kind(q: tuple[int, int], k: tuple[int, int], causal: bool) -> str:
     return "full" if k[1] - 1 <= q[0] else "partial"
 
 
+def _tiles(
+    mine: list[tuple[int, int]], theirs: list[tuple[int, int]], causal: bool
+) -> Iterator[tuple[slice, slice, tuple[int, int, int, int], str]]:
+    """(my rows, their columns, positions ``(qa, qb, ka, kb)``, kind) of each chunk pair the causal mask leaves."""
+    q_off = 0
+    for qa, qb in mine:
+        k_off = 0
+        for ka, kb in theirs:
+            kind = _chunk_kind((qa, qb), (ka, kb), causal)
+            if kind != "skip":
+                yield slice(q_off, q_off + qb - qa), slice(k_off, k_off + kb - ka), (qa, qb, ka, kb), kind
+            k_off += kb - ka
+        q_off += qb - qa
+
+
+def _tile_scores(q: Tensor, k: Tensor, span: tuple[int, int, int, int], kind: str, scale: float) -> Tensor:
+    """Scaled scores of one chunk pair ``(B, H, tq, tk)``, causal-masked when the pair straddles the diagonal."""
+    s = q @ k.transpose(-2, -1) * scale
+    if kind == "partial":
+        qa, qb, ka, kb = span
+        i = torch.arange(qa, qb, device=q.device)[:, None]
+        j = torch.arange(ka, kb, device=q.device)[None, :]
+        s = s.masked_fill(j > i, _NEG_INF)  # causal within the pair: key after query
+    return s
+
+
+def _ring_forward(
+    q: Tensor, k: Tensor, v: Tensor, comm: Collectives, causal: bool, order: Order, scale: float, keep_steps: bool
+) -> RingResult:
+    B, H, Tl, E = q.shape
+    K = k.shape[1]
+    P, rank = comm.world_size, comm.rank
+    T = Tl * P
+    cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    mine = sequence_chunks(T, P, rank, order)
+    m = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # running max
+    l = torch.zeros(B, H, Tl, dtype=cd, device=q.device)  # running sum of exp(s - m)
+    acc = torch.zeros(B, H, Tl, v.shape[-1], dtype=cd, device=q.device)  # running sum of exp(s - m) v
+    kv = torch.cat([k, v], dim=-1)  # one block to pass on: (B, K, T/P, E + Ev)
+    qc = q.to(cd)
+    work, steps = 0, []
+    for step in range(P):
+        source = (rank - step) % P
+        k_blk = repeat_kv(kv[..., :E].to(cd), H // K)  # (B, H, T/P, E): each KV head for its query heads
+        v_blk = repeat_kv(kv[..., E:].to(cd), H // K)  # (B, H, T/P, Ev)
+        step_work = 0
+        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), causal):
+            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale)  # (B, H, tq, tk)
+            m_old = m[:, :, rows]
+            m_new = torch.maximum(m_old, s.amax(dim=-1))
+            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - shift[..., None])  # (B, H, tq, tk), unnormalised weights
+            alpha = torch.exp(m_old - shift)  # rescales what was summed against the old max
+            l[:, :, rows] = alpha * l[:, :, rows] + p.sum(dim=-1)
+            acc[:, :, rows] = alpha[..., None] * acc[:, :, rows] + p @ v_blk[:, :, cols]
+            m[:, :, rows] = m_new
+            step_work += (span[1] - span[0]) * (span[3] - span[2])
+        work += step_work
+        if keep_steps:
+            steps.append(RingStep(step, source, step_work, m.clone(), l.clone()))
+        if step < P - 1:  # pass the block on: to rank + 1, from rank - 1
+            kv = comm.send_recv(kv, to=(rank + 1) % P, frm=(rank - 1) % P)
+    total = torch.where(l > 0, l, torch.ones_like(l))
+    out = (acc / total[..., None]).to(q.dtype)
+    shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
+    return RingResult(out, shift + torch.log(l), work, steps)
+
+
+def _ring_backward(
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor | None,
+    comm: Collectives, causal: bool, order: Order, scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of this rank's q, k, v: the key/value blocks go round the ring again, with their gradients.
+
+    As in FlashAttention-2's backward, each tile's weights are recomputed from the saved log-sum-exp,
+    ``P = exp(S - lse)``; ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale dS K``,
+    ``dK = scale dS^T Q``. The gradient of a key/value block travels with it, each rank adding its
+    queries' share, and after the last step one more hop brings it home.
+    """
+    B, H, Tl, E = q.shape
+    K, Ev = k.shape[1], v.shape[-1]
+    n_rep = H // K
+    P, rank = comm.world_size, comm.rank
+    T = Tl * P
+    cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    qc, do = q.to(cd), d_out.to(cd)
+    D = (do * out.to(cd)).sum(dim=-1)  # (B, H, T/P): rowsum(dO * O) = rowsum(P * dP)
+    if d_lse is not None:
+        D = D - d_lse.to(cd)
+    lse = torch.where(lse == _NEG_INF, torch.zeros_like(lse), lse).to(cd)
+    dq = torch.zeros(B, H, Tl, E, dtype=cd, device=q.device)
+    kv = torch.cat([k, v], dim=-1)
+    dkv = torch.zeros(B, K, Tl, E + Ev, dtype=cd, device=q.device)  # the gradient travelling with the block
+    mine = sequence_chunks(T, P, rank, order)
+    for step in range(P):
+        source = (rank - step) % P
+        k_blk, v_blk = repeat_kv(kv[..., :E].to(cd), n_rep), repeat_kv(kv[..., E:].to(cd), n_rep)
+        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), causal):
+            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale)
+            p = torch.exp(s - lse[:, :, rows, None])  # (B, H, tq, tk): the weights, recomputed
+            dv = p.transpose(-2, -1) @ do[:, :, rows]  # (B, H, tk, Ev)
+            ds = p * (do[:, :, rows] @ v_blk[:, :, cols].transpose(-2, -1) - D[:, :, rows, None])
+            dq[:, :, rows] += ds @ k_blk[:, :, cols] * scale
+            dk = ds.transpose(-2, -1) @ qc[:, :, rows] * scale  # (B, H, tk, E)
+            tk = dk.shape[2]
+            dkv[:, :, cols, :E] += dk.view(B, K, n_rep, tk, E).sum(2)  # a KV head sums over its query heads
+            dkv[:, :, cols, E:] += dv.view(B, K, n_rep, tk, Ev).sum(2)
+        if step < P - 1:
+            both = comm.send_recv(torch.cat([kv.to(cd), dkv], dim=-1), to=(rank + 1) % P, frm=(rank - 1) % P)
+            kv, dkv = both[..., : E + Ev].to(k.dtype), both[..., E + Ev :]
+    if P > 1:  # the block here came from rank + 1: its gradient goes back there, one more hop
+        dkv = comm.send_recv(dkv, to=(rank + 1) % P, frm=(rank - 1) % P)
+    return dq.to(q.dtype), dkv[..., :E].to(k.dtype), dkv[..., E:].to(v.dtype)
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, comm: Collectives, causal: bool, order: Order, scale: float
+    ) -> tuple[Tensor, Tensor]:
+        r = _ring_forward(q, k, v, comm, causal, order, scale, keep_steps=False)
+        ctx.save_for_backward(q, k, v, r.output, r.lse)
+        ctx.config = (comm, causal, order, scale)
+        return r.output, r.lse
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor, d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+        q, k, v, out, lse = ctx.saved_tensors
+        comm, causal, order, scale = ctx.config
+        dq, dk, dv = _ring_backward(q, k, v, out, lse, d_out, d_lse, comm, causal, order, scale)
+        return dq, dk, dv, None, None, None, None
+
+
 def ring_attention(
     q: Tensor,
     k: Tensor,
@@ -531,8 +664,10 @@ def ring_attention(
     With ``is_causal``, a chunk of keys entirely after a chunk of queries is skipped (no work), one
     entirely before is computed without a mask, and the diagonal one with the causal mask.
 
-    Forward only: the backward pass (which would send gradients of keys and values around the ring as
-    well) is not implemented, so this raises if any input requires a gradient while autograd is on.
+    The backward pass (when an input requires a gradient) sends the blocks round the ring once more,
+    each with its gradient, which every rank adds its queries' share to; one last hop takes the
+    gradients home. It recomputes each tile's weights from the saved log-sum-exp, as FlashAttention-2's
+    backward does.
 
     Args:
         q: this rank's queries ``(B, H, T/P, E)``.
@@ -542,74 +677,34 @@ def ring_attention(
         is_causal: causal over the whole sequence (queries and keys are the same positions).
         order: how the sequence was split (``"contiguous"`` or ``"zigzag"``, see :func:`sequence_chunks`).
         scale: score multiplier, default ``1 / sqrt(E)``.
-        keep_steps: also return each step's running max and sum (:class:`RingStep`).
+        keep_steps: also return each step's running max and sum (:class:`RingStep`); forward only.
 
     Returns:
         A :class:`RingResult`: the output, the log-sum-exp, the work (query-key scores computed on this
-        rank) and, with ``keep_steps``, the steps.
+        rank in the forward pass) and, with ``keep_steps``, the steps.
 
     Raises:
-        ValueError: on mismatched shapes or a sequence the ranks cannot split evenly.
-        NotImplementedError: if a gradient is asked for.
+        ValueError: on mismatched shapes, a sequence the ranks cannot split evenly, or ``keep_steps``
+            with inputs that require a gradient.
     """
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "ring_attention implements the forward pass only; its backward is not implemented here. "
-            "Run it under torch.no_grad() (or detach the inputs)"
-        )
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or k.shape[:3] != v.shape[:3] or q.shape[2] != k.shape[2]:
         raise ValueError(
             "ring_attention needs q (B, H, T/P, E), k (B, K, T/P, E), v (B, K, T/P, Ev) over the same positions; "
             f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
-    B, H, Tl, E = q.shape
-    K = k.shape[1]
+    H, K = q.shape[1], k.shape[1]
     if H % K:
         raise ValueError(f"q has {H} heads, not a multiple of the {K} key/value heads of k")
-    P, rank = comm.world_size, comm.rank
-    T = Tl * P
-    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    my_chunks = sequence_chunks(T, P, rank, order)
-    m = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # running max
-    l = torch.zeros(B, H, Tl, dtype=cd, device=q.device)  # running sum of exp(s - m)
-    acc = torch.zeros(B, H, Tl, v.shape[-1], dtype=cd, device=q.device)  # running sum of exp(s - m) v
-    kv = torch.cat([k, v], dim=-1)  # one block to pass on: (B, K, T/P, E + Ev)
-    qc = q.to(cd)
-    work, steps = 0, []
-    for step in range(P):
-        source = (rank - step) % P
-        k_blk, v_blk = repeat_kv(kv[..., :E].to(cd), H // K), repeat_kv(kv[..., E:].to(cd), H // K)  # (B, H, T/P, .)
-        step_work = 0
-        q_off = 0
-        for qa, qb in my_chunks:
-            k_off = 0
-            for ka, kb in sequence_chunks(T, P, source, order):
-                kind = _chunk_kind((qa, qb), (ka, kb), is_causal)
-                if kind != "skip":
-                    rows, cols = slice(q_off, q_off + qb - qa), slice(k_off, k_off + kb - ka)
-                    s = qc[:, :, rows] @ k_blk[:, :, cols].transpose(-2, -1) * scale  # (B, H, tq, tk)
-                    if kind == "partial":
-                        i = torch.arange(qa, qb, device=q.device)[:, None]
-                        j = torch.arange(ka, kb, device=q.device)[None, :]
-                        s = s.masked_fill(j > i, _NEG_INF)  # causal within the chunk pair
-                    m_old = m[:, :, rows]
-                    m_new = torch.maximum(m_old, s.amax(dim=-1))
-                    shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
-                    p = torch.exp(s - shift[..., None])  # (B, H, tq, tk), unnormalised weights
-                    alpha = torch.exp(m_old - shift)  # rescales what was summed against the old max
-                    l[:, :, rows] = alpha * l[:, :, rows] + p.sum(dim=-1)
-                    acc[:, :, rows] = alpha[..., None] * acc[:, :, rows] + p @ v_blk[:, :, cols]
-                    m[:, :, rows] = m_new
-                    step_work += (qb - qa) * (kb - ka)
-                k_off += kb - ka
-            q_off += qb - qa
-        work += step_work
-        if keep_steps:
-            steps.append(RingStep(step, source, step_work, m.clone(), l.clone()))
-        if step < P - 1:  # pass the block on: to rank + 1, from rank - 1
-            kv = comm.send_recv(kv, to=(rank + 1) % P, frm=(rank - 1) % P)
-    total = torch.where(l > 0, l, torch.ones_like(l))
-    out = (acc / total[..., None]).to(q.dtype)
-    shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
-    return RingResult(out, shift + torch.log(l), work, steps)
+    sequence_chunks(q.shape[2] * comm.world_size, comm.world_size, comm.rank, order)  # a split that works
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if not needs_grad:
+        return _ring_forward(q, k, v, comm, is_causal, order, scale, keep_steps)
+    if keep_steps:
+        raise ValueError("keep_steps records the forward pass only; run it under torch.no_grad()")
+    P, T = comm.world_size, q.shape[2] * comm.world_size
+    mine = sequence_chunks(T, P, comm.rank, order)
+    work = sum((b - a) * (d - c) for src in range(P)
+               for _, _, (a, b, c, d), _ in _tiles(mine, sequence_chunks(T, P, src, order), is_causal))
+    out, lse = _RingAttention.apply(q, k, v, comm, is_causal, order, scale)  # type: ignore[no-untyped-call]
+    return RingResult(out, lse, work, [])

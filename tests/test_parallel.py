@@ -89,7 +89,8 @@ def _ring_cases() -> list[dict[str, Any]]:
     E = 4
     return [
         {"q": torch.randn(B, h, T, E, dtype=dtype), "k": torch.randn(B, k, T, E, dtype=dtype),
-         "v": torch.randn(B, k, T, E, dtype=dtype), "is_causal": causal, "order": order, "keep_steps": True}
+         "v": torch.randn(B, k, T, E + 1, dtype=dtype), "is_causal": causal, "order": order, "keep_steps": True,
+         "grad_out": torch.randn(B, h, T, E + 1, dtype=dtype), "grad_lse": torch.randn(B, h, T, dtype=dtype)}
         for h, k, causal, order, dtype in RING_CASES
     ]
 
@@ -213,17 +214,24 @@ def test_ulysses_sends_four_all_to_alls_each_way(run: tuple[int, dict[str, Any],
 def test_ring_attention_equals_full_attention(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
     P, work, results = run
     for i, case in enumerate(work["ring"]):
-        q, k, v = case["q"], case["k"], case["v"]
+        q, k, v = (case[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
         tol = TOL[q.dtype]
-        ref = attention(q, k, v, is_causal=case["is_causal"], implementation="eager")
+        ref = attention(q, k, v, is_causal=case["is_causal"], implementation="eager").output
         scores = q @ k.repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-2, -1) / math.sqrt(q.shape[-1])
         if case["is_causal"]:
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        lse = scores.logsumexp(-1)
+        torch.autograd.backward([ref, lse], [case["grad_out"], case["grad_lse"]])
         order = case["order"]
-        assert_close(unshard_sequence([results[r]["ring"][i]["output"] for r in range(P)], dim=2, order=order),
-                     ref.output, **tol)
-        assert_close(unshard_sequence([results[r]["ring"][i]["lse"] for r in range(P)], dim=2, order=order),
-                     scores.logsumexp(-1), **tol)
+
+        def gathered(key: str, sub: str | None = None, i: int = i, order: str = order) -> torch.Tensor:
+            parts = [results[r]["ring"][i][key] if sub is None else results[r]["ring"][i][key][sub] for r in range(P)]
+            return unshard_sequence(parts, dim=2, order=order)  # type: ignore[arg-type]
+
+        assert_close(gathered("output"), ref.detach(), **tol)
+        assert_close(gathered("lse"), lse.detach(), **tol)
+        for name, t in (("q", q), ("k", k), ("v", v)):  # the backward pass, through the ring again
+            assert_close(gathered("grads", name), t.grad, **tol, msg=lambda m, n=name: f"d{n}: {m}")
 
 
 def test_ring_passes_each_block_once_per_step(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
@@ -234,6 +242,10 @@ def test_ring_passes_each_block_once_per_step(run: tuple[int, dict[str, Any], li
         for rank in range(P):
             records = results[rank]["ring"][i]["records"]
             assert [(r.op, r.sent_bytes) for r in records] == [("send_recv", block)] * (P - 1)
+            # backward: each block again with its gradient (as large), then the gradient's last hop home
+            backward = results[rank]["ring"][i]["backward"]
+            expected = [("send_recv", 2 * block)] * (P - 1) + [("send_recv", block)]
+            assert [(r.op, r.sent_bytes) for r in backward] == expected
 
 
 def test_ring_work_per_rank_and_zigzag_balance(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
@@ -324,10 +336,10 @@ def test_valid_degrees_and_the_error_that_lists_them() -> None:
         tp_plan(8, 8, 2.0)  # type: ignore[arg-type]
 
 
-def test_ring_attention_refuses_a_backward_it_does_not_implement() -> None:
+def test_ring_attention_records_steps_of_the_forward_pass_only() -> None:
     q = torch.randn(1, 2, 4, 4, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="forward pass only"):
-        ring_attention(q, q, q, _Stub(2))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"keep_steps records the forward pass only; run it under torch\.no_grad"):
+        ring_attention(q, q, q, _Stub(2), keep_steps=True)  # type: ignore[arg-type]
 
 
 def test_sequence_split_round_trips_and_rejects_uneven_lengths() -> None:

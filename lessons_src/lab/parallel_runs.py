@@ -132,6 +132,8 @@ def ring_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dic
 
     Returns per case this rank's ``output`` and ``lse``, its ``work`` (query-key scores computed), the
     comm records and, with ``keep_steps`` in the case, each step's source rank, work, running max and sum.
+    With ``grad_out`` and ``grad_lse`` in the case (full-sequence gradients of the output and the
+    log-sum-exp), also the backward pass: this rank's ``grads`` of q, k, v and its ``backward`` records.
     """
     results = []
     P, rank = comm.world_size, comm.rank
@@ -144,8 +146,17 @@ def ring_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dic
                                keep_steps=case.get("keep_steps", False))
         steps = [{"step": s.step, "source": s.source, "work": s.work, "running_max": s.running_max,
                   "running_sum": s.running_sum} for s in r.steps]
-        results.append({"output": r.output, "lse": r.lse, "work": r.work, "records": list(comm.records),
-                        "steps": steps})
+        result = {"output": r.output, "lse": r.lse, "work": r.work, "records": list(comm.records), "steps": steps}
+        if "grad_out" in case:
+            q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+            r = ring_attention(q, k, v, comm, is_causal=case.get("is_causal", False), order=order)
+            comm.reset()
+            g = shard_sequence(case["grad_out"], P, rank, dim=2, order=order)
+            g_lse = shard_sequence(case["grad_lse"], P, rank, dim=2, order=order)
+            torch.autograd.backward([r.output, r.lse], [g, g_lse])
+            result["grads"] = {"q": q.grad, "k": k.grad, "v": v.grad}
+            result["backward"] = list(comm.records)
+        results.append(result)
     return results
 
 
