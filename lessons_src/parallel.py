@@ -470,7 +470,7 @@ def ulysses_attention(
     return out
 
 
-# --------------------------------------------------------------------------- ring attention (forward)
+# --------------------------------------------------------------------------- ring attention
 
 
 @dataclass(frozen=True)
