@@ -31,7 +31,8 @@ def main() -> int:
                               "state": full.state_dict(), "x": torch.randn(B, T, D),
                               "grad_out": torch.randn(B, T, D), "is_causal": True}))
     ring = [{"q": torch.randn(B, 4, T, 32), "k": torch.randn(B, 2, T, 32), "v": torch.randn(B, 2, T, 32),
-             "is_causal": causal, "order": order} for causal in (False, True) for order in ("contiguous", "zigzag")]
+             "grad_out": torch.randn(B, 4, T, 32), "grad_lse": torch.zeros(B, 4, T), "is_causal": causal,
+             "order": order} for causal in (False, True) for order in ("contiguous", "zigzag")]
     for P in (2, 4):
         start = time.perf_counter()
         cases = [c for _, c in layers]
@@ -53,12 +54,16 @@ def main() -> int:
                   f"|Ulysses - one process| {uly:.1e}; TP all-reduce sent {sent} B, formula {formula}"
                   f"{'' if ok else '  FAILED'}")
         for i, case in enumerate(ring):
-            ref = attention(case["q"], case["k"], case["v"], is_causal=case["is_causal"]).output
+            q, k, v = (case[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+            ref = attention(q, k, v, is_causal=case["is_causal"]).output
+            ref.backward(case["grad_out"])
             out = unshard_sequence([r["ring"][i]["output"] for r in res], dim=2, order=case["order"])
             diff = (out - ref).abs().max().item()
-            failures += diff > 1e-4
-            print(f"  ring causal={case['is_causal']!s:5s} {case['order']:10s}: |ring - full| {diff:.1e}; "
-                  f"work per rank {[r['ring'][i]['work'] for r in res]}")
+            grad = max((unshard_sequence([r["ring"][i]["grads"][n] for r in res], dim=2, order=case["order"])
+                        - t.grad).abs().max().item() for n, t in (("q", q), ("k", k), ("v", v)) if t.grad is not None)
+            failures += diff > 1e-4 or grad > 1e-3
+            print(f"  ring causal={case['is_causal']!s:5s} {case['order']:10s}: |ring - full| {diff:.1e} "
+                  f"(grads {grad:.1e}); work per rank {[r['ring'][i]['work'] for r in res]}")
     print("all checks passed" if not failures else f"{failures} check(s) FAILED")
     return 1 if failures else 0
 
