@@ -7,7 +7,7 @@ reference it computed itself. Many checks share one launch, because starting pro
 * :func:`tensor_parallel_run`: :class:`lessons_src.parallel.TensorParallelAttention` loaded from a
   full layer's weights; output, input gradient and the shards' gradients put back in the full layout;
 * :func:`ulysses_run`: :func:`lessons_src.parallel.ulysses_attention` on this rank's positions;
-* :func:`ring_run`: :func:`lessons_src.parallel.ring_attention`, with each step's running max and sum;
+* :func:`ring_run`: :func:`lessons_src.ring.ring_attention`, with each step's running max and sum;
 * :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer, counted;
   :func:`shard_mla` and :func:`mla_run`: the split run (forward, naive and absorbed, with a latent cache);
 * :func:`combined_run`: several of each in one launch (the tests and the lesson use it).
@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from ..attention import MultiHeadAttention
 from ..mla import MultiHeadLatentAttention
-from ..parallel import TensorParallelAttention, ring_attention, shard_sequence, ulysses_attention
+from ..parallel import TensorParallelAttention, ulysses_attention
+from ..ring import ring_attention, shard_sequence
 
 if TYPE_CHECKING:
     from .configs import ModelConfig

@@ -16,7 +16,7 @@ from lessons_src import MultiHeadAttention
 from lessons_src.attention import attention
 from lessons_src.lab.launch import launch
 from lessons_src.lab.parallel_runs import combined_run
-from lessons_src.parallel import unshard_sequence
+from lessons_src.ring import unshard_sequence
 
 D, H, B, T = 256, 16, 2, 512
 
