@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context clean distclean lock train train-heads ablate
+.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context clean distclean lock train train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -94,6 +94,9 @@ train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into
 
 ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/ (seconds)
 	$(BIN)/python tools/train/ablate_minilm.py
+
+parallel: $(DEPS) ## Tensor-parallel, Ulysses and ring attention in 2 and 4 local processes (gloo), checked and counted
+	$(BIN)/python tools/parallel/check_parallel.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -13,6 +13,8 @@ The package has two layers. The **core** is what a reader copies into a project;
 ``rope.py``           rotary position embedding
 ``convert.py``        MHA -> GQA checkpoint conversion
 ``flash.py``          online softmax and tiled (FlashAttention-2) attention, registered as ``"tiled"``
+``parallel.py``       attention across processes: tensor parallelism by heads, Ulysses
+``ring.py``           ring attention (sequence split, key/value blocks passed round), forward and backward
 ``interop.py``        ``nn.MultiheadAttention`` weights and masks, at the edge
 ====================  ==========================================================================
 

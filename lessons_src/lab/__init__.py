@@ -4,7 +4,8 @@ The core (``lessons_src.attention``, ``masks``, ``kv_cache``, ``mla``, ``rope``,
 ``interop``) is what a reader copies into a project. This subpackage is what the lessons use to teach
 with it: worked examples, counters and timers (:mod:`.lesson_tools`), all-MiniLM-L6-v2 run through our
 attention (:mod:`.minilm`), head scores and ablation (:mod:`.heads`), the small models trained here
-(:mod:`.toy_models`), SVG figures (:mod:`.plotting`) and published configurations (:mod:`.configs`).
+(:mod:`.toy_models`), SVG figures (:mod:`.plotting`), published configurations (:mod:`.configs`), and
+local multi-process runs with counted collectives (:mod:`.launch`, :mod:`.parallel_runs`).
 
 The files the package loads ship inside it and are read with :mod:`importlib.resources`, so they load
 the same from a wheel as from a checkout:

@@ -193,6 +193,7 @@ QUIZ_PARTS = {  # part key -> the heading the quiz page shows; in the navigation
     "inference": "Inference variants: KV cache, masks, GQA, MLA",
     "sdpa": "How SDPA runs: FlashAttention",
     "long": "Long contexts: sliding windows, attention sinks, paged caches",
+    "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
 }
 
 

@@ -1,0 +1,214 @@
+"""Run a function in N local processes joined by ``torch.distributed``, and count what they send.
+
+:func:`launch` starts ``world_size`` fresh Python processes (one CPU thread each), joins them into one
+gloo process group through a rendezvous file (``init_method="file://..."``: no network port), calls
+``fn(comm, *args)`` in each with a :class:`CountingCollectives`, and returns what each rank returned, in
+rank order. ``fn`` must be importable by name (a module-level function of an importable module), because
+each process imports it afresh: a function defined in a notebook cell or a page's code block cannot be
+sent to another process.
+
+:class:`CountingCollectives` is :class:`lessons_src.parallel.Collectives` with a record of every call:
+the collective, the bytes of the tensor it was given (the payload) and the bytes this rank sends over
+the wire for it, which for ``P`` ranks is
+
+* all-reduce: ``2 (P - 1) / P`` times the payload (a ring all-reduce: a reduce-scatter, then an
+  all-gather, each passing ``P - 1`` chunks of ``1 / P`` of the tensor);
+* all-to-all: ``(P - 1) / P`` of the payload (every chunk but the one the rank keeps);
+* send/receive: the tensor sent.
+
+The payload is measured from the tensors; the wire bytes are that model of the algorithm (gloo's
+all-reduce algorithm depends on the size; NCCL's ring uses this one).
+
+On GPUs the same code runs with ``backend="nccl"``, one GPU per process (``torch.cuda.set_device(rank)``)
+and the tensors moved to it; that path is not exercised here (no GPU).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from ..parallel import Collectives
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from torch import Tensor
+
+__all__ = ["CommRecord", "CountingCollectives", "launch"]
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One collective call on one rank.
+
+    Attributes:
+        op: ``"all_reduce"``, ``"all_to_all"`` or ``"send_recv"``.
+        shape: the shape of the tensor given (for all-to-all, of the whole input, all chunks).
+        payload_bytes: bytes of that tensor.
+        sent_bytes: bytes this rank sends for the call (see the module docstring for the model).
+    """
+
+    op: str
+    shape: tuple[int, ...]
+    payload_bytes: int
+    sent_bytes: int
+
+
+class CountingCollectives(Collectives):
+    """:class:`lessons_src.parallel.Collectives` that records every call in :attr:`records`."""
+
+    def __init__(self, group: Any = None) -> None:
+        super().__init__(group)
+        self.records: list[CommRecord] = []
+
+    def all_reduce(self, t: Tensor) -> Tensor:
+        P, n = self.world_size, t.numel() * t.element_size()
+        self.records.append(CommRecord("all_reduce", tuple(t.shape), n, 2 * (P - 1) * n // P))
+        return super().all_reduce(t)
+
+    def all_to_all(self, chunks: Sequence[Tensor]) -> list[Tensor]:
+        P = self.world_size
+        n = sum(c.numel() * c.element_size() for c in chunks)
+        shape = (len(chunks), *tuple(chunks[0].shape)) if chunks else ()
+        self.records.append(CommRecord("all_to_all", shape, n, (P - 1) * n // P))
+        return super().all_to_all(chunks)
+
+    def send_recv(self, t: Tensor, *, to: int, frm: int) -> Tensor:
+        n = t.numel() * t.element_size()
+        self.records.append(CommRecord("send_recv", tuple(t.shape), n, n))
+        return super().send_recv(t, to=to, frm=frm)
+
+    def sent_bytes(self, op: str | None = None) -> int:
+        """Bytes this rank sent, over every recorded call (or those of one ``op``)."""
+        return sum(r.sent_bytes for r in self.records if op is None or r.op == op)
+
+    def reset(self) -> None:
+        """Forget the records so far."""
+        self.records.clear()
+
+
+def _target(fn: Callable[..., Any]) -> tuple[str, str]:
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not callable(fn) or module in (None, "__main__", "__mp_main__") or "<" in name or "." in name:
+        raise ValueError(
+            f"launch needs a module-level function of an importable module, which each new process can import; "
+            f"got {fn!r} (module {module!r}, name {name!r}). Put the function in a .py file and import it"
+        )
+    assert module is not None
+    if getattr(importlib.import_module(module), name, None) is not fn:
+        raise ValueError(f"{module}.{name} does not name {fn!r}; launch imports functions by their name")
+    return module, name
+
+
+def _child(rank: int, world_size: int, job_dir: str) -> None:
+    """What each process runs: join the group, call the function, write its result (or its error)."""
+    torch.set_num_threads(1)
+    job = Path(job_dir)
+    module, name, args, backend = pickle.loads((job / "job.pkl").read_bytes())
+    out = job / f"rank{rank}.pt"
+    try:
+        if backend == "nccl":  # one GPU per process (not run here: no GPU)
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"file://{job / 'rendezvous'}", rank=rank, world_size=world_size)
+        try:
+            fn = getattr(importlib.import_module(module), name)
+            result = fn(CountingCollectives(), *args)
+        finally:
+            dist.destroy_process_group()
+        torch.save({"ok": True, "result": result}, out)
+    except BaseException as err:  # reported by the parent, with the rank
+        import traceback
+
+        torch.save({"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()}, out)
+        raise
+
+
+def launch(
+    fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo", timeout_s: float = 120.0
+) -> list[Any]:
+    """Run ``fn(comm, *args)`` in ``world_size`` new local processes; return each rank's result, in rank order.
+
+    Each process gets one CPU thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``), joins a
+    ``backend`` process group through a rendezvous file in a fresh temporary folder, and receives a
+    :class:`CountingCollectives`. Results travel back through ``torch.save`` files (tensors, numbers,
+    lists and dicts of them).
+
+    Args:
+        fn: a module-level function ``fn(comm, *args)`` of an importable module.
+        world_size: processes to run (the parallel degree).
+        *args: passed to ``fn`` in every process (picklable).
+        backend: ``"gloo"`` on CPU; ``"nccl"`` on GPUs: each process then uses GPU ``rank``
+            (``torch.cuda.set_device``), and ``fn`` must put its tensors on ``torch.device("cuda", comm.rank)``.
+        timeout_s: seconds to wait for all processes before stopping them.
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]``.
+
+    Raises:
+        ValueError: if ``fn`` cannot be imported by name, or ``world_size`` is below 1.
+        RuntimeError: if a process fails (the message names the rank and shows its error) or the run
+            takes longer than ``timeout_s``.
+
+    Example:
+        >>> from lessons_src.lab.parallel_runs import ranks_and_sizes
+        >>> launch(ranks_and_sizes, 2)
+        [(0, 2), (1, 2)]
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int of at least 1 (processes to start); got {world_size!r}")
+    module, name = _target(fn)
+    with tempfile.TemporaryDirectory(prefix="lessons-launch-") as job_dir:
+        job = Path(job_dir)
+        (job / "job.pkl").write_bytes(pickle.dumps((module, name, args, backend)))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        code = ("import sys; from lessons_src.lab.launch import _child; "
+                "_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+        logs = [job / f"rank{r}.log" for r in range(world_size)]
+        procs = []
+        for r in range(world_size):
+            with logs[r].open("wb") as sink:
+                procs.append(subprocess.Popen(  # our own interpreter, running our own code
+                    [sys.executable, "-c", code, str(r), str(world_size), job_dir], env=env, stdout=sink, stderr=sink
+                ))
+        deadline = time.monotonic() + timeout_s
+        try:
+            while any(p.poll() is None for p in procs):
+                failed = any(p.returncode not in (None, 0) for p in procs)
+                if failed or time.monotonic() > deadline:
+                    break  # a rank failed: the others would wait for it forever
+                time.sleep(0.02)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        reports = []
+        for r in range(world_size):
+            out = job / f"rank{r}.pt"
+            reports.append(torch.load(out, weights_only=False) if out.exists() else None)
+        for r, report in enumerate(reports):
+            if report is not None and not report["ok"]:
+                raise RuntimeError(
+                    f"launch: rank {r} of {world_size} running {module}.{name} failed:\n{report['trace']}"
+                )
+        for r, (p, report) in enumerate(zip(procs, reports, strict=True)):
+            if report is None:
+                log = logs[r].read_text(errors="replace")[-2000:]
+                raise RuntimeError(
+                    f"launch: rank {r} of {world_size} running {module}.{name} did not finish within {timeout_s} s "
+                    f"or exited with code {p.returncode}:\n{log}"
+                )
+        results = [report["result"] for report in reports if report is not None]
+        return results

@@ -1,0 +1,404 @@
+"""Tensor-parallel, Ulysses and ring attention, run in real processes (gloo) and checked against one process.
+
+Starting processes costs seconds, so every check of one world size shares one launch: the fixture builds
+all the cases, :func:`lessons_src.lab.launch.launch` runs them in 2 (then 4) processes, and the tests
+compare what each rank returned with the single-process module computed here. The bytes the counting
+wrapper recorded are compared with formulas written out here from the shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
+from lessons_src.attention import attention
+from lessons_src.kv_cache import LatentCache
+from lessons_src.lab.launch import launch
+from lessons_src.lab.parallel_runs import combined_run, ranks_and_sizes, ring_run
+from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
+from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
+
+TOL = {torch.float32: {"rtol": 1e-5, "atol": 1e-6}, torch.float64: {"rtol": 1e-12, "atol": 1e-12}}
+D, H, B, T = 32, 8, 2, 8  # T divisible by 2 * 4 for the zig-zag split over 4 ranks
+
+# (num_kv_heads, bias, dtype, mask kind): MHA, GQA, MQA; with 4 ranks K=2 and K=1 replicate KV heads
+TP_CASES = [
+    (8, False, torch.float32, None),
+    (2, True, torch.float32, "padding"),
+    (1, False, torch.float32, "per-head"),
+    (2, False, torch.float64, None),
+]
+ULYSSES_CASES = [(8, torch.float32), (2, torch.float32), (1, torch.float64)]
+RING_CASES = [  # (H, K, causal, order, dtype)
+    (4, 4, False, "contiguous", torch.float32),
+    (4, 4, True, "contiguous", torch.float32),
+    (4, 2, True, "zigzag", torch.float32),
+    (4, 1, False, "zigzag", torch.float32),
+    (2, 2, True, "zigzag", torch.float64),
+]
+
+
+def _mask(kind: str | None, dtype: torch.dtype) -> torch.Tensor | None:
+    if kind == "padding":
+        keep = torch.ones(B, 1, 1, T, dtype=torch.bool)
+        keep[1, :, :, 5:] = False  # the second sequence is 5 tokens long
+        return keep
+    if kind == "per-head":
+        return torch.randn(B, H, T, T, dtype=dtype)  # a different additive bias per head
+    return None
+
+
+def _tp_cases() -> list[dict[str, Any]]:
+    cases = []
+    for K, bias, dtype, mask in TP_CASES:
+        full = MultiHeadAttention(D, H, num_kv_heads=K, bias=bias).to(dtype)
+        cases.append({
+            "config": {"d_model": D, "num_heads": H, "num_kv_heads": K, "bias": bias},
+            "state": full.state_dict(), "x": torch.randn(B, T, D, dtype=dtype),
+            "grad_out": torch.randn(B, T, D, dtype=dtype), "is_causal": True, "attn_mask": _mask(mask, dtype),
+        })
+    return cases
+
+
+def _ulysses_cases() -> list[dict[str, Any]]:
+    cases = []
+    for K, dtype in ULYSSES_CASES:
+        full = MultiHeadAttention(D, H, num_kv_heads=K).to(dtype)
+        cases.append({
+            "config": {"d_model": D, "num_heads": H, "num_kv_heads": K}, "state": full.state_dict(),
+            "x": torch.randn(B, T, D, dtype=dtype), "grad_out": torch.randn(B, T, D, dtype=dtype), "is_causal": True,
+        })
+    return cases
+
+
+def _ring_cases() -> list[dict[str, Any]]:
+    E = 4
+    return [
+        {"q": torch.randn(B, h, T, E, dtype=dtype), "k": torch.randn(B, k, T, E, dtype=dtype),
+         "v": torch.randn(B, k, T, E + 1, dtype=dtype), "is_causal": causal, "order": order, "keep_steps": True,
+         "grad_out": torch.randn(B, h, T, E + 1, dtype=dtype), "grad_lse": torch.randn(B, h, T, dtype=dtype)}
+        for h, k, causal, order, dtype in RING_CASES
+    ]
+
+
+MLA_CONFIG = {"d_model": D, "num_heads": H, "kv_latent_dim": 12, "rope_dim": 4, "head_dim": 6, "v_head_dim": 5,
+              "q_latent_dim": 10}
+
+
+def _mla_cases() -> list[dict[str, Any]]:
+    cases = []
+    for mode in ("naive", "absorbed"):
+        cfg = dict(MLA_CONFIG)
+        full = MultiHeadLatentAttention(cfg.pop("d_model"), cfg.pop("num_heads"), **cfg)  # type: ignore[arg-type]
+        cases.append({"config": MLA_CONFIG, "state": full.state_dict(), "prompt": torch.randn(B, T, D),
+                      "token": torch.randn(B, 1, D), "mode": mode})
+    return cases
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda p: f"P={p}")
+def run(request: pytest.FixtureRequest) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """(P, the cases, each rank's results): one launch per world size for every check in this file."""
+    torch.manual_seed(0)
+    work = {"tp": _tp_cases(), "ulysses": _ulysses_cases(), "ring": _ring_cases(), "mla": _mla_cases()}
+    return request.param, work, launch(combined_run, request.param, work)
+
+
+def _reference(case: dict[str, Any], **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    c = case["config"]
+    full = MultiHeadAttention(c["d_model"], c["num_heads"], num_kv_heads=c["num_kv_heads"], bias=c.get("bias", False))
+    full.load_state_dict(case["state"])
+    full = full.to(case["x"].dtype)
+    x = case["x"].clone().requires_grad_(True)
+    y = full(x, is_causal=case["is_causal"], **kwargs)
+    y.backward(case["grad_out"])
+    assert x.grad is not None
+    return y.detach(), x.grad, {n: p.grad for n, p in full.named_parameters() if p.grad is not None}
+
+
+# --------------------------------------------------------------------------- tensor parallelism
+
+
+def test_tensor_parallel_equals_one_process(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["tp"]):
+        tol = TOL[case["x"].dtype]
+        out, x_grad, grads = _reference(case, attn_mask=case["attn_mask"])
+        for rank in range(P):
+            got = results[rank]["tp"][i]
+            assert_close(got["output"], out, **tol)
+            assert_close(got["x_grad"], x_grad, **tol)
+            assert set(got["grads"]) == set(grads)
+            for name, g in grads.items():
+                assert_close(got["grads"][name], g, **tol, msg=lambda m, n=name, r=rank: f"{n} rank {r}: {m}")
+
+
+def test_tensor_parallel_sends_one_all_reduce_each_way(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["tp"]):
+        x = case["x"]
+        payload = x.shape[0] * x.shape[1] * x.shape[2] * x.element_size()  # the (B, T, D) partial output
+        wire = payload * 2 * (P - 1) // P  # ring all-reduce: reduce-scatter + all-gather, (P-1)/P each
+        for rank in range(P):
+            got = results[rank]["tp"][i]
+            for records in (got["forward"], got["backward"]):  # forward: W_O's sum; backward: x's gradient
+                assert [(r.op, r.payload_bytes, r.sent_bytes) for r in records] == [("all_reduce", payload, wire)]
+
+
+def test_tensor_parallel_replicates_kv_heads_beyond_their_count(
+    run: tuple[int, dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    P, work, results = run
+    E = D // H
+    for i, case in enumerate(work["tp"]):
+        K = case["config"]["num_kv_heads"]
+        holders: dict[int, list[int]] = {}
+        for rank in range(P):
+            got = results[rank]["tp"][i]
+            assert got["query_heads"] == list(range(rank * H // P, (rank + 1) * H // P))
+            for q in got["query_heads"]:  # every query head's KV head is on its rank
+                assert q // (H // K) in got["kv_heads"]
+            for kv in got["kv_heads"]:
+                holders.setdefault(kv, []).append(rank)
+            assert got["kv_bytes_per_token"]["bfloat16"] == len(got["kv_heads"]) * 2 * E * 2
+        assert sorted(holders) == list(range(K))
+        assert {len(ranks) for ranks in holders.values()} == {max(1, P // K)}
+
+
+# --------------------------------------------------------------------------- Ulysses
+
+
+def test_ulysses_equals_one_process(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["ulysses"]):
+        tol = TOL[case["x"].dtype]
+        out, x_grad, grads = _reference(case)
+        assert_close(unshard_sequence([results[r]["ulysses"][i]["output"] for r in range(P)], dim=1), out, **tol)
+        assert_close(unshard_sequence([results[r]["ulysses"][i]["x_grad"] for r in range(P)], dim=1), x_grad, **tol)
+        for name, g in grads.items():
+            assert_close(results[0]["ulysses"][i]["grads"][name], g, **tol)
+
+
+def test_ulysses_sends_four_all_to_alls_each_way(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["ulysses"]):
+        K, size = case["config"]["num_kv_heads"], case["x"].element_size()
+        E, Tl = D // H, T // P
+        q = B * H * Tl * E * size  # my positions of every query head (and, last, of the output)
+        kv = B * max(K, P) * Tl * E * size  # KV heads, repeated to one per rank when there are fewer
+        expected = [q, kv, kv, q]
+        for rank in range(P):
+            got = results[rank]["ulysses"][i]
+            assert [r.payload_bytes for r in got["forward"]] == expected
+            assert sorted(r.payload_bytes for r in got["backward"]) == sorted(expected)
+            assert all(r.op == "all_to_all" and r.sent_bytes == r.payload_bytes * (P - 1) // P
+                       for r in got["forward"] + got["backward"])
+
+
+# --------------------------------------------------------------------------- ring attention
+
+
+def test_ring_attention_equals_full_attention(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["ring"]):
+        q, k, v = (case[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+        tol = TOL[q.dtype]
+        ref = attention(q, k, v, is_causal=case["is_causal"], implementation="eager").output
+        scores = q @ k.repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if case["is_causal"]:
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        lse = scores.logsumexp(-1)
+        torch.autograd.backward([ref, lse], [case["grad_out"], case["grad_lse"]])
+        order = case["order"]
+
+        def gathered(key: str, sub: str | None = None, i: int = i, order: str = order) -> torch.Tensor:
+            parts = [results[r]["ring"][i][key] if sub is None else results[r]["ring"][i][key][sub] for r in range(P)]
+            return unshard_sequence(parts, dim=2, order=order)  # type: ignore[arg-type]
+
+        assert_close(gathered("output"), ref.detach(), **tol)
+        assert_close(gathered("lse"), lse.detach(), **tol)
+        for name, t in (("q", q), ("k", k), ("v", v)):  # the backward pass, through the ring again
+            assert_close(gathered("grads", name), t.grad, **tol, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+def test_ring_passes_each_block_once_per_step(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i, case in enumerate(work["ring"]):
+        k, v = case["k"], case["v"]
+        block = B * k.shape[1] * (T // P) * (k.shape[-1] + v.shape[-1]) * k.element_size()  # my keys and values
+        for rank in range(P):
+            records = results[rank]["ring"][i]["records"]
+            assert [(r.op, r.sent_bytes) for r in records] == [("send_recv", block)] * (P - 1)
+            # backward: each block again with its gradient (as large), then the gradient's last hop home
+            backward = results[rank]["ring"][i]["backward"]
+            expected = [("send_recv", 2 * block)] * (P - 1) + [("send_recv", block)]
+            assert [(r.op, r.sent_bytes) for r in backward] == expected
+
+
+def test_ring_work_per_rank_and_zigzag_balance(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Work = scores computed; a block of scores is skipped only when the causal mask hides all of it."""
+    P, work, results = run
+    visible = torch.ones(T, T, dtype=torch.bool).tril()
+    for i, case in enumerate(work["ring"]):
+        order, causal = case["order"], case["is_causal"]
+        expected = []
+        for rank in range(P):
+            mine = sequence_chunks(T, P, rank, order)
+            n = 0
+            for source in range(P):
+                for qa, qb in mine:
+                    for ka, kb in sequence_chunks(T, P, source, order):
+                        if not causal or visible[qa:qb, ka:kb].any():
+                            n += (qb - qa) * (kb - ka)
+            expected.append(n)
+        got = [results[r]["ring"][i]["work"] for r in range(P)]
+        assert got == expected
+        assert sum(results[0]["ring"][i]["steps"][s]["work"] for s in range(P)) == got[0]
+        if causal and order == "contiguous":  # rank r computes r + 1 blocks of (T/P)^2 scores
+            assert got == [(r + 1) * (T // P) ** 2 for r in range(P)]
+        if causal and order == "zigzag":  # every rank the same: 2P + 1 chunk pairs of (T/2P)^2
+            assert got == [(2 * P + 1) * (T // (2 * P)) ** 2] * P
+
+
+def test_ring_running_max_and_sum_end_at_the_log_sum_exp(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    P, work, results = run
+    for i in range(len(work["ring"])):
+        for rank in range(P):
+            got = results[rank]["ring"][i]
+            steps = got["steps"]
+            assert [s["source"] for s in steps] == [(rank - s) % P for s in range(P)]
+            for a, b in itertools.pairwise(steps):
+                assert (b["running_max"] >= a["running_max"]).all()  # the max only grows
+            last = steps[-1]
+            assert_close(last["running_max"] + last["running_sum"].log(), got["lse"], **TOL[got["lse"].dtype])
+
+
+# --------------------------------------------------------------------------- MLA under tensor parallelism
+
+
+def test_mla_split_by_heads_equals_one_process(run: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Prefill and one decoded token through a latent cache, naive and absorbed: the ranks' sum is the full layer."""
+    P, work, results = run
+    for i, case in enumerate(work["mla"]):
+        cfg = dict(case["config"])
+        full = MultiHeadLatentAttention(cfg.pop("d_model"), cfg.pop("num_heads"), **cfg).eval()
+        full.load_state_dict(case["state"])
+        cache = LatentCache(batch_size=B, kv_latent_dim=full.kv_latent_dim, rope_dim=full.rope_dim, max_len=T + 1)
+        with torch.no_grad():
+            prefill = full(case["prompt"], cache=cache, mode=case["mode"])
+            decode = full(case["token"], cache=cache, mode=case["mode"])
+        replicated = sum(p.numel() for n, p in full.named_parameters() if n.startswith(("q_down", "kv_down")))
+        sharded = sum(p.numel() for p in full.parameters()) - replicated
+        payloads = [B * T * D * 4, B * 1 * D * 4]  # one all-reduce of the (B, T, D) output per step
+        for rank in range(P):
+            got = results[rank]["mla"][i]
+            assert_close(got["prefill"], prefill, **TOL[torch.float32])
+            assert_close(got["decode"], decode, **TOL[torch.float32])
+            assert got["cache_bytes"] == cache.nbytes  # the whole latent on every rank
+            assert got["parameters"] == replicated + sharded // P
+            assert [(r.op, r.payload_bytes) for r in got["records"]] == [("all_reduce", n) for n in payloads]
+
+
+# --------------------------------------------------------------------------- no processes needed
+
+
+class _Stub:
+    """A stand-in for Collectives where only the degree matters (the checks run before any collective)."""
+
+    def __init__(self, world_size: int, rank: int = 0) -> None:
+        self.world_size, self.rank = world_size, rank
+
+
+def test_valid_degrees_and_the_error_that_lists_them() -> None:
+    assert valid_tp_degrees(32, 8) == [1, 2, 4, 8, 16, 32]
+    assert valid_tp_degrees(12, 4) == [1, 2, 4, 12]
+    assert tp_plan(32, 8, 16).kv_copies == 2
+    with pytest.raises(ValueError, match=r"degree 8 does not split num_heads=12 \(num_kv_heads=4\).*: 1, 2, 4, 12$"):
+        tp_plan(12, 4, 8)
+    with pytest.raises(ValueError, match=r"degree 3 does not split num_heads=8 \(num_kv_heads=8\).*: 1, 2, 4, 8$"):
+        TensorParallelAttention(32, 8, comm=_Stub(3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="degree 3 does not split"):
+        ulysses_attention(MultiHeadAttention(24, 6, num_kv_heads=2), torch.randn(1, 2, 24), _Stub(3))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="degree must be an int"):
+        tp_plan(8, 8, 2.0)  # type: ignore[arg-type]
+
+
+def test_ring_attention_records_steps_of_the_forward_pass_only() -> None:
+    q = torch.randn(1, 2, 4, 4, requires_grad=True)
+    with pytest.raises(ValueError, match=r"keep_steps records the forward pass only; run it under torch\.no_grad"):
+        ring_attention(q, q, q, _Stub(2), keep_steps=True)  # type: ignore[arg-type]
+
+
+def test_sequence_split_round_trips_and_rejects_uneven_lengths() -> None:
+    x = torch.arange(16).view(1, 16)
+    for order in ("contiguous", "zigzag"):
+        shards = [shard_sequence(x, 4, r, dim=1, order=order) for r in range(4)]  # type: ignore[arg-type]
+        assert torch.equal(unshard_sequence(shards, dim=1, order=order), x)  # type: ignore[arg-type]
+    assert shard_sequence(x, 4, 0, dim=1, order="zigzag").tolist() == [[0, 1, 14, 15]]
+    with pytest.raises(ValueError, match="T=12 positions do not split into 8 equal zig-zag chunks"):
+        sequence_chunks(12, 4, 0, "zigzag")
+    with pytest.raises(ValueError, match="order must be 'contiguous' or 'zigzag'"):
+        sequence_chunks(8, 2, 0, "striped")  # type: ignore[arg-type]
+
+
+def test_collectives_need_an_initialised_process_group() -> None:
+    from lessons_src.parallel import Collectives
+
+    with pytest.raises(ValueError, match=r"torch\.distributed is not initialised"):
+        Collectives()
+
+
+def test_launch_needs_a_function_other_processes_can_import() -> None:
+    with pytest.raises(ValueError, match="module-level function of an importable module"):
+        launch(lambda comm: comm.rank, 2)
+    with pytest.raises(ValueError, match="world_size must be an int of at least 1"):
+        launch(ranks_and_sizes, 0)
+
+
+def test_launch_reports_the_failing_rank_and_its_error() -> None:
+    bad = {"q": torch.randn(1, 1, 3, 4), "k": torch.randn(1, 1, 3, 4), "v": torch.randn(1, 1, 3, 4)}
+    with pytest.raises(RuntimeError, match=r"(?s)rank \d of 2 running lessons_src.lab.parallel_runs.ring_run failed.*"
+                       r"T=3 positions do not split into 2 equal blocks"):
+        launch(ring_run, 2, [bad], timeout_s=60)
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import lessons_src.lab.launch as launch_module
+    import lessons_src.parallel as parallel_module
+    import lessons_src.ring as ring_module
+
+    for module, at_least in ((parallel_module, 3), (ring_module, 1), (launch_module, 2)):
+        result = doctest.testmod(module)
+        assert result.attempted >= at_least and result.failed == 0, module.__name__
+
+
+def test_mla_under_tensor_parallelism_replicates_the_down_projections_and_the_latent() -> None:
+    from lessons_src.lab.configs import load_configs
+    from lessons_src.lab.parallel_runs import mla_tensor_parallel
+
+    cfg = load_configs()["DeepSeek-V2"]
+    assert cfg.mla is not None
+    D, Hh, E = cfg.d_model, cfg.num_heads, cfg.head_dim
+    C, R, Ev, Cq = (cfg.mla[n] for n in ("kv_latent_dim", "rope_dim", "v_head_dim", "q_latent_dim"))
+    replicated = D * Cq + D * (C + R)  # W_DQ, and [W_DKV; W_KR]
+    sharded = Cq * Hh * (E + R) + C * Hh * E + C * Hh * Ev + Hh * Ev * D  # W_UQ/W_QR, W_UK, W_UV, W_O
+    for P in (1, 8, 128):
+        split = mla_tensor_parallel(cfg, P)
+        assert split["replicated_parameters"] == replicated and split["sharded_parameters"] == sharded
+        assert split["per_rank_parameters"] == replicated + sharded // P
+        assert split["cache_bytes_per_token"] == (C + R) * 2  # the same on every rank, whatever P
+    with pytest.raises(ValueError, match="degree must divide num_heads=128; got 3"):
+        mla_tensor_parallel(cfg, 3)
+    with pytest.raises(ValueError, match="no multi-head latent attention sizes"):
+        mla_tensor_parallel(load_configs()["Llama 3 8B"], 8)
+    from lessons_src.lab.parallel_runs import shard_mla
+
+    with pytest.raises(ValueError, match=r"degree must divide num_heads=4; got 3; degrees that do: \[1, 2, 4\]"):
+        shard_mla(MultiHeadLatentAttention(16, 4, kv_latent_dim=8, rope_dim=2), 0, 3)
