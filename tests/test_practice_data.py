@@ -250,13 +250,13 @@ def test_bad_quiz_is_rejected(tmp_path: Path, options: list[dict[str, object]], 
 
 
 def test_too_few_flashcards_is_rejected(tmp_path: Path) -> None:
-    cards = [{"id": str(i), "front": "q", "back": "a"} for i in range(11)]
+    cards = [{"id": str(i), "part": "lessons", "front": "q", "back": "a"} for i in range(11)]
     with pytest.raises(ValueError, match="11 cards; at least 12"):
         pp.load_flashcards(_write(tmp_path, "f.json", {"cards": cards}))
 
 
 def test_duplicate_flashcard_ids_are_rejected(tmp_path: Path) -> None:
-    cards = [{"id": "same" if i < 2 else str(i), "front": "q", "back": "a"} for i in range(12)]
+    cards = [{"id": "same" if i < 2 else str(i), "part": "lessons", "front": "q", "back": "a"} for i in range(12)]
     with pytest.raises(ValueError, match="duplicate card ids"):
         pp.load_flashcards(_write(tmp_path, "f.json", {"cards": cards}))
 
@@ -288,7 +288,10 @@ def test_rendered_flashcards_have_the_documented_hooks() -> None:
     assert any("data-flashcards" in a for _, a in tags)
     assert any("data-flashcards-status" in a and a.get("aria-live") == "polite" for _, a in tags)
     items = [a.get("data-card-id") for t, a in tags if t == "li"]
-    assert items == [c["id"] for c in cards]
+    assert items == [c["id"] for part in pp.PARTS for c in cards if c["part"] == part]  # grouped by part
+    parts = [a.get("data-flashcard-part") for t, a in tags if t == "details"]
+    assert parts == [p for p in pp.PARTS if any(c["part"] == p for c in cards)]
+    assert [t for t, a in tags if t == "details" and "open" in a] == ["details"]  # only the first part is open
     marks = [a.get("data-mark") for t, a in tags if t == "button" and "data-mark" in a]
     assert marks == ["known", "again"] * len(cards)
 

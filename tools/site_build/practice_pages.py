@@ -171,8 +171,21 @@ def _require(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
+PARTS = {  # part key -> the heading the quiz and flashcard pages show; in the navigation's order
+    "lessons": "The lessons: heads, shapes, costs, pitfalls",
+    "inference": "Inference variants: KV cache, masks, GQA, MLA",
+    "sdpa": "How SDPA runs: FlashAttention",
+    "long": "Long contexts: sliding windows, attention sinks, paged caches",
+    "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
+}
+QUIZ_PARTS = PARTS
+
+
 def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str]]:
-    """Load and validate the flashcards (``id``, ``front``, ``back``; unique ids; at least 12)."""
+    """Load and validate the flashcards (``id``, ``part``, ``front``, ``back``; unique ids; at least 12).
+
+    ``part`` is a key of :data:`PARTS`: the page groups the cards by part, each group a collapsible.
+    """
     cards = json.loads(path.read_text(encoding="utf-8"))["cards"]
     _require(isinstance(cards, list), f"{path}: 'cards' must be a list")
     _require(len(cards) >= MIN_FLASHCARDS, f"{path}: {len(cards)} cards; at least {MIN_FLASHCARDS} are needed")
@@ -180,7 +193,9 @@ def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str
     _require(len(set(ids)) == len(ids), f"{path}: duplicate card ids {sorted({i for i in ids if ids.count(i) > 1})}")
     for card in cards:
         keys = sorted(card)
-        _require(set(card) == {"id", "front", "back"}, f"card {card.get('id')}: keys {keys}; want id, front, back")
+        want = {"id", "part", "front", "back"}
+        _require(set(card) == want, f"card {card.get('id')}: keys {keys}; want id, part, front, back")
+        _require(card["part"] in PARTS, f"card {card['id']}: part {card['part']!r} is not one of {sorted(PARTS)}")
         for key in ("id", "front", "back"):
             _require(isinstance(card[key], str) and card[key].strip() != "", f"card {card['id']}: empty '{key}'")
         for s in _strings(card):
@@ -188,13 +203,6 @@ def load_flashcards(path: Path = DATA / "flashcards.json") -> list[dict[str, str
     return [{k: fill(v) for k, v in card.items()} for card in cards]
 
 
-QUIZ_PARTS = {  # part key -> the heading the quiz page shows; in the navigation's order
-    "lessons": "The lessons: heads, shapes, costs, pitfalls",
-    "inference": "Inference variants: KV cache, masks, GQA, MLA",
-    "sdpa": "How SDPA runs: FlashAttention",
-    "long": "Long contexts: sliding windows, attention sinks, paged caches",
-    "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
-}
 
 
 def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
@@ -239,16 +247,20 @@ def load_quiz(path: Path = DATA / "quiz.json") -> list[dict[str, Any]]:
 def render_flashcards(cards: list[dict[str, str]]) -> str:
     """HTML for the flashcard deck: ``[data-flashcards]`` holding one ``li.flashcard-item`` per card.
 
+    The cards are grouped by part (``details.flashcard-part``, each with its ``ol.flashcard-list``, in
+    :data:`PARTS` order, the first open) and numbered through the deck.
+
     Each item has the card (``button.flashcard``: the question, and the answer in space reserved from the
     start, so flipping never moves the page) and two mark buttons (``[data-mark=known|again]``). The
     toolbar's buttons shuffle, show every answer, switch to the cards marked again, reset the marks, print.
     """
     e = html.escape
     n = len(cards)
-    items = []
-    for i, c in enumerate(cards, 1):
+    ordered = [c for part in PARTS for c in cards if c.get("part", "lessons") == part]
+    groups: dict[str, list[str]] = {part: [] for part in PARTS}
+    for i, c in enumerate(ordered, 1):
         cid = e(c["id"])
-        items.append(
+        groups[c.get("part", "lessons")].append(
             f'<li class="flashcard-item" data-card-id="{cid}">'
             f'<button type="button" class="flashcard" id="card-{cid}" aria-pressed="false">'
             f'<span class="flashcard-face flashcard-front"><span class="flashcard-label">'
@@ -263,6 +275,12 @@ def render_flashcards(cards: list[dict[str, str]]) -> str:
             f'<button type="button" class="flashcard-mark" data-mark="again" aria-pressed="false">Again</button>'
             f"</span></li>"
         )
+    sections = [
+        f'<details class="flashcard-part" data-flashcard-part="{part}"{" open" if k == 0 else ""}>'
+        f"<summary>{e(PARTS[part])} ({len(items)} cards)</summary>"
+        f'<ol class="flashcard-list">{"".join(items)}</ol></details>'
+        for k, (part, items) in enumerate((p, g) for p, g in groups.items() if g)
+    ]
     return (
         '<div class="flashcards" data-flashcards>'
         '<p class="flashcards-toolbar">'
@@ -273,7 +291,7 @@ def render_flashcards(cards: list[dict[str, str]]) -> str:
         '<button type="button" class="md-button" data-reset-marks>Reset marks</button> '
         '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button></p>'
         f'<p class="flashcards-status" data-flashcards-status aria-live="polite">{n} cards.</p>'
-        f'<ol class="flashcard-list">{"".join(items)}</ol></div>'
+        f'{"".join(sections)}</div>'
     )
 
 

@@ -13,6 +13,8 @@
  *               button[data-reset-marks]         -> forgets every mark
  *               button[data-print-flashcards]    -> window.print(); print CSS puts one card per page
  *               [data-flashcards-status]         -> counts in words (aria-live)
+ *               Cards are grouped in details.flashcard-part (one ol.flashcard-list each); shuffling
+ *               shuffles within each part, studying and printing open the parts they need.
  *   Quiz        [data-quiz] > fieldset.quiz-question > ol.quiz-options > li > label > input[type=radio]
  *                 [data-correct][data-explanation]; the options are shuffled once per page load with a
  *                 seeded generator: the seed is ?quiz-seed=N in the URL if given, else random; it is
@@ -116,6 +118,12 @@
       item.hidden = !visible;
       if (visible) shown.push(item);
     });
+    if (studying) {  // open every part that holds a card to study
+      shown.forEach(function (item) {
+        var part = item.closest("details");
+        if (part) part.open = true;
+      });
+    }
     shown.forEach(function (item, i) {
       var number = item.querySelector(".flashcard-number");
       if (number) number.textContent = "Card " + (i + 1) + " of " + shown.length;
@@ -196,7 +204,10 @@
       return;
     }
     if (target.closest("[data-shuffle-flashcards]")) {
-      shuffleChildren(deck.querySelector("ol.flashcard-list"), items(deck), rng(randomSeed()));
+      var random = rng(randomSeed());
+      deck.querySelectorAll("ol.flashcard-list").forEach(function (list) {  // within each part
+        shuffleChildren(list, list.querySelectorAll("li.flashcard-item"), random);
+      });
       refreshDeck(deck);
       return;
     }
@@ -208,6 +219,7 @@
       return;
     }
     if (target.closest("[data-print-flashcards]")) {
+      deck.querySelectorAll("details").forEach(function (part) { part.open = true; });  // print every card
       window.print();
     }
   });
