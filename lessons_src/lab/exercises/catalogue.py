@@ -178,116 +178,116 @@ def _absorb_cases() -> list[Case]:
 
 
 _SRC = "lessons/split-run-concatenate.md"
+_SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in (
         Exercise(
-            "split_heads", "Split the width into heads",
-            Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced"),
-            ("E = D // num_heads. Memory keeps each position's D features together, so split the LAST dim "
-             "first: x.view(B, T, H, E).",
-             "That tensor is (B, T, H, E); the heads must come before the positions: swap dims 1 and 2."),
+            "split_heads", "Split the width into heads", _SPLIT,
+            ("`E = D // num_heads`. Memory keeps each position's `D` features together, so split the LAST dim "
+             "first: `x.view(B, T, H, E)`.",
+             "That tensor is `(B, T, H, E)`; the heads must come before the positions: swap dims 1 and 2 "
+             "with `.transpose(1, 2)`."),
             _split_cases, ("lessons_src.attention.MultiHeadAttention._split_heads",),
         ),
         Exercise(
-            "merge_heads", "Concatenate the heads",
-            Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced"),
+            "merge_heads", "Concatenate the heads", _SPLIT,
             ("Undo the split in reverse order: first bring the positions back before the heads.",
-             "y.transpose(1, 2) is (B, T, H, E) and not contiguous: .reshape(B, T, H * E) (not .view) joins "
-             "the last two dims."),
+             "`y.transpose(1, 2)` is `(B, T, H, E)` and not contiguous: `.reshape(B, T, H * E)` (not `.view`) "
+             "joins the last two dims."),
             _merge_cases,
         ),
         Exercise(
             "attention_scores", "Scaled scores",
             Link(_SRC, "the-formula", "Split, run, concatenate: the formula"),
-            ("Every query against every key is one matmul over the last dim: q @ k.transpose(-2, -1).",
-             "Divide by the square root of the HEAD size, q.shape[-1], not of the model width."),
+            ("Every query against every key is one matmul over the last dim: `q @ k.transpose(-2, -1)`.",
+             "Divide by the square root of the HEAD size, `q.shape[-1]`, not of the model width."),
             _scores_cases,
-        ),
-        Exercise(
-            "causal_mask", "A causal mask for T ≤ S (bottom-right)",
-            Link("lessons/inference-variants.md", "a-pitfall-is_causaltrue-when-the-queries-are-fewer-than-the-keys",
-                 "The KV cache: is_causal with fewer queries than keys"),
-            ("Start from a (T, S) tensor of True and keep its lower triangle: torch.tril.",
-             "tril's diagonal argument moves the triangle: the last query must see the last key.",
-             "diagonal = S - T."),
-            _causal_cases, ("lessons_src.masks.causal_mask",),
-        ),
-        Exercise(
-            "padding_mask", "A padding mask",
-            Link("lessons/pitfalls.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
-            ("Compare the positions torch.arange(S) with each length: a position is real when it is below it.",
-             "torch.arange(S) < torch.tensor(lengths)[:, None] is (B, S); add the two broadcast dims with "
-             "[:, None, None, :]."),
-            _padding_cases, ("lessons_src.masks.padding_mask",),
-        ),
-        Exercise(
-            "masked_softmax", "A masked softmax that survives fully masked rows",
-            Link("lessons/pitfalls.md", "fully-masked-rows", "Pitfalls: a fully masked row"),
-            ("Hide the keys the mask forbids: scores.masked_fill(~mask, float('-inf')). The softmax is over "
-             "the keys, the last dim.",
-             "Subtract each row's maximum before exp, but where that maximum is -inf (nothing visible), "
-             "subtract 0 instead: exp(-inf) = 0 everywhere in that row.",
-             "Divide by the row's sum where it is positive and by 1 where it is 0."),
-            _masked_softmax_cases, ("lessons_src.attention._softmax_zero_rows",),
-        ),
-        Exercise(
-            "mha_forward", "A multi-head attention forward pass from given weights",
-            Link(_SRC, "the-formula", "Split, run, concatenate: the formula"),
-            ("Project: q = x @ w_q.T (likewise k and v), then split each with your split_heads.",
-             "In every head: softmax(q @ k.transpose(-2, -1) / sqrt(E), dim=-1) @ v.",
-             "Concatenate the heads with merge_heads, then apply the output projection: @ w_o.T."),
-            _mha_cases, ("lessons_src.attention.MultiHeadAttention.project_qkv",),
         ),
         Exercise(
             "mha_param_count", "The parameters of an attention layer",
             Link("lessons/parameters-and-compute.md", "parameters-4d_textmodel2", "Parameters and compute"),
-            ("W_Q maps d_model to num_heads * E = d_model features; W_K and W_V map d_model to "
-             "num_kv_heads * E features; W_O maps d_model back to d_model.",
-             "A weight has in * out parameters; a bias adds out more."),
+            ("`W_Q` maps `d_model` to `num_heads * E = d_model` features; `W_K` and `W_V` map `d_model` to "
+             "`num_kv_heads * E` features; `W_O` maps `d_model` back to `d_model`.",
+             "A weight has `in * out` parameters; a bias adds `out` more."),
             _param_cases,
         ),
         Exercise(
             "dimension_arithmetic", "Dimension arithmetic at d_model = 1024, h = 16",
             Link("lessons/parameters-and-compute.md", "head-count-is-a-partition",
                  "Parameters and compute: head count is a partition"),
-            ("head_dim = d_model // num_heads.",
-             "One head's W_Q is d_model x head_dim; the heads together are num_heads times that.",
-             "The heads' outputs side by side are num_heads * head_dim wide, and W_O maps that to d_model."),
+            ("`head_dim = d_model // num_heads`.",
+             "One head's `W_Q` is `d_model x head_dim`; the heads together are `num_heads` times that.",
+             "The heads' outputs side by side are `num_heads * head_dim` wide, and `W_O` maps that to `d_model`."),
             _arithmetic_cases, ("lessons_src.attention.MultiHeadAttention.head_weights",),
+        ),
+        Exercise(
+            "causal_mask", "A causal mask for T ≤ S (bottom-right)",
+            Link("lessons/inference-variants.md", "a-pitfall-is_causaltrue-when-the-queries-are-fewer-than-the-keys",
+                 "The KV cache: is_causal with fewer queries than keys"),
+            ("Start from a `(T, S)` tensor of `True` and keep its lower triangle: `torch.tril`.",
+             "`tril`'s `diagonal` argument moves the triangle: the last query must see the last key.",
+             "`diagonal = S - T`."),
+            _causal_cases, ("lessons_src.masks.causal_mask",),
+        ),
+        Exercise(
+            "padding_mask", "A padding mask",
+            Link("lessons/pitfalls.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
+            ("Compare the positions `torch.arange(S)` with each length: a position is real when it is below it.",
+             "`torch.arange(S) < torch.tensor(lengths)[:, None]` is `(B, S)`; add the two broadcast dims with "
+             "`[:, None, None, :]`."),
+            _padding_cases, ("lessons_src.masks.padding_mask",),
+        ),
+        Exercise(
+            "masked_softmax", "A masked softmax that survives fully masked rows",
+            Link("lessons/pitfalls.md", "fully-masked-rows", "Pitfalls: a fully masked row"),
+            ("Hide the keys the mask forbids: `scores.masked_fill(~mask, float('-inf'))`. The softmax is over "
+             "the keys, the last dim.",
+             "Subtract each row's maximum before `exp`, but where that maximum is `-inf` (nothing visible), "
+             "subtract 0 instead: `exp(-inf) = 0` everywhere in that row.",
+             "Divide by the row's sum where it is positive and by 1 where it is 0."),
+            _masked_softmax_cases, ("lessons_src.attention._softmax_zero_rows",),
+        ),
+        Exercise(
+            "mha_forward", "A multi-head attention forward pass from given weights",
+            Link(_SRC, "the-formula", "Split, run, concatenate: the formula"),
+            ("Project: `q = x @ w_q.T` (likewise `k` and `v`), then split each with your `split_heads`.",
+             "In every head: `softmax(q @ k.transpose(-2, -1) / sqrt(E), dim=-1) @ v`.",
+             "Concatenate the heads with `merge_heads`, then apply the output projection: `@ w_o.T`."),
+            _mha_cases, ("lessons_src.attention.MultiHeadAttention.project_qkv",),
         ),
         Exercise(
             "gqa_attention", "GQA: each KV head serves its group",
             Link("lessons/gqa-mqa.md", "grouped-query-and-multi-query-attention", "GQA and MQA"),
-            ("n_rep = H // K. Line the KV heads up with the query heads, then attend as in MHA.",
-             "Query heads 0 .. n_rep - 1 all read KV head 0: each KV head is repeated in place, "
-             "k.repeat_interleave(n_rep, dim=1), not tiled."),
+            ("`n_rep = H // K`. Line the KV heads up with the query heads, then attend as in MHA.",
+             "Query heads `0 .. n_rep - 1` all read KV head 0: each KV head is repeated in place, "
+             "`k.repeat_interleave(n_rep, dim=1)`, not tiled."),
             _gqa_cases, ("lessons_src.attention.repeat_kv",),
         ),
         Exercise(
             "decode_step", "One KV-cache decode step",
             Link("lessons/inference-variants.md", "the-kv-cache", "The KV cache"),
-            ("Write in place: k_cache[:, :, position:position + T] = k_new (likewise v).",
-             "Attend to the filled slots only: k_cache[:, :, :position + T].",
-             "The T new queries are the LAST T of those S positions: the causal mask is bottom-right "
-             "(tril with diagonal S - T); F.scaled_dot_product_attention's is_causal=True is top-left."),
+            ("Write in place: `k_cache[:, :, position:position + T] = k_new` (likewise `v`).",
+             "Attend to the filled slots only: `k_cache[:, :, :position + T]`.",
+             "The `T` new queries are the LAST `T` of those `S` positions: the causal mask is bottom-right "
+             "(`tril` with `diagonal=S - T`); `F.scaled_dot_product_attention`'s `is_causal=True` is top-left."),
             _decode_cases, ("lessons_src.kv_cache.KVCache.update",),
         ),
         Exercise(
             "online_softmax", "Online softmax",
             Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
-            ("Start with m = -inf and l = 0 per row. For each block: m_new = max(m, block's max).",
-             "l was summed relative to m: l_new = l * exp(m - m_new) + sum(exp(block - m_new)).",
-             "While m_new is -inf (only -inf seen so far), shift by 0 instead; at the end divide "
-             "exp(x - m) by l, and by 1 where l is 0."),
+            ("Start with `m = -inf` and `l = 0` per row. For each block: `m_new = max(m, block's max)`.",
+             "`l` was summed relative to `m`: `l_new = l * exp(m - m_new) + sum(exp(block - m_new))`.",
+             "While `m_new` is `-inf` (only `-inf` seen so far), shift by 0 instead; at the end divide "
+             "`exp(x - m)` by `l`, and by 1 where `l` is 0."),
             _online_cases, ("lessons_src.flash.softmax_statistics", "lessons_src.flash.online_softmax"),
         ),
         Exercise(
             "absorb_query", "MLA weight absorption",
             Link("lessons/mla.md", "multi-head-latent-attention-deepseek-v2", "Multi-head latent attention"),
-            ("q . (W c) = (W^T q) . c: fold W_UK_h into head h's query.",
-             "Head h owns the rows h * E .. h * E + E - 1 of w_uk: w_uk.view(H, E, C).",
-             "Contract over E: torch.einsum('bhte,hec->bhtc', q_nope, w)."),
+            ("`q . (W c) = (W^T q) . c`: fold `W_UK_h` into head `h`'s query.",
+             "Head `h` owns the rows `h * E .. h * E + E - 1` of `w_uk`: `w_uk.view(H, E, C)`.",
+             "Contract over `E`: `torch.einsum('bhte,hec->bhtc', q_nope, w)`."),
             _absorb_cases, ("lessons_src.mla.MultiHeadLatentAttention._absorbed",),
         ),
     )

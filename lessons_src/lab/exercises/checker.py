@@ -183,7 +183,12 @@ def _describe_error(err: BaseException, filename: str | None) -> str:
     if mine:
         f = mine[-1]
         src = _SOURCES.get(f.filename)
-        where = src.where(f.lineno or 0) if src else f"{Path(f.filename).name}, line {f.lineno}"
+        if src:
+            where = src.where(f.lineno or 0)
+        elif "ipykernel" in f.filename or f.filename.startswith("<ipython"):
+            where = f"your notebook cell, line {f.lineno}"
+        else:
+            where = f"{Path(f.filename).name}, line {f.lineno}"
         line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
         text += f"\n  at {where}" + (f": {line}" if line else "")
     return text

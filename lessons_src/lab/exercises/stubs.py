@@ -1,4 +1,4 @@
-"""Multi-head attention, written by you: thirteen functions to fill in, each checked by the course's checker.
+"""Multi-head attention, written by you: one function per exercise, each checked by the course's checker.
 
 Copy this file (``python -m lessons_src.lab.exercises start my_attention.py`` writes it for you), replace
 each ``raise NotImplementedError`` with your code, and check one function or all of them::
@@ -49,6 +49,32 @@ def attention_scores(q: Tensor, k: Tensor) -> Tensor:
     raise NotImplementedError
 
 
+def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    """The number of parameters of one attention layer: ``W_Q``, ``W_K``, ``W_V``, ``W_O`` (and their biases).
+
+    ``num_kv_heads`` key/value heads of size ``E = d_model // num_heads`` (equal to ``num_heads`` for
+    ordinary multi-head attention, fewer for GQA, 1 for MQA); ``bias`` adds one bias per output feature of
+    each projection.
+
+    Returns:
+        An ``int``.
+    """
+    raise NotImplementedError
+
+
+def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
+    """The dimension arithmetic of one layer, as a dict of five ints.
+
+    Keys: ``"head_dim"`` (d_k); ``"w_q_one_head"`` (parameters of one head's query projection);
+    ``"w_q_all_heads"`` (of all heads' query projections together); ``"concat_width"`` (the width of the
+    heads' outputs placed side by side); ``"w_o"`` (parameters of the output projection). No biases.
+
+    Returns:
+        ``{"head_dim": ..., "w_q_one_head": ..., "w_q_all_heads": ..., "concat_width": ..., "w_o": ...}``.
+    """
+    raise NotImplementedError
+
+
 def causal_mask(T: int, S: int) -> Tensor:
     """Bool mask, True where query ``i`` may attend to key ``j``: the queries are the LAST ``T`` of ``S`` positions.
 
@@ -95,32 +121,6 @@ def mha_forward(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, n
 
     Shapes:
         x: ``(B, T, D)``; each weight: ``(D, D)``; output: ``(B, T, D)``.
-    """
-    raise NotImplementedError
-
-
-def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
-    """The number of parameters of one attention layer: ``W_Q``, ``W_K``, ``W_V``, ``W_O`` (and their biases).
-
-    ``num_kv_heads`` key/value heads of size ``E = d_model // num_heads`` (equal to ``num_heads`` for
-    ordinary multi-head attention, fewer for GQA, 1 for MQA); ``bias`` adds one bias per output feature of
-    each projection.
-
-    Returns:
-        An ``int``.
-    """
-    raise NotImplementedError
-
-
-def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
-    """The dimension arithmetic of one layer, as a dict of five ints.
-
-    Keys: ``"head_dim"`` (d_k); ``"w_q_one_head"`` (parameters of one head's query projection);
-    ``"w_q_all_heads"`` (of all heads' query projections together); ``"concat_width"`` (the width of the
-    heads' outputs placed side by side); ``"w_o"`` (parameters of the output projection). No biases.
-
-    Returns:
-        ``{"head_dim": ..., "w_q_one_head": ..., "w_q_all_heads": ..., "concat_width": ..., "w_o": ...}``.
     """
     raise NotImplementedError
 
