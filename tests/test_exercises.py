@@ -232,3 +232,19 @@ def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path
     path.write_text(json.dumps(nb), encoding="utf-8")
     with pytest.raises(LearnerFileError, match=r"mine\.ipynb, code cell 2, line 1: syntax error"):
         load_learner_file(path)
+
+
+def test_every_lesson_link_names_a_heading_of_its_page() -> None:
+    """Checked again on the built site (tests/site/test_exercise_pages.py); this catches a typo without a build."""
+    import re
+
+    from markdown.extensions.toc import slugify
+
+    links = [ex.lesson for ex in EXERCISES.values()] + [m.lesson for m in MISCONCEPTIONS.values()]
+    for link in links:
+        text = (ROOT / "docs" / link.page).read_text(encoding="utf-8")
+        anchors = set()
+        for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+            explicit = re.search(r"\{ *#([\w-]+)", heading)
+            anchors.add(explicit.group(1) if explicit else slugify(heading, "-"))
+        assert link.anchor in anchors, f"{link.page} has no heading with id {link.anchor!r}"
