@@ -144,7 +144,7 @@ def _gqa_cases() -> list[Case]:
 def _decode_cases() -> list[Case]:
     g = _gen(10)
     out = []
-    for B, H, T, E, position, max_len in [(1, 2, 1, 4, 3, 8), (2, 2, 2, 4, 4, 8), (1, 1, 1, 4, 5, 8)]:
+    for B, H, T, E, position, max_len in [(1, 2, 2, 4, 3, 8), (2, 2, 1, 4, 4, 8), (1, 1, 1, 4, 5, 8)]:
         q, k_new, v_new = (_randn(g, B, H, T, E) for _ in range(3))
         k_cache, v_cache = torch.zeros(B, H, max_len, E), torch.zeros(B, H, max_len, E)
         k_cache[:, :, :position], v_cache[:, :, :position] = _randn(g, B, H, position, E), _randn(g, B, H, position, E)
