@@ -33,7 +33,7 @@ from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS  # noqa: E402
 
 PAGES = ["practice/exercises.md", *exercise_pages.PAGES]
 _BLOCK = re.compile(
-    r'<div class="language-(?P<lang>\w+) highlight">(?:<span class="filename">(?P<title>[^<]*)</span>)?'
+    r'<div class="(?P<kind>[\w-]*) ?highlight">(?:<span class="filename">(?P<title>[^<]*)</span>)?'
     r"<pre>.*?<code>(?P<code>.*?)</code></pre></div>", re.S,
 )
 RUN = r"""
@@ -57,7 +57,7 @@ def blocks(src: str) -> list[tuple[str, str | None, str]]:
     found = []
     for m in _BLOCK.finditer(built(src)):
         code = html.unescape(re.sub(r"<[^>]+>", "", m.group("code")))
-        found.append((m.group("lang"), m.group("title"), code))
+        found.append((m.group("kind"), m.group("title"), code))
     return found
 
 
@@ -86,17 +86,20 @@ def test_shown_python_runs_alone_and_excerpts_are_verbatim() -> None:
     to_run: list[str] = []
     excerpts = 0
     for page in exercise_pages.PAGES:
-        for lang, title, code in blocks(page):
-            if lang not in {"python", "py"}:
-                continue
-            if title:  # marked as an excerpt of a package file
+        kinds = [kind for kind, _, _ in blocks(page)]
+        assert kinds.count("exercise-stub") == kinds.count("exercise-solution") == len(exercise_pages.PAGES[page])
+        for kind, title, code in blocks(page):
+            if kind == "package-excerpt":  # marked as an excerpt of a package file
+                assert title, f"{page}: an excerpt must name its file"
                 text = (ROOT / title).read_text(encoding="utf-8")
                 assert any(textwrap.indent(code.rstrip("\n"), " " * k) in text for k in (0, 4, 8)), (
                     f"{page}: the block titled {title} is not an excerpt of it:\n{code}"
                 )
                 excerpts += 1
-            else:
+            elif kind in {"exercise-stub", "exercise-solution"}:
                 to_run.append(code)
+            else:  # the rest is what the solutions printed and the commands to run
+                assert kind == "" and (code.startswith("passed ") or code.startswith("python -m ")), code
     assert len(to_run) == 2 * len(EXERCISES)  # a stub and a solution for each exercise
     assert excerpts >= sum(len(ex.package_code) for ex in EXERCISES.values())
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}

@@ -128,11 +128,13 @@ def _package_source(dotted: str) -> tuple[str, str]:
     raise ValueError(f"no such object in the package: {dotted}")
 
 
-def _fence(code: str, lang: str = "python", indent: str = "", title: str | None = None) -> str:
-    """A fenced block; ``title`` (a package file's path) marks an excerpt of that file, not a snippet to run."""
+def _fence(code: str, lang: str = "python", indent: str = "", kind: str = "", title: str | None = None) -> str:
+    """A fenced block; ``kind`` is its class on the page, the marker ``tests/site/test_exercise_pages.py`` reads:
+    ``exercise-stub`` and ``exercise-solution`` run alone, ``package-excerpt`` (titled with the file's path) is
+    an excerpt of a package file, shown as it is there."""
     body = "\n".join((indent + line) if line else "" for line in code.rstrip("\n").splitlines())
-    options = f' title="{title}"' if title else ""
-    return f"{indent}```{lang}{options}\n{body}\n{indent}```\n"
+    options = " ".join([f".{lang}", *([f".{kind}"] if kind else []), *([f'title="{title}"'] if title else [])])
+    return f"{indent}```{{{options}}}\n{body}\n{indent}```\n"
 
 
 # ---- pages -----------------------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ def render_exercise(name: str) -> str:
     out = [
         f"## {number(name)}. {ex.title} {{ #{name.replace('_', '-')} }}\n",
         f"Write `{name}`; its docstring says what it must do. The lesson: {lesson}.\n",
-        _fence(stub),
+        _fence(stub, kind="exercise-stub"),
         "Check it: `python -m lessons_src.lab.exercises check " + name + " my_attention.py`, or "
         f"`check({name})` in the notebook.\n",
     ]
@@ -164,11 +166,11 @@ def render_exercise(name: str) -> str:
         known.append(f"    - **{m.name}**: you {v.what} ([why]({_rel(m.lesson.page, page, m.lesson.anchor)})).")
     out.append('??? bug "The mistakes the checker names here"\n\n' + "\n".join(known) + "\n")
     sol = ['??? success "Solution, checked when this page was built"\n',
-           _fence(solution, indent="    "), _fence(printed, "text", indent="    ")]
+           _fence(solution, indent="    ", kind="exercise-solution"), _fence(printed, "text", indent="    ")]
     for dotted in ex.package_code:
         path, source = _package_source(dotted)
         sol.append(f"    The package's code it comes from, `{dotted.rsplit('.', 1)[-1]}` (an excerpt of its file):\n")
-        sol.append(_fence(source, indent="    ", title=path))
+        sol.append(_fence(source, indent="    ", kind="package-excerpt", title=path))
     out.append("\n".join(sol))
     return "\n".join(out)
 

@@ -25,7 +25,7 @@ STUB_TAG = "exercise-stub"
 _INTRO = """\
 # Exercises: write multi-head attention yourself
 
-Thirteen functions, from splitting the heads to MLA's weight absorption. Under each heading, replace
+{count} functions, from splitting the heads to MLA's weight absorption. Under each heading, replace
 `raise NotImplementedError` with your code, run the cell, then run the `check(...)` cell under it. The
 checker runs your function on cases chosen to tell the common mistakes apart and compares it with the
 course package's own code. When your answer is wrong it says where (the first differing element, with
@@ -101,7 +101,7 @@ def notebook(wheel: str | None = None) -> dict[str, Any]:
     """The notebook as a JSON-ready dict; ``wheel`` is the first code cell's ``WHEEL`` (default: the wheel's name)."""
     wheel = wheel or f"mha_computed-{__version__}-py3-none-any.whl"
     cells = [
-        _markdown("intro", _INTRO),
+        _markdown("intro", _INTRO.format(count=len(EXERCISES))),
         _code("install", _INSTALL.format(wheel=wheel)),
         _code("imports", _IMPORTS),
     ]
