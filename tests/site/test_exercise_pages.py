@@ -112,6 +112,13 @@ def test_shown_python_runs_alone_and_excerpts_are_verbatim() -> None:
     assert len(passed) == len(EXERCISES) and all(p == "" for p in printed if p not in passed)
 
 
+def test_the_intro_shows_a_diagnosis_printed_at_build() -> None:
+    """markdown-exec shows only what a block prints itself: the example prints the checker's verdict."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", built("practice/exercises.md")))
+    assert "FAILED gqa_attention: on case 1 of" in text
+    assert "Known mistake: `repeat` instead of `repeat_interleave`" in text
+
+
 def test_the_notebook_is_offered_to_download_and_in_colab() -> None:
     page = built("practice/exercises.md")
     assert 'href="../exercises.ipynb" download' in page
