@@ -79,7 +79,7 @@ bench-live-model: $(DEPS) $(NODE_DEPS) ## Time the live model page in Chromium (
 bench-mha-ways: $(DEPS) ## Only the common ways of writing MHA (Raschka's setup), eager and compiled (~20 min)
 	$(BIN)/python tools/bench/bench_mha_ways.py
 
-bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (minutes per call; ~13 GB peak)
+bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (minutes per call; ~18 GiB peak, eager forward+backward)
 	$(BIN)/python tools/bench/bench_flash.py
 
 train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU, a few minutes)

@@ -364,3 +364,65 @@ def test_rendered_explorer_embeds_its_data() -> None:
     assert json.loads(unescape(payload))["sources"][0]["label"] == "X </script> note"
     names = {a.get("name") for t, a in _parse(html) if t == "select"}
     assert names == {"model", "sentence", "layer", "head"}
+
+
+def _option(qid: str, *, correct: bool) -> list[str]:
+    (question,) = [q for q in pp.load_quiz() if q["id"] == qid]
+    return [o["text"] for o in question["options"] if o["correct"] is correct]
+
+
+def _sdpa_kernel(**kwargs: object) -> str:
+    """The aten operator F.scaled_dot_product_attention dispatched to, as the profiler names it."""
+    from torch.profiler import profile
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    v = kwargs.pop("v", torch.randn(1, 2, 8, 16))
+    with profile() as prof:
+        F.scaled_dot_product_attention(q, k, v, **kwargs)  # type: ignore[arg-type]
+    names = {e.key for e in prof.key_averages()} - {"aten::scaled_dot_product_attention"}
+    (kernel,) = [n for n in names if "scaled_dot_product" in n]
+    return kernel
+
+
+def test_sdpa_math_path_answer_is_what_the_profiler_shows() -> None:
+    calls = {  # each option's text, and the call it describes (8 query positions, key width 16)
+        "A causal call on only eight query positions.": {"is_causal": True},
+        "A call with a float attn_mask of zeros.": {"attn_mask": torch.zeros(8, 8)},
+        "A causal call with values narrower than keys.": {"is_causal": True, "v": torch.randn(1, 2, 8, 8)},
+        "A call with a boolean mask that keeps every key.": {"attn_mask": torch.ones(8, 8, dtype=torch.bool)},
+    }
+    on_math = {text for text, kwargs in calls.items() if _sdpa_kernel(**kwargs).endswith("_math")}
+    assert on_math == set(_option("sdpa-math-path", correct=True))
+    assert set(calls) == set(_option("sdpa-math-path", correct=True) + _option("sdpa-math-path", correct=False))
+
+
+def test_flash_backward_answer_is_what_the_tiled_function_saves() -> None:
+    from lessons_src.flash import tiled_attention
+
+    B, H, T, S, E = 1, 2, 6, 10, 4
+    q = torch.randn(B, H, T, E, requires_grad=True)
+    k, v = torch.randn(B, H, S, E), torch.randn(B, H, S, E)
+    result = tiled_attention(q, k, v, block_q=4, block_k=4)
+    saved = [t for t in result.output.grad_fn.saved_tensors if t is not None]  # type: ignore[union-attr]
+    beyond_qkv = [t for t in saved if not any(t is x for x in (q, k, v))]
+    assert [tuple(t.shape) for t in beyond_qkv] == [(B, H, T, E), (B, H, T)]  # the output, one lse per query row
+    torch.testing.assert_close(beyond_qkv[1], torch.logsumexp(q.detach() @ k.transpose(-2, -1) / E**0.5, dim=-1))
+    assert max(t.numel() for t in saved) < T * S * H  # nothing of size T x S per head is kept
+    assert _option("flash-backward-saves", correct=True) == ["The output and one log-sum-exp per query row."]
+
+
+def test_online_softmax_card_rescale_is_needed() -> None:
+    """The card says the running sum must be rescaled when the maximum moves: without it the result is wrong."""
+    from lessons_src.flash import online_softmax
+
+    x = torch.tensor([[0.0, 1.0, 5.0, 2.0]])  # the maximum moves at the third entry
+    m, total = torch.tensor(float("-inf")), torch.tensor(0.0)
+    for s in x[0]:  # running sum WITHOUT the rescale: each term measured against the max of its own time
+        m = torch.maximum(m, s)
+        total = total + torch.exp(s - m)
+    wrong = torch.exp(x - m) / total
+    assert not torch.allclose(wrong, torch.softmax(x, -1))
+    torch.testing.assert_close(online_softmax(x), torch.softmax(x, -1))
+    (card,) = [c for c in pp.load_flashcards() if c["id"] == "online-softmax-rescale"]
+    assert "exp(m − m')" in card["back"]
