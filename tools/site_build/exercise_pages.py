@@ -213,15 +213,15 @@ def notebook_links() -> str:
 # ---- hook ------------------------------------------------------------------------------------------------
 
 
-def stamped_notebook() -> str:
-    """The repository's notebook with its first code cell's ``WHEEL`` line pointing at this build's wheel."""
-    nb = json.loads((ROOT / "docs" / NOTEBOOK).read_text(encoding="utf-8"))
+def stamped_notebook(path: Path) -> str:
+    """The notebook at ``path`` with its first code cell's ``WHEEL`` line pointing at this build's wheel."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
     target = site_links.wheel_url() or site_links.wheel_name()
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     source = "".join(first["source"])
     new, n = _WHEEL_LINE.subn(lambda _: f'WHEEL = "{target}"', source, count=1)
     if n != 1:
-        raise ValueError(f'docs/{NOTEBOOK}: its first code cell has no line WHEEL = "..."')
+        raise ValueError(f'{path}: its first code cell has no line WHEEL = "..."')
     first["source"] = new.splitlines(keepends=True)
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
@@ -230,8 +230,10 @@ def on_files(files: Any, config: Any, **kwargs: Any) -> Any:
     from mkdocs.structure.files import File
 
     old = files.get_file_from_path(NOTEBOOK)
-    if old is None or old.is_documentation_page():
+    if old is None:  # a site without the exercises (the tests' tiny projects use these hooks too)
+        return files
+    if old.is_documentation_page():
         raise RuntimeError(f"{NOTEBOOK} must be a static file: list it under mkdocs-jupyter's ignore in mkdocs.yml")
     files.remove(old)
-    files.append(File.generated(config, NOTEBOOK, content=stamped_notebook()))
+    files.append(File.generated(config, NOTEBOOK, content=stamped_notebook(Path(old.abs_src_path))))
     return files
