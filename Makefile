@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context clean distclean lock train train-heads ablate parallel
+.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -97,6 +97,12 @@ ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/la
 
 parallel: $(DEPS) ## Tensor-parallel, Ulysses and ring attention in 2 and 4 local processes (gloo), checked and counted
 	$(BIN)/python tools/parallel/check_parallel.py
+
+# FILE: your answers (.py or .ipynb); EXERCISE: one exercise's name, or all (python -m lessons_src.lab.exercises list)
+EXERCISE ?= all
+exercises: $(DEPS) ## Check your answers to the coding exercises: make exercises FILE=my_attention.py [EXERCISE=split_heads]
+	@[ -n "$(FILE)" ] || { echo "usage: make exercises FILE=path/to/your_answers.py [EXERCISE=name]" >&2; exit 2; }
+	$(BIN)/python -m lessons_src.lab.exercises check $(EXERCISE) "$(FILE)"
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

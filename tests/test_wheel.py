@@ -26,7 +26,7 @@ import lessons_src  # noqa: E402
 from lessons_src.lab import ARTIFACT_FILES, DATA_FILES  # noqa: E402
 
 CHECK = r"""
-import hashlib, importlib.metadata, json, sys
+import contextlib, hashlib, importlib.metadata, io, json, sys
 from importlib import resources
 from pathlib import Path
 
@@ -36,8 +36,15 @@ from lessons_src.lab import ARTIFACT_FILES, DATA_FILES, artifact, data_file, rea
 from lessons_src.lab.configs import load_configs
 from lessons_src.lab.toy_models import load_induction_model
 
+from lessons_src.lab.exercises import EXERCISES, check, check_file, solutions
+from lessons_src.lab.exercises.__main__ import main as exercises_main
+
 model = load_induction_model()
+with contextlib.redirect_stdout(io.StringIO()):
+    exercises_main(["start", "mine.py"])  # the stubs, copied out of the installed package
 report = {
+    "exercises_pass": all(check(getattr(solutions, n), quiet=True).passed for n in EXERCISES),
+    "stubs_not_written": {r.status for r in check_file("mine.py")} == {"not written"},
     "file": lessons_src.__file__,
     "version": lessons_src.__version__,
     "dist_version": importlib.metadata.version("mha-computed"),
@@ -70,6 +77,8 @@ def test_wheel_name_and_contents(wheel: Path) -> None:
     for name in DATA_FILES:
         assert f"lessons_src/lab/data/{name}" in names
     assert "lessons_src/py.typed" in names
+    for module in ("__init__", "__main__", "catalogue", "checker", "mistakes", "notebook", "solutions", "stubs"):
+        assert f"lessons_src/lab/exercises/{module}.py" in names  # the exercises' checker ships in the wheel
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     meta = zipfile.ZipFile(wheel).read(f"mha_computed-{lessons_src.__version__}.dist-info/METADATA").decode()
     assert "Requires-Dist: torch>=2.5" in meta
@@ -111,6 +120,7 @@ def test_installed_wheel_loads_its_artifacts(wheel: Path, tmp_path: Path) -> Non
     assert report["data"] == {n: hashlib.sha256((here / "data" / n).read_bytes()).hexdigest() for n in DATA_FILES}
     assert report["model_layers"] == 2 and report["configs"] > 0 and report["json_steps"] > 0
     assert report["mla"] == "lessons_src.mla"
+    assert report["exercises_pass"] and report["stubs_not_written"]
 
 
 def test_every_shipped_file_is_listed() -> None:

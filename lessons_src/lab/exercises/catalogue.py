@@ -1,0 +1,301 @@
+"""The exercises: for each one, its statement (the stub), hints, lesson, inputs, answer and known mistakes.
+
+The inputs are chosen to tell the mistakes apart: several of them give the right answer when there is one
+head (H = 1), one key/value head (K = 1), one query per KV head (n_rep = 1), as many queries as keys
+(T = S), one query (T = 1), or a running maximum that never changes. Every exercise's first case avoids all
+of those; later cases add the edges (one head, one token, a fully masked row). ``tests/test_exercises.py``
+proves the choice: each wrong variant is diagnosed as itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import solutions, stubs
+from .mistakes import MISCONCEPTIONS, VARIANTS, Link, Misconception, Variant
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["EXERCISES", "Case", "Exercise", "exercise"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call: ``fn(*args, **kwargs)``. ``inplace`` names arguments the function must fill in place."""
+
+    label: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    inplace: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    title: str
+    lesson: Link
+    hints: tuple[str, ...]
+    cases: Callable[[], list[Case]]
+    package_code: tuple[str, ...] = ()  # dotted names whose source the solution shows beside the answer
+
+    @property
+    def stub(self) -> Callable[..., Any]:
+        fn: Callable[..., Any] = getattr(stubs, self.name)
+        return fn
+
+    @property
+    def reference(self) -> Callable[..., Any]:
+        fn: Callable[..., Any] = getattr(solutions, self.name)
+        return fn
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        return tuple(v for v in VARIANTS if v.exercise == self.name)
+
+    @property
+    def misconceptions(self) -> tuple[Misconception, ...]:
+        keys = dict.fromkeys(v.misconception for v in self.variants)
+        return tuple(MISCONCEPTIONS[k] for k in keys)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g)
+
+
+def _split_cases() -> list[Case]:
+    g = _gen(1)
+    sizes = [(2, 3, 8, 2), (1, 4, 12, 3), (1, 2, 6, 6), (1, 5, 8, 1)]
+    return [Case(f"x (B={B}, T={T}, D={D}), num_heads={H}", (_randn(g, B, T, D), H)) for B, T, D, H in sizes]
+
+
+def _merge_cases() -> list[Case]:
+    g = _gen(2)
+    sizes = [(2, 2, 3, 4), (1, 3, 4, 2), (1, 1, 5, 3)]
+    return [Case(f"y (B={B}, H={H}, T={T}, E={E})", (_randn(g, B, H, T, E),)) for B, H, T, E in sizes]
+
+
+def _scores_cases() -> list[Case]:
+    g = _gen(3)
+    sizes = [(2, 2, 3, 5, 4), (1, 4, 2, 2, 8), (1, 1, 3, 4, 4)]
+    return [Case(f"q (B={B}, H={H}, T={T}, E={E}), k (B={B}, H={H}, S={S}, E={E})",
+                 (_randn(g, B, H, T, E), _randn(g, B, H, S, E))) for B, H, T, S, E in sizes]
+
+
+def _causal_cases() -> list[Case]:
+    return [Case(f"T={T}, S={S}", (T, S)) for T, S in [(2, 5), (3, 3), (1, 4), (4, 6), (1, 1)]]
+
+
+def _padding_cases() -> list[Case]:
+    return [Case(f"lengths={lengths}, S={S}", (lengths, S)) for lengths, S in [([2, 3], 4), ([1, 4, 2], 5), ([3], 3)]]
+
+
+def _masked_softmax_cases() -> list[Case]:
+    g = _gen(6)
+    causal = solutions.causal_mask(3, 5)  # (T, S) = (3, 5), bottom-right
+    padded = torch.ones(2, 1, 4, 4, dtype=torch.bool)  # (B, 1, T, S): sequence 1 has 2 real tokens
+    padded[1, :, :, 2:] = False  # its padding keys are hidden
+    padded[1, :, 2:, :] = False  # and its padding queries see nothing: two fully masked rows
+    return [
+        Case("scores (B=1, H=2, T=3, S=5), mask = the causal mask (T=3, S=5)", (_randn(g, 1, 2, 3, 5), causal)),
+        Case("scores (B=2, H=2, T=4, S=4), mask (B=2, 1, T=4, S=4) with two fully masked rows "
+             "(padded queries of sequence 1)", (_randn(g, 2, 2, 4, 4), padded)),
+        Case("scores (B=1, H=1, T=2, S=3), mask all True", (_randn(g, 1, 1, 2, 3), torch.ones(2, 3, dtype=torch.bool))),
+    ]
+
+
+def _mha_cases() -> list[Case]:
+    g = _gen(7)
+    out = []
+    for B, T, D, H in [(2, 4, 8, 2), (1, 3, 12, 3), (1, 1, 4, 1)]:
+        x = _randn(g, B, T, D)
+        w = [_randn(g, D, D) / D**0.5 for _ in range(4)]
+        out.append(Case(f"x (B={B}, T={T}, D={D}), weights ({D}, {D}) each, num_heads={H}", (x, *w, H)))
+    return out
+
+
+def _param_cases() -> list[Case]:
+    sizes = [(64, 8, 2, True), (768, 12, 12, False), (1024, 16, 16, True), (32, 4, 1, False)]
+    return [Case(f"d_model={D}, num_heads={H}, num_kv_heads={K}, bias={b}", (D, H, K, b)) for D, H, K, b in sizes]
+
+
+def _arithmetic_cases() -> list[Case]:
+    # d_model = 1024 with 16 heads, then 32: the questions page's pen-and-paper exercise, checked
+    return [Case(f"d_model={D}, num_heads={H}", (D, H)) for D, H in [(1024, 16), (1024, 32), (768, 12), (64, 1)]]
+
+
+def _gqa_cases() -> list[Case]:
+    g = _gen(9)
+    sizes = [(1, 4, 2, 3, 5, 4), (2, 6, 3, 2, 2, 8), (1, 4, 1, 1, 6, 4), (1, 2, 2, 3, 3, 4)]
+    return [
+        Case(f"q (B={B}, H={H}, T={T}, E={E}), k and v (B={B}, K={K}, S={S}, E={E}) (n_rep={H // K})",
+             (_randn(g, B, H, T, E), _randn(g, B, K, S, E), _randn(g, B, K, S, E)))
+        for B, H, K, T, S, E in sizes
+    ]
+
+
+def _decode_cases() -> list[Case]:
+    g = _gen(10)
+    out = []
+    for B, H, T, E, position, max_len in [(1, 2, 2, 4, 3, 8), (2, 2, 1, 4, 4, 8), (1, 1, 1, 4, 5, 8)]:
+        q, k_new, v_new = (_randn(g, B, H, T, E) for _ in range(3))
+        k_cache, v_cache = torch.zeros(B, H, max_len, E), torch.zeros(B, H, max_len, E)
+        k_cache[:, :, :position], v_cache[:, :, :position] = _randn(g, B, H, position, E), _randn(g, B, H, position, E)
+        out.append(Case(
+            f"q, k_new, v_new (B={B}, H={H}, T={T}, E={E}), caches (B={B}, H={H}, max_len={max_len}, E={E}) "
+            f"holding {position} tokens, position={position}",
+            (q, k_new, v_new, k_cache, v_cache, position), inplace=((3, "k_cache"), (4, "v_cache")),
+        ))
+    return out
+
+
+def _online_cases() -> list[Case]:
+    g = _gen(11)
+    rising = _randn(g, 2, 3, 6) + torch.arange(6.0)  # the maximum changes from block to block
+    masked = _randn(g, 3, 5)
+    masked[0, 3:] = float("-inf")
+    masked[1] = float("-inf")  # a row that sees nothing
+    return [
+        Case("x (2, 3, 6), rising along the row, block_size=2", (rising,), {"block_size": 2}),
+        Case("x (3, 5) with -inf entries and a row of only -inf, block_size=2", (masked,), {"block_size": 2}),
+        Case("x (4, 7), block_size=3", (_randn(g, 4, 7),), {"block_size": 3}),
+        Case("x (2, 5), block_size=5 (one block)", (_randn(g, 2, 5),), {"block_size": 5}),
+    ]
+
+
+def _absorb_cases() -> list[Case]:
+    g = _gen(12)
+    sizes = [(1, 2, 3, 4, 6), (2, 3, 2, 2, 5), (1, 1, 2, 4, 3)]
+    return [Case(f"q_nope (B={B}, H={H}, T={T}, E={E}), w_uk (H * E = {H * E}, C={C})",
+                 (_randn(g, B, H, T, E), _randn(g, H * E, C))) for B, H, T, E, C in sizes]
+
+
+_SRC = "lessons/split-run-concatenate.md"
+_SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
+EXERCISES: dict[str, Exercise] = {
+    e.name: e
+    for e in (
+        Exercise(
+            "split_heads", "Split the width into heads", _SPLIT,
+            ("`E = D // num_heads`. Memory keeps each position's `D` features together, so split the LAST dim "
+             "first: `x.view(B, T, H, E)`.",
+             "That tensor is `(B, T, H, E)`; the heads must come before the positions: swap dims 1 and 2 "
+             "with `.transpose(1, 2)`."),
+            _split_cases, ("lessons_src.attention.MultiHeadAttention._split_heads",),
+        ),
+        Exercise(
+            "merge_heads", "Concatenate the heads", _SPLIT,
+            ("Undo the split in reverse order: first bring the positions back before the heads.",
+             "`y.transpose(1, 2)` is `(B, T, H, E)` and not contiguous: `.reshape(B, T, H * E)` (not `.view`) "
+             "joins the last two dims."),
+            _merge_cases,
+        ),
+        Exercise(
+            "attention_scores", "Scaled scores",
+            Link(_SRC, "the-formula", "Split, run, concatenate: the formula"),
+            ("Every query against every key is one matmul over the last dim: `q @ k.transpose(-2, -1)`.",
+             "Divide by the square root of the HEAD size, `q.shape[-1]`, not of the model width."),
+            _scores_cases,
+        ),
+        Exercise(
+            "mha_param_count", "The parameters of an attention layer",
+            Link("lessons/parameters-and-compute.md", "parameters-4d_textmodel2", "Parameters and compute"),
+            ("`W_Q` maps `d_model` to `num_heads * E = d_model` features; `W_K` and `W_V` map `d_model` to "
+             "`num_kv_heads * E` features; `W_O` maps `d_model` back to `d_model`.",
+             "A weight has `in * out` parameters; a bias adds `out` more."),
+            _param_cases,
+        ),
+        Exercise(
+            "dimension_arithmetic", "Dimension arithmetic at d_model = 1024, h = 16",
+            Link("lessons/parameters-and-compute.md", "head-count-is-a-partition",
+                 "Parameters and compute: head count is a partition"),
+            ("`head_dim = d_model // num_heads`.",
+             "One head's `W_Q` is `d_model x head_dim`; the heads together are `num_heads` times that.",
+             "The heads' outputs side by side are `num_heads * head_dim` wide, and `W_O` maps that to `d_model`."),
+            _arithmetic_cases, ("lessons_src.attention.MultiHeadAttention.head_weights",),
+        ),
+        Exercise(
+            "causal_mask", "A causal mask for T ≤ S (bottom-right)",
+            Link("lessons/inference-variants.md", "a-pitfall-is_causaltrue-when-the-queries-are-fewer-than-the-keys",
+                 "The KV cache: is_causal with fewer queries than keys"),
+            ("Start from a `(T, S)` tensor of `True` and keep its lower triangle: `torch.tril`.",
+             "`tril`'s `diagonal` argument moves the triangle: the last query must see the last key.",
+             "`diagonal = S - T`."),
+            _causal_cases, ("lessons_src.masks.causal_mask",),
+        ),
+        Exercise(
+            "padding_mask", "A padding mask",
+            Link("lessons/pitfalls.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
+            ("Compare the positions `torch.arange(S)` with each length: a position is real when it is below it.",
+             "`torch.arange(S) < torch.tensor(lengths)[:, None]` is `(B, S)`; add the two broadcast dims with "
+             "`[:, None, None, :]`."),
+            _padding_cases, ("lessons_src.masks.padding_mask",),
+        ),
+        Exercise(
+            "masked_softmax", "A masked softmax that survives fully masked rows",
+            Link("lessons/pitfalls.md", "fully-masked-rows", "Pitfalls: a fully masked row"),
+            ("Hide the keys the mask forbids: `scores.masked_fill(~mask, float('-inf'))`. The softmax is over "
+             "the keys, the last dim.",
+             "Subtract each row's maximum before `exp`, but where that maximum is `-inf` (nothing visible), "
+             "subtract 0 instead: `exp(-inf) = 0` everywhere in that row.",
+             "Divide by the row's sum where it is positive and by 1 where it is 0."),
+            _masked_softmax_cases, ("lessons_src.attention._softmax_zero_rows",),
+        ),
+        Exercise(
+            "mha_forward", "A multi-head attention forward pass from given weights",
+            Link(_SRC, "the-formula", "Split, run, concatenate: the formula"),
+            ("Project: `q = x @ w_q.T` (likewise `k` and `v`), then split each with your `split_heads`.",
+             "In every head: `softmax(q @ k.transpose(-2, -1) / sqrt(E), dim=-1) @ v`.",
+             "Concatenate the heads with `merge_heads`, then apply the output projection: `@ w_o.T`."),
+            _mha_cases, ("lessons_src.attention.MultiHeadAttention.project_qkv",),
+        ),
+        Exercise(
+            "gqa_attention", "GQA: each KV head serves its group",
+            Link("lessons/gqa-mqa.md", "grouped-query-and-multi-query-attention", "GQA and MQA"),
+            ("`n_rep = H // K`. Line the KV heads up with the query heads, then attend as in MHA.",
+             "Query heads `0 .. n_rep - 1` all read KV head 0: each KV head is repeated in place, "
+             "`k.repeat_interleave(n_rep, dim=1)`, not tiled."),
+            _gqa_cases, ("lessons_src.attention.repeat_kv",),
+        ),
+        Exercise(
+            "decode_step", "One KV-cache decode step",
+            Link("lessons/inference-variants.md", "the-kv-cache", "The KV cache"),
+            ("Write in place: `k_cache[:, :, position:position + T] = k_new` (likewise `v`).",
+             "Attend to the filled slots only: `k_cache[:, :, :position + T]`.",
+             "The `T` new queries are the LAST `T` of those `S` positions: the causal mask is bottom-right "
+             "(`tril` with `diagonal=S - T`); `F.scaled_dot_product_attention`'s `is_causal=True` is top-left."),
+            _decode_cases, ("lessons_src.kv_cache.KVCache.update",),
+        ),
+        Exercise(
+            "online_softmax", "Online softmax",
+            Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
+            ("Start with `m = -inf` and `l = 0` per row. For each block: `m_new = max(m, block's max)`.",
+             "`l` was summed relative to `m`: `l_new = l * exp(m - m_new) + sum(exp(block - m_new))`.",
+             "While `m_new` is `-inf` (only `-inf` seen so far), shift by 0 instead; at the end divide "
+             "`exp(x - m)` by `l`, and by 1 where `l` is 0."),
+            _online_cases, ("lessons_src.flash.softmax_statistics", "lessons_src.flash.online_softmax"),
+        ),
+        Exercise(
+            "absorb_query", "MLA weight absorption",
+            Link("lessons/mla.md", "multi-head-latent-attention-deepseek-v2", "Multi-head latent attention"),
+            ("`q . (W c) = (W^T q) . c`: fold `W_UK_h` into head `h`'s query.",
+             "Head `h` owns the rows `h * E .. h * E + E - 1` of `w_uk`: `w_uk.view(H, E, C)`.",
+             "Contract over `E`: `torch.einsum('bhte,hec->bhtc', q_nope, w)`."),
+            _absorb_cases, ("lessons_src.mla.MultiHeadLatentAttention._absorbed",),
+        ),
+    )
+}
+
+
+def exercise(name: str) -> Exercise:
+    """The exercise called ``name``; a ``ValueError`` lists them for any other name."""
+    if name not in EXERCISES:
+        raise ValueError(f"no exercise called {name!r}; the exercises are: {', '.join(EXERCISES)}")
+    return EXERCISES[name]

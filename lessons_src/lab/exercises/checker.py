@@ -1,0 +1,373 @@
+"""Run a learner's function against the answer, and say what is wrong in words, not a traceback.
+
+The learner's file is executed in a fresh module made by :mod:`importlib` (a notebook's code cells are
+joined first, with ``%`` and ``!`` lines and ``check(...)`` calls left out), so nothing of the checker's,
+the answer least of all, is in its namespace. Each exercise's cases (see :mod:`.catalogue`) are passed to
+the learner's function and to the answer as separate copies. On the first difference the checker runs the
+exercise's known-wrong variants (:mod:`.mistakes`) on the same cases: one that gives the learner's output
+on every case names the mistake and the lesson section that explains it; otherwise the checker shows the
+first differing element, its index and both values.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import json
+import linecache
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .catalogue import EXERCISES, Case, Exercise, exercise
+from .mistakes import MISCONCEPTIONS, Variant
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
+__all__ = ["LearnerFileError", "Result", "check", "check_file", "check_function", "load_learner_file"]
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class LearnerFileError(Exception):
+    """The learner's file cannot be used (missing, a syntax error, an error while it runs); ``str`` says why."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of checking one exercise. ``status``: passed, wrong, error, missing or not written."""
+
+    exercise: str
+    status: str
+    message: str
+    diagnosis: tuple[str, ...] = field(default=())  # keys of the known-wrong variants the answer matches
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --------------------------------------------------------------------------- loading the learner's code
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a line of the learner's code comes from: a file, or a cell of a notebook."""
+
+    path: str
+    cell_starts: tuple[int, ...] = ()  # first line of each notebook code cell in the joined source
+
+    def where(self, lineno: int) -> str:
+        if not self.cell_starts:
+            return f"{self.path}, line {lineno}"
+        cell = max(i for i, start in enumerate(self.cell_starts) if start <= lineno)
+        return f"{self.path}, code cell {cell + 1}, line {lineno - self.cell_starts[cell] + 1}"
+
+
+_SOURCES: dict[str, _Source] = {}
+
+
+def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
+    try:
+        nb = json.loads(text)
+        cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise LearnerFileError(f"{path} is not a Jupyter notebook that can be read ({err})") from None
+    parts: list[str] = []
+    starts: list[int] = []
+    line = 1
+    for cell in cells:
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else str(src)
+        lines = src.splitlines() or [""]
+        # IPython's %magics and !shell lines are not Python: keep the line count, drop the command
+        lines = [
+            (ln[: len(ln) - len(ln.lstrip())] + "pass  # " + ln.strip()) if ln.lstrip().startswith(("%", "!")) else ln
+            for ln in lines
+        ]
+        starts.append(line)
+        parts.append("\n".join(lines))
+        line += len(lines)
+    return "\n".join(parts) + "\n", tuple(starts)
+
+
+def _without_check_calls(tree: ast.Module) -> ast.Module:
+    """Drop top-level ``check(...)`` statements: loading a notebook must not run its own checks."""
+
+    def is_check(node: ast.stmt) -> bool:
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+            return False
+        f = node.value.func
+        return (isinstance(f, ast.Name) and f.id == "check") or (isinstance(f, ast.Attribute) and f.attr == "check")
+
+    tree.body = [n for n in tree.body if not is_check(n)]
+    return tree
+
+
+def load_learner_file(path: str | Path) -> ModuleType:
+    """Execute the learner's ``.py`` file or notebook in a fresh module and return it.
+
+    Raises:
+        LearnerFileError: the file is missing, is not Python, has a syntax error, or raises while it runs
+            (the message names the line, not a traceback).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise LearnerFileError(f"there is no file {p}; give the path of your .py file or notebook")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise LearnerFileError(f"{p} cannot be read as text: {err}") from None
+    filename = str(p.resolve())
+    if p.suffix == ".ipynb":
+        code, starts = _notebook_source(p, text)
+        source = _Source(str(p), starts)
+    else:
+        code, source = text, _Source(str(p))
+    _SOURCES[filename] = source
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = _without_check_calls(ast.parse(code, filename=filename))
+        compiled = compile(tree, filename, "exec")
+    except SyntaxError as err:
+        shown = (err.text or "").rstrip()
+        pointer = f"\n    {shown}\n    {' ' * max((err.offset or 1) - 1 - (len(shown) - len(shown.lstrip())), 0)}^"
+        raise LearnerFileError(
+            f"{source.where(err.lineno or 1)}: syntax error: {err.msg}" + (pointer if shown else "")
+        ) from None
+    name = f"learner_{abs(hash(filename))}"
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=filename)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = filename
+    sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
+    try:
+        exec(compiled, module.__dict__)
+    except Exception as err:
+        raise LearnerFileError(f"running {p} failed before any check: {_describe_error(err, filename)}") from None
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+# --------------------------------------------------------------------------- running and comparing
+
+
+def _clone(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.clone()
+    if isinstance(obj, list | tuple):
+        return type(obj)(_clone(o) for o in obj)
+    return obj
+
+
+def _describe_error(err: BaseException, filename: str | None) -> str:
+    """``TypeError: message, at my_file.py, line 7: code`` for the learner's innermost line."""
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if filename is not None and f.filename == filename] or frames[-1:]
+    text = f"{type(err).__name__}: {err}".strip()
+    if mine:
+        f = mine[-1]
+        src = _SOURCES.get(f.filename)
+        if src:
+            where = src.where(f.lineno or 0)
+        elif "ipykernel" in f.filename or f.filename.startswith("<ipython"):
+            where = f"your notebook cell, line {f.lineno}"
+        else:
+            where = f"{Path(f.filename).name}, line {f.lineno}"
+        line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
+        text += f"\n  at {where}" + (f": {line}" if line else "")
+    return text
+
+
+def _outputs(fn: Callable[..., Any], case: Case) -> list[tuple[str, Any]]:
+    args = _clone(case.args)
+    kwargs = _clone(case.kwargs)
+    out = fn(*args, **kwargs)
+    return [("the value returned", out)] + [(f"{name} after the call", args[i]) for i, name in case.inplace]
+
+
+def _index(idx: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(i) for i in idx) + "]"
+
+
+def _value(t: Tensor) -> str:
+    v = t.item()
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _difference(got: Any, want: Any) -> tuple[str, str] | None:
+    """``(kind, what)`` of the first difference (kind: shape, type or values), or None when they agree."""
+    if isinstance(want, Tensor):
+        if not isinstance(got, Tensor):
+            return "type", f"is a {type(got).__name__}, expected a torch.Tensor of shape {tuple(want.shape)}"
+        if got.shape != want.shape:
+            return "shape", f"has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        if got.dtype != want.dtype:
+            return "type", f"has dtype {got.dtype}, expected {want.dtype}"
+        if want.dtype == torch.bool:
+            bad = got != want
+        else:
+            bad = ~torch.isclose(got.detach(), want, rtol=RTOL, atol=ATOL)
+        if not bad.any():
+            return None
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        n = int(bad.sum())
+        return "values", (
+            f"first differs at index {_index(idx)}: yours {_value(got[idx])}, expected {_value(want[idx])} "
+            f"({n} of {bad.numel()} elements differ)"
+        )
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return "type", f"is a {type(got).__name__}, expected a dict with keys {sorted(want)}"
+        if set(got) != set(want):
+            missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want), key=str)
+            return "type", f"has keys {sorted(got, key=str)}: missing {missing}, unexpected {extra}"
+        for key in want:
+            if (d := _difference(got[key], want[key])) is not None:
+                return d[0], f"[{key!r}] " + d[1]
+        return None
+    if isinstance(want, int):
+        if isinstance(got, bool) or not isinstance(got, int):
+            return "type", f"is a {type(got).__name__} ({got!r}), expected an int"
+        return None if got == want else ("values", f"is {got:,}, expected {want:,}")
+    return None if got == want else ("values", f"is {got!r}, expected {want!r}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.dtype == torch.bool:
+            return bool(torch.equal(a, b))
+        return bool(torch.isclose(a.detach(), b.detach(), rtol=RTOL, atol=ATOL, equal_nan=True).all())
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and bool(a == b)
+
+
+def _matching_variants(ex: Exercise, cases: list[Case], learner: list[list[tuple[str, Any]]]) -> list[Variant]:
+    found = []
+    for variant in ex.variants:
+        try:
+            theirs = [_outputs(variant.fn, case) for case in cases]
+        except Exception:  # a variant that cannot run on a case matches nothing
+            continue
+        pairs = (pair for mine, t in zip(learner, theirs, strict=True) for pair in zip(mine, t, strict=True))
+        if all(_same(a[1], b[1]) for a, b in pairs):
+            found.append(variant)
+    return found
+
+
+def _params(fn: Callable[..., Any]) -> str:
+    try:
+        return "(" + ", ".join(inspect.signature(fn).parameters) + ")"
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def check_function(name: str, fn: object) -> Result:
+    """Check ``fn`` as the answer to exercise ``name`` and return the :class:`Result` (never raises for bad answers)."""
+    ex = exercise(name)
+    expected = f"{name}{_params(ex.stub)}"
+    if not callable(fn):
+        return Result(name, "error", f"FAILED {name}: {name} is a {type(fn).__name__}, not a function {expected}")
+    cases = ex.cases()
+    try:
+        inspect.signature(fn).bind(*cases[0].args, **cases[0].kwargs)
+    except TypeError:
+        return Result(name, "error", f"FAILED {name}: the checker calls {expected}; yours is "
+                      f"{getattr(fn, '__name__', name)}{_params(fn)}: change its parameters to match")
+    except ValueError:
+        pass  # a builtin without a signature: just call it
+    code = getattr(fn, "__code__", None)
+    filename = code.co_filename if code is not None else None
+    learner: list[list[tuple[str, Any]]] = []
+    for i, case in enumerate(cases):
+        where = f"case {i + 1} of {len(cases)}: {case.label}"
+        try:
+            learner.append(_outputs(fn, case))
+        except NotImplementedError:
+            return Result(name, "not written", f"FAILED {name}: not written yet: it raises NotImplementedError "
+                          "(replace the `raise` with your code)")
+        except Exception as err:
+            return Result(name, "error", f"FAILED {name}: your function raised on {where}\n  "
+                          + _describe_error(err, filename))
+    for i, (case, mine) in enumerate(zip(cases, learner, strict=True)):
+        want = _outputs(ex.reference, case)
+        for (what, got), (_, expected_value) in zip(mine, want, strict=True):
+            diff = _difference(got, expected_value)
+            if diff is None:
+                continue
+            kind, text = diff
+            lines = [f"FAILED {name}: on case {i + 1} of {len(cases)} ({case.label}),", f"  {what} {text}."]
+            if kind != "values":
+                return Result(name, "wrong", "\n".join(lines))
+            matches = _matching_variants(ex, cases, learner)
+            for v in matches:
+                m = MISCONCEPTIONS[v.misconception]
+                lines += [f"  Known mistake: {m.name}. You {v.what}.", f"  Why: {m.why}",
+                          f"  Read: {m.lesson.title} (on the course site: {m.lesson.path})"]
+            if not matches:
+                lines.append(f"  Stuck? Hints: python -m lessons_src.lab.exercises hints {name}; the lesson: "
+                             f"{ex.lesson.title} ({ex.lesson.path})")
+            return Result(name, "wrong", "\n".join(lines), tuple(v.key for v in matches))
+    return Result(name, "passed", f"passed {name} ({len(cases)} cases)")
+
+
+def check(fn_or_name: object, fn: object = None, *, quiet: bool = False) -> Result:
+    """Check an answer from a notebook or a script: ``check(split_heads)`` or ``check("split_heads", fn)``.
+
+    Prints the verdict (unless ``quiet``) and returns the :class:`Result`.
+
+    Raises:
+        ValueError: for a function whose name is no exercise (the message lists them).
+    """
+    if isinstance(fn_or_name, str):
+        name, answer = fn_or_name, fn
+    else:
+        name, answer = getattr(fn_or_name, "__name__", ""), fn_or_name
+        if name not in EXERCISES:
+            raise ValueError(
+                f"{name!r} is not the name of an exercise; name it, check('split_heads', my_fn), or call your "
+                f"function by the exercise's name: {', '.join(EXERCISES)}"
+            )
+    result = check_function(name, answer)
+    if not quiet:
+        print(result)
+    return result
+
+
+def check_file(path: str | Path, name: str = "all") -> list[Result]:
+    """Check one exercise (``name``) or every exercise (``"all"``) in the learner's file or notebook.
+
+    Raises:
+        LearnerFileError: when the file cannot be loaded (see :func:`load_learner_file`).
+        ValueError: for an unknown exercise name.
+    """
+    names = list(EXERCISES) if name == "all" else [exercise(name).name]
+    module = load_learner_file(path)
+    results = []
+    for n in names:
+        if not hasattr(module, n):
+            defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
+            results.append(Result(n, "missing", f"FAILED {n}: {path} defines no function named {n} (it defines: "
+                                  f"{', '.join(defined) or 'no functions'})"))
+            continue
+        results.append(check_function(n, getattr(module, n)))
+    return results

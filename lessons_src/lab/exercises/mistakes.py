@@ -1,0 +1,382 @@
+"""The catalogue of known mistakes: each one a real function that makes it, so the checker can recognise it.
+
+A :class:`Misconception` is an idea that leads to wrong code (with the lesson section that explains it);
+a :class:`Variant` is one exercise's function written with that idea and otherwise right. When a learner's
+answer is wrong, the checker runs the exercise's variants on the same inputs; a variant that gives the
+learner's output on every case names the mistake. ``tests/test_exercises.py`` runs every variant through
+the checker and requires it to be diagnosed as itself and as no other (the mutation matrix).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import solutions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["MISCONCEPTIONS", "VARIANTS", "Link", "Misconception", "Variant"]
+
+_NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A section of the course: ``page`` is the Markdown source under ``docs/``, ``anchor`` the heading's id."""
+
+    page: str
+    anchor: str
+    title: str
+
+    @property
+    def path(self) -> str:
+        """The section's address relative to the site's root: ``lessons/pitfalls/#fully-masked-rows``."""
+        return f"{self.page.removesuffix('.md')}/#{self.anchor}"
+
+
+@dataclass(frozen=True)
+class Misconception:
+    key: str
+    name: str
+    why: str
+    lesson: Link
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One exercise written with one mistake: ``what`` says what it does, in the learner's terms."""
+
+    exercise: str
+    key: str
+    misconception: str
+    what: str
+    fn: Callable[..., object]
+
+
+_PITFALLS = "lessons/pitfalls.md"
+MISCONCEPTIONS: dict[str, Misconception] = {
+    m.key: m
+    for m in (
+        Misconception(
+            "view_without_transpose", "`view` without `transpose`",
+            "Memory holds each position's D features together, so (B, T, D) -> (B, H, T, E) must first split "
+            "the last dim, view(B, T, H, E), then swap T and H with transpose(1, 2); merging transposes back "
+            "before the reshape. A single view or reshape gives the right shape and mixes positions and heads.",
+            Link("lessons/split-run-concatenate.md", "the-split-traced-view-then-transpose",
+                 "Split, run, concatenate: the split, traced"),
+        ),
+        Misconception(
+            "scale_by_d_model", "scaling by √d_model instead of √d_head",
+            "Each head's dot product has E = d_model / H terms, so its scores are divided by sqrt(E), the head "
+            "size; dividing by sqrt(d_model) shrinks them by a further sqrt(H) and flattens every softmax.",
+            Link(_PITFALLS, "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k", "Pitfalls: scaling by √d_model"),
+        ),
+        Misconception(
+            "inverted_polarity", "inverted mask polarity",
+            "PyTorch has two conventions for bool masks: F.scaled_dot_product_attention's True = may attend, "
+            "which this course uses, and nn.MultiheadAttention's True = blocked. Yours is the opposite one.",
+            Link(_PITFALLS, "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
+        ),
+        Misconception(
+            "top_left_causal", "top-left causal alignment",
+            "With T new queries after cached keys (T < S), the queries are the last T positions: query i may "
+            "see key j when j <= i + S - T (bottom-right). tril() without that offset, or SDPA's "
+            "is_causal=True, aligns the triangle top-left and hides keys the new tokens should see.",
+            Link("lessons/inference-variants.md", "a-pitfall-is_causaltrue-when-the-queries-are-fewer-than-the-keys",
+                 "The KV cache: is_causal with fewer queries than keys"),
+        ),
+        Misconception(
+            "repeat_not_interleave", "`repeat` instead of `repeat_interleave`",
+            "KV head `g` serves query heads `g * n_rep .. g * n_rep + n_rep - 1`, so each KV head is repeated "
+            "in place (`repeat_interleave` on the head dim); `.repeat` tiles the whole stack, so query head `h` "
+            "reads KV head `h % K`. Nothing fails: the shapes are right and the model is silently wrong.",
+            Link("lessons/gqa-mqa.md", "a-silent-bug-repeat-instead-of-repeat_interleave",
+                 "GQA and MQA: .repeat instead of repeat_interleave"),
+        ),
+        Misconception(
+            "softmax_over_queries", "softmax over the query axis",
+            "Each query gets one probability distribution over the keys: the softmax runs over the last dim "
+            "(S, the keys) so that every row of weights sums to 1, not over the queries (dim -2).",
+            Link("lessons/why-multiple-heads.md", "one-head-one-softmax", "Why one head is not enough: one softmax"),
+        ),
+        Misconception(
+            "forgot_w_o", "forgetting W_O",
+            "After the heads are concatenated, the output projection W_O mixes what the heads found; without "
+            "it each output feature comes from one head only.",
+            Link("lessons/split-run-concatenate.md", "what-wo-is-for", "Split, run, concatenate: what W_O is for"),
+        ),
+        Misconception(
+            "nan_rows", "NaN from a row of -inf",
+            "A query that may see no key has a row of -inf scores; softmax computes exp(-inf - (-inf)) = NaN "
+            "there, and the NaN spreads. Give such rows zero weights: shift by 0 instead of an infinite max "
+            "and divide by 1 where the sum is 0.",
+            Link(_PITFALLS, "fully-masked-rows", "Pitfalls: a fully masked row"),
+        ),
+        Misconception(
+            "off_by_one_cache", "off-by-one cache positions",
+            "The cache holds `position` tokens in slots 0 .. position - 1; the T new ones go in slots "
+            "position .. position + T - 1, and the queries attend to the position + T filled slots: not one "
+            "more, not one fewer.",
+            Link("lessons/inference-variants.md", "the-kv-cache", "The KV cache"),
+        ),
+        Misconception(
+            "no_rescale", "online softmax without rescaling the running sum",
+            "The running sum l was taken relative to the old maximum m; when a block brings a larger maximum "
+            "m_new, every term summed so far must be multiplied by exp(m - m_new) before the block's terms are "
+            "added, or the old terms stay too large.",
+            Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
+        ),
+        Misconception(
+            "heads_at_full_width", "each head at full width",
+            "Heads partition d_model: each works in E = d_model / H dimensions, so all heads' projections "
+            "together have as many parameters as one full-width head.",
+            Link("lessons/parameters-and-compute.md", "head-count-is-a-partition",
+                 "Parameters and compute: head count is a partition"),
+        ),
+        Misconception(
+            "kv_heads_full", "GQA's key and value projections counted at full width",
+            "With `K` key/value heads, `W_K` and `W_V` map `d_model` to `K * E` features, not `d_model`: that "
+            "is what shrinks the KV cache and the layer.",
+            Link("lessons/gqa-mqa.md", "grouped-query-and-multi-query-attention", "GQA and MQA"),
+        ),
+        Misconception(
+            "heads_not_head_major", "a projection's rows split into heads in the wrong order",
+            "A projection's output features are head-major: head `h` owns rows `h * E .. h * E + E - 1` of "
+            "the weight, so the weight is viewed as `(H, E, ...)`, never `(E, H, ...)`.",
+            Link(_PITFALLS, "9-reshaping-with-the-wrong-axis-order", "Pitfalls: reshaping with the wrong axis order"),
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------- the wrong functions
+
+
+def _split_view_only(x: Tensor, num_heads: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, num_heads, T, D // num_heads)  # right shape, wrong elements
+
+
+def _merge_view_only(y: Tensor) -> Tensor:
+    B, H, T, E = y.shape
+    return y.reshape(B, T, H * E)  # no transpose back
+
+
+def _scores_d_model(q: Tensor, k: Tensor) -> Tensor:
+    d_model = q.shape[1] * q.shape[-1]  # H * E
+    return (q @ k.transpose(-2, -1)) / math.sqrt(d_model)
+
+
+def _causal_top_left(T: int, S: int) -> Tensor:
+    return torch.ones(T, S, dtype=torch.bool).tril()  # diagonal 0: top-left
+
+
+def _causal_inverted(T: int, S: int) -> Tensor:
+    return ~solutions.causal_mask(T, S)  # True = blocked
+
+
+def _padding_inverted(lengths: list[int], S: int) -> Tensor:
+    return ~solutions.padding_mask(lengths, S)  # True = padding, nn.MultiheadAttention's key_padding_mask
+
+
+def _masked_softmax_nan(scores: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(scores.masked_fill(~mask, _NEG_INF), dim=-1)  # a fully masked row: NaN
+
+
+def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
+    return solutions.masked_softmax(scores, ~mask)
+
+
+def _masked_softmax_queries(scores: Tensor, mask: Tensor) -> Tensor:
+    s = scores.masked_fill(~mask, _NEG_INF).transpose(-2, -1)  # softmax over T, via the same zero-safe softmax
+    return solutions.masked_softmax(s, torch.isfinite(s)).transpose(-2, -1)
+
+
+def _mha(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor | None, num_heads: int, *,
+         split: Callable[[Tensor, int], Tensor] = solutions.split_heads,
+         merge: Callable[[Tensor], Tensor] = solutions.merge_heads,
+         scale_width: str = "head", softmax_dim: int = -1) -> Tensor:
+    """Multi-head attention by hand, with one part swappable for a wrong one."""
+    q, k, v = (split(x @ w.T, num_heads) for w in (w_q, w_k, w_v))  # (B, H, T, E)
+    width = q.shape[-1] if scale_width == "head" else x.shape[-1]
+    weights = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(width), dim=softmax_dim)  # (B, H, T, T)
+    y = merge(weights @ v)  # (B, T, D)
+    return y if w_o is None else y @ w_o.T
+
+
+def _mha_no_w_o(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    return _mha(x, w_q, w_k, w_v, None, num_heads)
+
+
+def _mha_view_only(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    return _mha(x, w_q, w_k, w_v, w_o, num_heads, split=_split_view_only, merge=_merge_view_only)
+
+
+def _mha_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    return _mha(x, w_q, w_k, w_v, w_o, num_heads, scale_width="model")
+
+
+def _mha_queries(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    return _mha(x, w_q, w_k, w_v, w_o, num_heads, softmax_dim=-2)
+
+
+def _params_no_w_o(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    kv = num_kv_heads * (d_model // num_heads)
+    return (d_model + 2 * kv) * (d_model + int(bias))  # W_Q, W_K, W_V only
+
+
+def _params_kv_full(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    return 4 * d_model * (d_model + int(bias))  # as if K == H
+
+
+def _arithmetic_full_width(d_model: int, num_heads: int) -> dict[str, int]:
+    return {"head_dim": d_model, "w_q_one_head": d_model * d_model, "w_q_all_heads": num_heads * d_model * d_model,
+            "concat_width": num_heads * d_model, "w_o": num_heads * d_model * d_model}
+
+
+def _gqa(q: Tensor, k: Tensor, v: Tensor, *, interleave: bool = True, softmax_dim: int = -1) -> Tensor:
+    n_rep = q.shape[1] // k.shape[1]
+    if interleave:
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (B, H, S, E)
+    else:
+        k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # head h reads KV head h % K
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=softmax_dim)
+    return weights @ v
+
+
+def _gqa_repeat(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return _gqa(q, k, v, interleave=False)
+
+
+def _gqa_queries(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return _gqa(q, k, v, softmax_dim=-2)
+
+
+def _decode_top_left(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor,
+                     position: int) -> Tensor:
+    T = q.shape[2]
+    k_cache[:, :, position : position + T] = k_new
+    v_cache[:, :, position : position + T] = v_new
+    k, v = k_cache[:, :, : position + T], v_cache[:, :, : position + T]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # top-left when T < S
+
+
+def _decode_slot_late(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor,
+                      position: int) -> Tensor:
+    T = q.shape[2]
+    k_cache[:, :, position + 1 : position + 1 + T] = k_new  # one slot too far: slot `position` stays empty
+    v_cache[:, :, position + 1 : position + 1 + T] = v_new
+    k, v = k_cache[:, :, : position + 1 + T], v_cache[:, :, : position + 1 + T]
+    return attention_bottom_right(q, k, v)
+
+
+def _decode_one_short(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor,
+                      position: int) -> Tensor:
+    T = q.shape[2]
+    k_cache[:, :, position : position + T] = k_new
+    v_cache[:, :, position : position + T] = v_new
+    k, v = k_cache[:, :, : position + T - 1], v_cache[:, :, : position + T - 1]  # misses the newest slot
+    return attention_bottom_right(q, k, v)
+
+
+def attention_bottom_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention with the mask aligned bottom-right (a query that sees no key gets zeros)."""
+    T, S = q.shape[2], k.shape[2]
+    mask = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return solutions.masked_softmax(scores, mask) @ v
+
+
+def _online_stats(x: Tensor, block_size: int, *, rescale: bool, safe: bool) -> Tensor:
+    m = torch.full(x.shape[:-1], _NEG_INF, dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new) if safe else m_new
+        old = l * torch.exp(m - shift) if rescale else l
+        l = old + torch.exp(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+    if not safe:
+        return torch.exp(x - m[..., None]) / l[..., None]
+    shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
+    return torch.exp(x - shift[..., None]) / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+
+
+def _online_no_rescale(x: Tensor, block_size: int) -> Tensor:
+    return _online_stats(x, block_size, rescale=False, safe=True)
+
+
+def _online_nan(x: Tensor, block_size: int) -> Tensor:
+    return _online_stats(x, block_size, rescale=True, safe=False)
+
+
+def _absorb_wrong_order(q_nope: Tensor, w_uk: Tensor) -> Tensor:
+    H, E = q_nope.shape[1], q_nope.shape[-1]
+    w = w_uk.view(E, H, w_uk.shape[-1]).transpose(0, 1)  # (H, E, C) with rows dealt out head-minor
+    return torch.einsum("bhte,hec->bhtc", q_nope, w)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("split_heads", "split_reshape_only", "view_without_transpose",
+            "reshaped `(B, T, D)` straight to `(B, H, T, E)`, without `view(B, T, H, E)` then `transpose(1, 2)`",
+            _split_view_only),
+    Variant("merge_heads", "merge_reshape_only", "view_without_transpose",
+            "reshaped `(B, H, T, E)` straight to `(B, T, H * E)`, without `transpose(1, 2)` first", _merge_view_only),
+    Variant("attention_scores", "scores_sqrt_d_model", "scale_by_d_model",
+            "divided the scores by `sqrt(H * E) = sqrt(d_model)` instead of `sqrt(E)`", _scores_d_model),
+    Variant("causal_mask", "causal_top_left", "top_left_causal",
+            "used `tril()` without the offset `S - T`: the triangle starts at the top left", _causal_top_left),
+    Variant("causal_mask", "causal_inverted", "inverted_polarity",
+            "returned `True` where the key is hidden (`True` = blocked)", _causal_inverted),
+    Variant("padding_mask", "padding_inverted", "inverted_polarity",
+            "returned `True` at the padding (`nn.MultiheadAttention`'s `key_padding_mask` convention)",
+            _padding_inverted),
+    Variant("masked_softmax", "softmax_nan_rows", "nan_rows",
+            "filled hidden scores with `-inf` and took a plain softmax: a fully masked row gives `NaN`",
+            _masked_softmax_nan),
+    Variant("masked_softmax", "softmax_inverted", "inverted_polarity",
+            "hid the keys where the mask is `True` (`True` = blocked)", _masked_softmax_inverted),
+    Variant("masked_softmax", "softmax_queries", "softmax_over_queries",
+            "took the softmax over `dim=-2` (the queries)", _masked_softmax_queries),
+    Variant("mha_forward", "mha_no_w_o", "forgot_w_o", "returned the concatenated heads without applying `w_o`",
+            _mha_no_w_o),
+    Variant("mha_forward", "mha_reshape_only", "view_without_transpose",
+            "split and merged the heads with a reshape alone, no transpose", _mha_view_only),
+    Variant("mha_forward", "mha_sqrt_d_model", "scale_by_d_model", "divided the scores by `sqrt(d_model)`",
+            _mha_d_model),
+    Variant("mha_forward", "mha_softmax_queries", "softmax_over_queries", "took the softmax over the queries",
+            _mha_queries),
+    Variant("mha_param_count", "params_no_w_o", "forgot_w_o", "counted `W_Q`, `W_K` and `W_V` but not `W_O`",
+            _params_no_w_o),
+    Variant("mha_param_count", "params_kv_full", "kv_heads_full",
+            "counted `W_K` and `W_V` as `d_model x d_model` whatever `num_kv_heads` is", _params_kv_full),
+    Variant("dimension_arithmetic", "arithmetic_full_width", "heads_at_full_width",
+            "gave every head the full width `d_model`", _arithmetic_full_width),
+    Variant("gqa_attention", "gqa_repeat", "repeat_not_interleave",
+            "lined the KV heads up with `k.repeat(1, n_rep, 1, 1)`: query head `h` reads KV head `h % K`", _gqa_repeat),
+    Variant("gqa_attention", "gqa_softmax_queries", "softmax_over_queries", "took the softmax over the queries",
+            _gqa_queries),
+    Variant("decode_step", "decode_top_left", "top_left_causal",
+            "used `F.scaled_dot_product_attention(..., is_causal=True)`, which aligns the mask top-left when `T < S`",
+            _decode_top_left),
+    Variant("decode_step", "decode_slot_late", "off_by_one_cache",
+            "wrote the new keys and values one slot late (from `position + 1`) and attended to one slot too many",
+            _decode_slot_late),
+    Variant("decode_step", "decode_one_short", "off_by_one_cache",
+            "attended to `position + T - 1` slots: the newest key and value are left out", _decode_one_short),
+    Variant("online_softmax", "online_no_rescale", "no_rescale",
+            "added each block's sum without multiplying the running sum by `exp(m - m_new)`", _online_no_rescale),
+    Variant("online_softmax", "online_nan_rows", "nan_rows",
+            "shifted by the running maximum even when it is `-inf`: a row of only `-inf` gives `NaN`", _online_nan),
+    Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
+            "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
+            _absorb_wrong_order),
+)

@@ -1,0 +1,109 @@
+"""The checker's answers: the package's own code, with each exercise's signature.
+
+Where the package has the function, the answer is that function (``causal_mask``, ``padding_mask``,
+``online_softmax``) or a thin wrapper that runs the package's code on the exercise's inputs
+(``mha_forward`` copies the weights into :class:`lessons_src.attention.MultiHeadAttention`). The checker
+calls these beside the learner's function and never hands them to the learner's code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
+from ...flash import online_softmax as _online_softmax
+from ...masks import causal_mask as _causal_mask
+from ...masks import padding_mask as _padding_mask
+
+__all__ = [
+    "absorb_query",
+    "attention_scores",
+    "causal_mask",
+    "decode_step",
+    "dimension_arithmetic",
+    "gqa_attention",
+    "masked_softmax",
+    "merge_heads",
+    "mha_forward",
+    "mha_param_count",
+    "online_softmax",
+    "padding_mask",
+    "split_heads",
+]
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    B, T, D = x.shape
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)  # (B, H, T, E)
+
+
+def merge_heads(y: Tensor) -> Tensor:
+    B, H, T, E = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * E)  # (B, T, H * E)
+
+
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    return (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+
+
+def causal_mask(T: int, S: int) -> Tensor:
+    return _causal_mask(T, S)  # (T, S): lessons_src.masks.causal_mask
+
+
+def padding_mask(lengths: list[int], S: int) -> Tensor:
+    return _padding_mask(lengths, S)  # (B, 1, 1, S): lessons_src.masks.padding_mask
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    return _softmax_zero_rows(scores.masked_fill(~mask, float("-inf")))  # the "eager" implementation's softmax
+
+
+def mha_forward(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    mha = MultiHeadAttention(x.shape[-1], num_heads).to(x.dtype)
+    with torch.no_grad():
+        mha.qkv_proj.weight.copy_(torch.cat([w_q, w_k, w_v]))  # rows [W_Q; W_K; W_V]
+        mha.out_proj.weight.copy_(w_o)
+        out: Tensor = mha(x)
+    return out
+
+
+def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    mha = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, implementation="eager")
+    return sum(p.numel() for p in mha.parameters())
+
+
+def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
+    mha = MultiHeadAttention(d_model, num_heads)
+    w = mha.head_weights()  # per-head views: q (H, E, D), o (H, D, E)
+    return {
+        "head_dim": mha.head_dim,
+        "w_q_one_head": w.q[0].numel(),
+        "w_q_all_heads": w.q.numel(),
+        "concat_width": mha.num_heads * mha.head_dim,
+        "w_o": mha.out_proj.weight.numel(),
+    }
+
+
+def gqa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return grouped_attention(q, k, v)  # (B, H, T, E)
+
+
+def decode_step(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor, position: int) -> Tensor:
+    T = q.shape[2]
+    k_cache[:, :, position : position + T] = k_new
+    v_cache[:, :, position : position + T] = v_new
+    k, v = k_cache[:, :, : position + T], v_cache[:, :, : position + T]  # the S = position + T filled slots
+    return attention(q, k, v, is_causal=True).output  # is_causal is bottom-right in lessons_src
+
+
+def online_softmax(x: Tensor, block_size: int) -> Tensor:
+    return _online_softmax(x, block_size=block_size)  # lessons_src.flash.online_softmax
+
+
+def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
+    H = q_nope.shape[1]
+    w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): W_UK per head, as MultiHeadLatentAttention._absorbed
+    return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C)

@@ -1,0 +1,177 @@
+"""Multi-head attention, written by you: one function per exercise, each checked by the course's checker.
+
+Copy this file (``python -m lessons_src.lab.exercises start my_attention.py`` writes it for you), replace
+each ``raise NotImplementedError`` with your code, and check one function or all of them::
+
+    python -m lessons_src.lab.exercises check split_heads my_attention.py
+    python -m lessons_src.lab.exercises check all my_attention.py
+
+Shape letters, as in the lessons: B batch, T query positions, S key positions, D = d_model, H query heads,
+K key/value heads, E head size (d_k = D / H), C latent size (MLA). Masks are bool, True = may attend.
+Each function needs only ``torch``; the checker never shows you its answer, only where yours differs.
+"""
+
+import torch  # noqa: F401  (your code will need it)
+from torch import Tensor
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """Split the model width into heads: ``(B, T, D) -> (B, H, T, E)`` with ``E = D // H``.
+
+    Head ``h`` gets features ``h * E`` to ``h * E + E - 1`` of every position: ``out[b, h, t, e] ==
+    x[b, t, h * E + e]``.
+
+    Shapes:
+        x: ``(B, T, D)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
+
+
+def merge_heads(y: Tensor) -> Tensor:
+    """Undo :func:`split_heads`: concatenate the heads' outputs, ``(B, H, T, E) -> (B, T, H * E)``.
+
+    ``out[b, t, h * E + e] == y[b, h, t, e]``.
+
+    Shapes:
+        y: ``(B, H, T, E)``; output: ``(B, T, H * E)``.
+    """
+    raise NotImplementedError
+
+
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    """Scaled dot-product scores of every query against every key, in each head.
+
+    ``scores[b, h, t, s] = q[b, h, t] . k[b, h, s] / sqrt(E)`` (E, the head size, is ``q``'s last dim).
+
+    Shapes:
+        q: ``(B, H, T, E)``, k: ``(B, H, S, E)``; output: ``(B, H, T, S)``.
+    """
+    raise NotImplementedError
+
+
+def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    """The number of parameters of one attention layer: ``W_Q``, ``W_K``, ``W_V``, ``W_O`` (and their biases).
+
+    ``num_kv_heads`` key/value heads of size ``E = d_model // num_heads`` (equal to ``num_heads`` for
+    ordinary multi-head attention, fewer for GQA, 1 for MQA); ``bias`` adds one bias per output feature of
+    each projection.
+
+    Returns:
+        An ``int``.
+    """
+    raise NotImplementedError
+
+
+def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
+    """The dimension arithmetic of one layer, as a dict of five ints.
+
+    Keys: ``"head_dim"`` (d_k); ``"w_q_one_head"`` (parameters of one head's query projection);
+    ``"w_q_all_heads"`` (of all heads' query projections together); ``"concat_width"`` (the width of the
+    heads' outputs placed side by side); ``"w_o"`` (parameters of the output projection). No biases.
+
+    Returns:
+        ``{"head_dim": ..., "w_q_one_head": ..., "w_q_all_heads": ..., "concat_width": ..., "w_o": ...}``.
+    """
+    raise NotImplementedError
+
+
+def causal_mask(T: int, S: int) -> Tensor:
+    """Bool mask, True where query ``i`` may attend to key ``j``: the queries are the LAST ``T`` of ``S`` positions.
+
+    Query ``i`` sits at position ``i + S - T``, so it may see key ``j`` when ``j <= i + S - T``
+    (aligned bottom-right). With ``T == S`` that is the usual lower triangle; with ``T < S`` (new tokens
+    after cached ones) the last query sees every key.
+
+    Shapes:
+        output: ``(T, S)``, dtype ``torch.bool``.
+    """
+    raise NotImplementedError
+
+
+def padding_mask(lengths: list[int], S: int) -> Tensor:
+    """Bool mask that lets every query see the real tokens of its sequence and hides the padding after them.
+
+    Sequence ``b`` has ``lengths[b]`` real tokens followed by padding up to ``S``; the mask is True at
+    real tokens, shaped to broadcast against scores ``(B, H, T, S)``.
+
+    Shapes:
+        lengths: ``B`` ints; output: ``(B, 1, 1, S)``, dtype ``torch.bool``.
+    """
+    raise NotImplementedError
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Attention weights: a softmax over the keys of the scores the bool mask allows (True = may attend).
+
+    Hidden keys get weight 0. A query that may attend to no key at all (a fully masked row) gets all-zero
+    weights, never ``NaN``.
+
+    Shapes:
+        scores: ``(B, H, T, S)``; mask: bool, broadcastable to it; output: ``(B, H, T, S)``.
+    """
+    raise NotImplementedError
+
+
+def mha_forward(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    """Multi-head self-attention (no mask, no bias) with the given weights, in ``nn.Linear``'s convention.
+
+    Project (``q = x @ w_q.T``, likewise ``k`` and ``v``), split into ``num_heads`` heads, attend in each
+    head (scaled by ``1 / sqrt(E)``), concatenate the heads, and apply the output projection
+    (``@ w_o.T``).
+
+    Shapes:
+        x: ``(B, T, D)``; each weight: ``(D, D)``; output: ``(B, T, D)``.
+    """
+    raise NotImplementedError
+
+
+def gqa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Grouped-query attention (no mask): ``K`` key/value heads serve ``H`` query heads, ``n_rep = H // K`` each.
+
+    Query heads ``0 .. n_rep - 1`` use KV head 0, the next ``n_rep`` use KV head 1, and so on: query head
+    ``h`` uses KV head ``h // n_rep``. Scale the scores by ``1 / sqrt(E)``.
+
+    Shapes:
+        q: ``(B, H, T, E)``, k and v: ``(B, K, S, E)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
+
+
+def decode_step(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor, position: int) -> Tensor:
+    """One decoding step with a KV cache: store the new keys and values, then attend causally to everything cached.
+
+    The caches hold ``position`` earlier tokens in slots ``0 .. position - 1`` (the slots after them are
+    free). Write ``k_new`` and ``v_new`` into slots ``position .. position + T - 1`` (in place), then let
+    the ``T`` new queries attend to the ``S = position + T`` filled slots, causally: new query ``i`` sees
+    slots ``0 .. position + i``. Scale the scores by ``1 / sqrt(E)``.
+
+    Shapes:
+        q, k_new, v_new: ``(B, H, T, E)``; k_cache, v_cache: ``(B, H, max_len, E)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
+
+
+def online_softmax(x: Tensor, block_size: int) -> Tensor:
+    """Softmax over the last dim, reading ``x`` one block of ``block_size`` entries at a time (one pass).
+
+    Keep a running maximum ``m`` and a running sum ``l`` of ``exp(x - m)`` per row, updated block by block;
+    divide at the end. A row of only ``-inf`` (nothing visible) gives zeros, not ``NaN``.
+
+    Shapes:
+        x: ``(..., n)``; output: ``(..., n)``.
+    """
+    raise NotImplementedError
+
+
+def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
+    """MLA's weight absorption: fold each head's key up-projection into its query.
+
+    Head ``h``'s key for a cached latent ``c`` (size ``C``) is ``W_UK_h c``, with ``W_UK_h`` rows
+    ``h * E .. h * E + E - 1`` of ``w_uk`` (``nn.Linear(C, H * E)``'s weight). Return the latent-space
+    queries ``q_latent`` with ``q_latent[b, h, t] . c == q_nope[b, h, t] . (W_UK_h c)`` for every ``c``,
+    so attention can score the cached latents directly.
+
+    Shapes:
+        q_nope: ``(B, H, T, E)``; w_uk: ``(H * E, C)``; output: ``(B, H, T, C)``.
+    """
+    raise NotImplementedError

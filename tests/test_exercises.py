@@ -1,0 +1,250 @@
+"""The exercises' checker: the answers pass, the stubs fail, every known mistake is named as itself.
+
+The mutation matrix runs each catalogued wrong variant through the checker as if a learner had written it,
+and requires the diagnosis to be that variant and no other: this is what proves that the cases tell the
+mistakes apart (several coincide with one head, one KV head, n_rep = 1, T = S, T = 1 or a running maximum
+that never changes). The command line is run as a learner runs it, on files with mistakes of every kind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, check, check_file, solutions, stubs
+from lessons_src.lab.exercises.checker import LearnerFileError, check_function, load_learner_file
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED_MISCONCEPTIONS = {  # the issue's list: each must be in the catalogue with a real wrong function
+    "view_without_transpose", "scale_by_d_model", "inverted_polarity", "top_left_causal", "repeat_not_interleave",
+    "softmax_over_queries", "forgot_w_o", "nan_rows", "off_by_one_cache", "no_rescale",
+}
+REQUIRED_EXERCISES = {
+    "split_heads", "merge_heads", "attention_scores", "causal_mask", "padding_mask", "masked_softmax",
+    "mha_forward", "mha_param_count", "gqa_attention", "decode_step", "online_softmax", "absorb_query",
+    "dimension_arithmetic",
+}
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_answer_passes(name: str) -> None:
+    result = check_function(name, getattr(solutions, name))
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_stub_fails_and_says_it_is_not_written(name: str) -> None:
+    result = check_function(name, getattr(stubs, name))
+    assert not result.passed
+    assert result.status == "not written" and "NotImplementedError" in result.message
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.key for v in VARIANTS])
+def test_each_known_mistake_is_diagnosed_as_itself(variant: object) -> None:
+    from lessons_src.lab.exercises.mistakes import Variant
+
+    assert isinstance(variant, Variant)
+    result = check_function(variant.exercise, variant.fn)
+    assert result.status == "wrong", result.message
+    assert result.diagnosis == (variant.key,), f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}"
+    m = MISCONCEPTIONS[variant.misconception]
+    assert m.name in result.message and m.lesson.path in result.message and variant.what in result.message
+
+
+def test_the_catalogue_holds_the_exercises_and_mistakes_the_issue_lists() -> None:
+    assert set(EXERCISES) >= REQUIRED_EXERCISES
+    assert {v.misconception for v in VARIANTS} >= REQUIRED_MISCONCEPTIONS
+    assert {v.misconception for v in VARIANTS} == set(MISCONCEPTIONS), "a misconception with no wrong function"
+    assert len({v.key for v in VARIANTS}) == len(VARIANTS)
+    for ex in EXERCISES.values():
+        doc = ex.stub.__doc__ or ""
+        assert "Shapes:" in doc or "Returns:" in doc, f"{ex.name}'s statement gives no shapes or return value"
+        assert len(ex.hints) >= 2, f"{ex.name} needs progressive hints"
+
+
+def test_first_case_already_separates_every_variant_from_the_answer() -> None:
+    """Each exercise's first case avoids the shapes where mistakes coincide (H=1, T=S, T=1, ...)."""
+    from lessons_src.lab.exercises.checker import _outputs, _same
+
+    for v in VARIANTS:
+        case = EXERCISES[v.exercise].cases()[0]
+        if v.key in {"softmax_nan_rows", "online_nan_rows"}:
+            continue  # these differ only on a fully masked row, which the second case has
+        assert not all(_same(a[1], b[1]) for a, b in zip(_outputs(v.fn, case), _outputs(
+            getattr(solutions, v.exercise), case), strict=True)), v.key
+
+
+def test_degenerate_shapes_would_hide_the_mistakes() -> None:
+    """Why the cases are chosen: with one head, the reshape-only split is right; with T = S, top-left is right."""
+    from lessons_src.lab.exercises.mistakes import _causal_top_left, _split_view_only
+
+    x = torch.randn(1, 3, 4)
+    assert torch.equal(_split_view_only(x, 1), solutions.split_heads(x, 1))
+    assert torch.equal(_causal_top_left(4, 4), solutions.causal_mask(4, 4))
+    assert not torch.equal(_causal_top_left(2, 5), solutions.causal_mask(2, 5))
+
+
+def test_an_answer_from_scratch_passes_and_a_wrong_unknown_one_shows_the_first_difference() -> None:
+    def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+        B, T, D = x.shape
+        return x.reshape(B, T, num_heads, D // num_heads).permute(0, 2, 1, 3)
+
+    assert check(split_heads, quiet=True).passed
+
+    def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) / q.shape[-1]  # divides by E, not sqrt(E): not a catalogued mistake
+
+    result = check(attention_scores, quiet=True)
+    assert result.status == "wrong" and result.diagnosis == ()
+    assert "first differs at index [0, 0, 0, 0]: yours" in result.message and "expected" in result.message
+    assert "hints attention_scores" in result.message
+
+
+def test_wrong_shape_dtype_signature_type_and_exceptions_get_messages() -> None:
+    def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+        return x.view(x.shape[0], x.shape[1], num_heads, -1)  # forgot the transpose: wrong shape
+
+    assert "has shape (2, 3, 2, 4), expected (2, 2, 3, 4)" in check(split_heads, quiet=True).message
+
+    def causal_mask(T: int, S: int) -> torch.Tensor:
+        return torch.ones(T, S).tril(S - T)
+
+    assert "has dtype torch.float32, expected torch.bool" in check(causal_mask, quiet=True).message
+
+    def merge_heads(y: torch.Tensor, num_heads: int) -> torch.Tensor:
+        return y
+
+    message = check(merge_heads, quiet=True).message
+    assert "the checker calls merge_heads(y); yours is merge_heads(y, num_heads)" in message
+
+    def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> float:
+        return 4.0 * d_model**2
+
+    assert "is a float (16384.0), expected an int" in check(mha_param_count, quiet=True).message
+
+    def padding_mask(lengths: list[int], S: int) -> torch.Tensor:
+        return torch.arange(S) < lengths  # a list, not a tensor: raises
+
+    message = check(padding_mask, quiet=True).message
+    assert "your function raised on case 1 of 3" in message and "TypeError" in message
+    assert "return torch.arange(S) < lengths" in message and "Traceback" not in message
+    with pytest.raises(ValueError, match="not the name of an exercise"):
+        check(lambda x: x)
+    assert check("split_heads", 42, quiet=True).status == "error"
+
+
+def _write(tmp_path: Path, name: str, code: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code), encoding="utf-8")
+    return path
+
+
+def test_learner_file_is_loaded_in_a_fresh_module_without_the_answer(tmp_path: Path) -> None:
+    path = _write(tmp_path, "mine.py", """
+        import torch
+
+        def split_heads(x, num_heads):
+            B, T, D = x.shape
+            return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+    """)
+    module = load_learner_file(path)
+    names = {k for k in vars(module) if not k.startswith("__")}
+    assert names == {"torch", "split_heads"}
+    assert check_file(path, "split_heads")[0].passed
+
+
+def test_a_syntax_error_a_missing_function_and_a_crash_at_import_get_messages(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.py", "def split_heads(x, num_heads)\n    return x\n")
+    with pytest.raises(LearnerFileError, match=r"bad.py, line 1: syntax error"):
+        load_learner_file(bad)
+    crash = _write(tmp_path, "crash.py", "import torch\nx = torch.ones(2) @ torch.ones(3)\n")
+    with pytest.raises(LearnerFileError, match=r"(?s)RuntimeError.*crash.py, line 2: x = torch.ones"):
+        load_learner_file(crash)
+    with pytest.raises(LearnerFileError, match="there is no file"):
+        load_learner_file(tmp_path / "nowhere.py")
+    other = _write(tmp_path, "other.py", "def splitheads(x, num_heads):\n    return x\n")
+    (result,) = check_file(other, "split_heads")
+    assert result.status == "missing"
+    assert "defines no function named split_heads (it defines: splitheads)" in str(result)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lessons_src.lab.exercises", *args], cwd=cwd, capture_output=True, text=True,
+        check=False, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_command_line_start_check_and_errors(tmp_path: Path) -> None:
+    proc = _cli("start", "mine.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = _cli("check", "all", "mine.py", cwd=tmp_path)
+    assert proc.returncode == 1 and f"0 of {len(EXERCISES)} exercises pass" in proc.stdout
+    assert proc.stdout.count("not written yet") == len(EXERCISES) and "Traceback" not in proc.stdout + proc.stderr
+
+    _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
+    proc = _cli("check", "all", "done.py", cwd=tmp_path)
+    assert proc.returncode == 0 and f"{len(EXERCISES)} of {len(EXERCISES)} exercises pass" in proc.stdout
+
+    _write(tmp_path, "wrong.py", """
+        import torch
+
+        def gqa_attention(q, k, v):
+            n_rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
+            return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+    """)
+    proc = _cli("check", "gqa_attention", "wrong.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "Known mistake: `repeat` instead of `repeat_interleave`" in proc.stdout
+    assert "lessons/gqa-mqa/#a-silent-bug-repeat-instead-of-repeat_interleave" in proc.stdout
+
+    _write(tmp_path, "broken.py", "def split_heads(x, num_heads):\n    return x.view(\n")
+    proc = _cli("check", "split_heads", "broken.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "syntax error" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("check", "no_such_exercise", "done.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "no exercise called 'no_such_exercise'" in proc.stderr
+    proc = _cli("hints", "online_softmax", cwd=tmp_path)
+    assert proc.returncode == 0 and "Hint 2:" in proc.stdout
+
+
+def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path: Path) -> None:
+    cells = [
+        "%pip install --quiet something\nimport torch\nfrom lessons_src.lab.exercises import check",
+        "def causal_mask(T, S):\n    return torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)",
+        "check(causal_mask)",
+        "def padding_mask(lengths, S):\n    return torch.arange(S) < lengths",
+    ]
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "mine.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    ok, crash = check_file(path, "causal_mask")[0], check_file(path, "padding_mask")[0]
+    assert ok.passed
+    assert "mine.ipynb, code cell 4, line 2: return torch.arange(S) < lengths" in crash.message
+    cells[1] = "def causal_mask(T, S)\n    return None"
+    nb["cells"][1]["source"] = cells[1]
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    with pytest.raises(LearnerFileError, match=r"mine\.ipynb, code cell 2, line 1: syntax error"):
+        load_learner_file(path)
+
+
+def test_every_lesson_link_names_a_heading_of_its_page() -> None:
+    """Checked again on the built site (tests/site/test_exercise_pages.py); this catches a typo without a build."""
+    import re
+
+    from markdown.extensions.toc import slugify
+
+    links = [ex.lesson for ex in EXERCISES.values()] + [m.lesson for m in MISCONCEPTIONS.values()]
+    for link in links:
+        text = (ROOT / "docs" / link.page).read_text(encoding="utf-8")
+        anchors = set()
+        for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+            explicit = re.search(r"\{ *#([\w-]+)", heading)
+            anchors.add(explicit.group(1) if explicit else slugify(heading, "-"))
+        assert link.anchor in anchors, f"{link.page} has no heading with id {link.anchor!r}"

@@ -1,0 +1,51 @@
+"""The exercises notebook: the committed copy is what the package generates, and, with the answers swapped
+into its tagged stub cells, it runs top to bottom and every check passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbclient
+import nbformat
+
+from lessons_src.lab.exercises import EXERCISES
+from lessons_src.lab.exercises.notebook import STUB_TAG, notebook_json
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "docs" / "practice" / "exercises.ipynb"
+
+
+def test_committed_notebook_is_the_generated_one() -> None:
+    assert NOTEBOOK.read_text(encoding="utf-8") == notebook_json(), (
+        "docs/practice/exercises.ipynb is out of date: run "
+        "python -m lessons_src.lab.exercises notebook docs/practice/exercises.ipynb"
+    )
+
+
+def test_every_exercise_has_one_tagged_stub_cell_and_a_check_after_it() -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    cells = nb.cells
+    stubs = [i for i, c in enumerate(cells) if STUB_TAG in c.metadata.get("tags", [])]
+    assert [cells[i].metadata["exercise"] for i in stubs] == list(EXERCISES)
+    for i in stubs:
+        name = cells[i].metadata["exercise"]
+        assert f"def {name}(" in cells[i].source and "raise NotImplementedError" in cells[i].source
+        assert cells[i + 1].source == f"check({name})"
+
+
+def test_notebook_with_the_answers_filled_in_passes_every_check(tmp_path: Path) -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for cell in nb.cells:
+        if STUB_TAG in cell.metadata.get("tags", []):
+            cell.source = f"from lessons_src.lab.exercises.solutions import {cell.metadata['exercise']}"
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    printed = {
+        c.source: "".join(o.get("text", "") for o in c.outputs) for c in nb.cells
+        if c.cell_type == "code" and c.source.startswith("check(")
+    }
+    assert len(printed) == len(EXERCISES)
+    for name in EXERCISES:
+        assert printed[f"check({name})"].startswith(f"passed {name} ("), printed[f"check({name})"]
