@@ -232,7 +232,7 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "padding_mask", "A padding mask",
-            Link("lessons/pitfalls.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
+            Link("lessons/pitfalls-in-code.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls 2: mask polarity"),
             ("Compare the positions `torch.arange(S)` with each length: a position is real when it is below it.",
              "`torch.arange(S) < torch.tensor(lengths)[:, None]` is `(B, S)`; add the two broadcast dims with "
              "`[:, None, None, :]`."),
@@ -240,7 +240,7 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "masked_softmax", "A masked softmax that survives fully masked rows",
-            Link("lessons/pitfalls.md", "fully-masked-rows", "Pitfalls: a fully masked row"),
+            Link("lessons/pitfalls-in-code.md", "fully-masked-rows", "Pitfalls 2: a fully masked row"),
             ("Hide the keys the mask forbids: `scores.masked_fill(~mask, float('-inf'))`. The softmax is over "
              "the keys, the last dim.",
              "Subtract each row's maximum before `exp`, but where that maximum is `-inf` (nothing visible), "
@@ -284,7 +284,7 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "absorb_query", "MLA weight absorption",
-            Link("lessons/mla.md", "multi-head-latent-attention-deepseek-v2", "Multi-head latent attention"),
+            Link("lessons/mla-modes.md", "two-ways-to-compute-the-same-thing", "MLA, naive or absorbed"),
             ("`q . (W c) = (W^T q) . c`: fold `W_UK_h` into head `h`'s query.",
              "Head `h` owns the rows `h * E .. h * E + E - 1` of `w_uk`: `w_uk.view(H, E, C)`.",
              "Contract over `E`: `torch.einsum('bhte,hec->bhtc', q_nope, w)`."),

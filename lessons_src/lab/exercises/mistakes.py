@@ -60,7 +60,7 @@ class Variant:
     fn: Callable[..., object]
 
 
-_PITFALLS = "lessons/pitfalls.md"
+_PITFALLS = "lessons/pitfalls-in-code.md"
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -76,13 +76,13 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "scale_by_d_model", "scaling by √d_model instead of √d_head",
             "Each head's dot product has E = d_model / H terms, so its scores are divided by sqrt(E), the head "
             "size; dividing by sqrt(d_model) shrinks them by a further sqrt(H) and flattens every softmax.",
-            Link(_PITFALLS, "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k", "Pitfalls: scaling by √d_model"),
+            Link(_PITFALLS, "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k", "Pitfalls 2: scaling by √d_model"),
         ),
         Misconception(
             "inverted_polarity", "inverted mask polarity",
             "PyTorch has two conventions for bool masks: F.scaled_dot_product_attention's True = may attend, "
             "which this course uses, and nn.MultiheadAttention's True = blocked. Yours is the opposite one.",
-            Link(_PITFALLS, "6-mask-polarity-true-means-opposite-things", "Pitfalls: mask polarity"),
+            Link(_PITFALLS, "6-mask-polarity-true-means-opposite-things", "Pitfalls 2: mask polarity"),
         ),
         Misconception(
             "top_left_causal", "top-left causal alignment",
@@ -110,14 +110,14 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "forgot_w_o", "forgetting W_O",
             "After the heads are concatenated, the output projection W_O mixes what the heads found; without "
             "it each output feature comes from one head only.",
-            Link("lessons/split-run-concatenate.md", "what-wo-is-for", "Split, run, concatenate: what W_O is for"),
+            Link("lessons/mixing-heads.md", "what-wo-is-for", "Mixing the heads: what W_O is for"),
         ),
         Misconception(
             "nan_rows", "NaN from a row of -inf",
             "A query that may see no key has a row of -inf scores; softmax computes exp(-inf - (-inf)) = NaN "
             "there, and the NaN spreads. Give such rows zero weights: shift by 0 instead of an infinite max "
             "and divide by 1 where the sum is 0.",
-            Link(_PITFALLS, "fully-masked-rows", "Pitfalls: a fully masked row"),
+            Link(_PITFALLS, "fully-masked-rows", "Pitfalls 2: a fully masked row"),
         ),
         Misconception(
             "off_by_one_cache", "off-by-one cache positions",
@@ -150,7 +150,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "heads_not_head_major", "a projection's rows split into heads in the wrong order",
             "A projection's output features are head-major: head `h` owns rows `h * E .. h * E + E - 1` of "
             "the weight, so the weight is viewed as `(H, E, ...)`, never `(E, H, ...)`.",
-            Link(_PITFALLS, "9-reshaping-with-the-wrong-axis-order", "Pitfalls: reshaping with the wrong axis order"),
+            Link(_PITFALLS, "9-reshaping-with-the-wrong-axis-order", "Pitfalls 2: reshaping with the wrong axis order"),
         ),
     )
 }
