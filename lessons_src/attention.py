@@ -127,9 +127,6 @@ def prepare_mask(
         device: the queries' device; the mask must be on it.
         window: with ``is_causal``, each query sees only the last ``window`` positions, its own included.
 
-    Returns:
-        A :class:`PreparedMask`.
-
     Raises:
         ValueError: naming the mask's shape, dtype or device (or the window) and what would be accepted.
         TypeError: if ``is_causal`` is not a bool (or ``window`` not an int).
@@ -361,9 +358,7 @@ def attention(
     * a query that may attend to no key gets a zero output (and zero weights), with finite gradients.
 
     Args:
-        q: queries.
-        k: keys.
-        v: values.
+        q, k, v: queries, keys and values (shapes below).
         attn_mask: optional mask, see above.
         is_causal: also apply the bottom-right causal mask.
         scale: score multiplier, default ``1 / sqrt(E)``.
