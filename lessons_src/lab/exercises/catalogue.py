@@ -232,7 +232,8 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "padding_mask", "A padding mask",
-            Link("lessons/pitfalls-in-code.md", "6-mask-polarity-true-means-opposite-things", "Pitfalls 2: mask polarity"),
+            Link("lessons/pitfalls-in-code.md", "6-mask-polarity-true-means-opposite-things",
+                 "Pitfalls 2: mask polarity"),
             ("Compare the positions `torch.arange(S)` with each length: a position is real when it is below it.",
              "`torch.arange(S) < torch.tensor(lengths)[:, None]` is `(B, S)`; add the two broadcast dims with "
              "`[:, None, None, :]`."),
