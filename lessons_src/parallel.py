@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, attention, repeat_kv
+from .attention import MultiHeadAttention, _size, attention, repeat_kv
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -56,14 +56,6 @@ __all__ = [
     "valid_tp_degrees",
 ]
 
-
-
-def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={value}")
-    return value
 
 
 # --------------------------------------------------------------------------- the collectives, in one place
@@ -231,7 +223,7 @@ def valid_tp_degrees(num_heads: int, num_kv_heads: int) -> list[int]:
         >>> valid_tp_degrees(12, 12)
         [1, 2, 3, 4, 6, 12]
     """
-    H, K = _int("num_heads", num_heads, 1), _int("num_kv_heads", num_kv_heads, 1)
+    H, K = _size("num_heads", num_heads, 1), _size("num_kv_heads", num_kv_heads, 1)
     if H % K:
         raise ValueError(f"num_heads={H} is not a multiple of num_kv_heads={K}")
     return [p for p in range(1, H + 1) if H % p == 0 and (K % p == 0 or p % K == 0)]
@@ -244,7 +236,7 @@ def tp_plan(num_heads: int, num_kv_heads: int, degree: int) -> TPPlan:
         >>> tp_plan(32, 8, 16)
         TPPlan(degree=16, query_heads_per_rank=2, kv_heads_per_rank=1, kv_copies=2)
     """
-    P = _int("degree", degree, 1)
+    P = _size("degree", degree, 1)
     valid = valid_tp_degrees(num_heads, num_kv_heads)
     if P not in valid:
         raise ValueError(
@@ -289,8 +281,8 @@ class TensorParallelAttention(nn.Module):
         self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None, comm: Collectives, bias: bool = False
     ) -> None:
         super().__init__()
-        D, H = _int("d_model", d_model, 1), _int("num_heads", num_heads, 1)
-        K = H if num_kv_heads is None else _int("num_kv_heads", num_kv_heads, 1)
+        D, H = _size("d_model", d_model, 1), _size("num_heads", num_heads, 1)
+        K = H if num_kv_heads is None else _size("num_kv_heads", num_kv_heads, 1)
         if D % H:
             raise ValueError(f"d_model={D} is not divisible by num_heads={H}")
         self.plan = tp_plan(H, K, comm.world_size)
