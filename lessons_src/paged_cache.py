@@ -15,11 +15,16 @@ of ragged lengths wastes everything between each sequence's length and the longe
 16-31 in block 2, 32-47 in block 9 (with ``block_size = 16``).
 
 :func:`paged_attention` computes attention for a batch of sequences of different lengths straight from
-the pool: it walks each block table as runs of consecutive blocks, each run a view of the pool, and
-combines them with the online softmax of FlashAttention (the running max and sum of
-:mod:`lessons_src.flash`), so no sequence's keys are ever copied into one contiguous tensor. It equals
+the pool: it walks each block table as runs of consecutive blocks, each run a view of the pool, so a
+sequence's long runs are never copied; only the few blocks taken one at a time are. It equals
 attention over each sequence's own contiguous cache (the tests check it, including after sequences are
 freed and their blocks reused).
+
+The pool is laid out head-major, ``(K, num_blocks, block_size, E)``, so that for each head a run of
+consecutive blocks is one contiguous stretch of keys: the scores of a run are then one matrix product
+per head, the same as over a contiguous cache. vLLM's GPU kernel lays its pool out block-major and
+reads it block by block; plain PyTorch pays per call, and the long contiguous reads are what keep a
+paged decode step close to a contiguous one (``make bench-long-context`` measures both).
 
 References:
     Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
@@ -29,13 +34,9 @@ References:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = ["PagedKVCache", "block_runs", "paged_attention"]
 
@@ -63,8 +64,8 @@ class PagedKVCache:
         device: where to allocate the pool.
 
     Shapes:
-        pool ``k``: ``(num_blocks, K, block_size, E)``, ``v``: ``(num_blocks, K, block_size, Ev)`` (a block
-        is one contiguous piece of memory, so gathering blocks copies whole pieces);
+        pool ``k``: ``(K, num_blocks, block_size, E)``, ``v``: ``(K, num_blocks, block_size, Ev)``: one head's
+        block is one contiguous piece of memory, and so is one head's run of consecutive blocks;
         :meth:`append` takes one sequence's ``(K, T, E)`` and ``(K, T, Ev)``.
 
     For inference only: :meth:`append` refuses tensors that require grad while autograd records.
@@ -104,12 +105,13 @@ class PagedKVCache:
             raise ValueError(f"block_size must be at least 1 position (vLLM uses 16); got block_size={block_size}")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.num_kv_heads, self.head_dim, self.v_head_dim = num_kv_heads, head_dim, v_head_dim
-        # (num_blocks, K, block_size, E): each block one contiguous piece of memory
-        self.k = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros(num_blocks, num_kv_heads, block_size, v_head_dim, dtype=dtype, device=device)
+        # (K, num_blocks, block_size, E), head-major: a run of consecutive blocks is contiguous for each head
+        self.k = torch.zeros(num_kv_heads, num_blocks, block_size, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros(num_kv_heads, num_blocks, block_size, v_head_dim, dtype=dtype, device=device)
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
         self.block_tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
+        self._runs: dict[int, list[tuple[int, int]]] = {}  # block_runs(table), kept up to date as blocks are taken
 
     @property
     def num_free_blocks(self) -> int:
@@ -119,7 +121,7 @@ class PagedKVCache:
     @property
     def block_nbytes(self) -> int:
         """Bytes of one block (keys and values)."""
-        return (self.k[0].numel() * self.k.element_size()) + (self.v[0].numel() * self.v.element_size())
+        return (self.k[:, 0].numel() * self.k.element_size()) + (self.v[:, 0].numel() * self.v.element_size())
 
     @property
     def nbytes(self) -> int:
@@ -145,7 +147,7 @@ class PagedKVCache:
             raise TypeError(f"a sequence id must be an int; got {seq_id!r} of type {type(seq_id).__name__}")
         if seq_id in self.block_tables:
             raise ValueError(f"sequence {seq_id} is already in the cache; free it first or use another id")
-        self.block_tables[seq_id], self.lengths[seq_id] = [], 0
+        self.block_tables[seq_id], self.lengths[seq_id], self._runs[seq_id] = [], 0, []
 
     def free(self, seq_id: int) -> None:
         """End a sequence and return its blocks to the pool (their contents are left to be overwritten).
@@ -155,7 +157,7 @@ class PagedKVCache:
         """
         self._known(seq_id)
         self._free.extend(reversed(self.block_tables.pop(seq_id)))
-        del self.lengths[seq_id]
+        del self.lengths[seq_id], self._runs[seq_id]
 
     def append(self, seq_id: int, k: Tensor, v: Tensor) -> None:
         """Append ``T`` positions to one sequence, taking new blocks from the pool as its last one fills.
@@ -177,16 +179,18 @@ class PagedKVCache:
                 f"{T} new tokens but only {len(self._free)} of {self.num_blocks} are free; free finished "
                 "sequences or make the cache with more num_blocks"
             )
-        table.extend(self._free.pop() for _ in range(needed))
+        taken = [self._free.pop() for _ in range(needed)]
+        table.extend(taken)
+        _extend_runs(self._runs[seq_id], taken)
         self.lengths[seq_id] = start + T
         if T == 1:  # decoding: one position, written with plain indexing
-            self.k[table[start // bs], :, start % bs] = k[:, 0]
-            self.v[table[start // bs], :, start % bs] = v[:, 0]
+            self.k[:, table[start // bs], start % bs] = k[:, 0]
+            self.v[:, table[start // bs], start % bs] = v[:, 0]
             return
         pos = torch.arange(start, start + T, device=self.k.device)
         blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
-        self.k[blocks, :, pos % bs] = k.transpose(0, 1)  # (T, K, E): one position per (block, offset)
-        self.v[blocks, :, pos % bs] = v.transpose(0, 1)
+        self.k[:, blocks, pos % bs] = k  # (K, T, E): one position per (block, offset)
+        self.v[:, blocks, pos % bs] = v
 
     def _check(self, k: Tensor, v: Tensor) -> None:
         for name, t, width in (("k", k, self.head_dim), ("v", v, self.v_head_dim)):
@@ -217,8 +221,8 @@ class PagedKVCache:
         self._known(seq_id)
         L = self.lengths[seq_id]
         blocks = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.k.device)
-        k = self.k[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
-        v = self.v[blocks].transpose(0, 1).reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
+        k = self.k[:, blocks].reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
+        v = self.v[:, blocks].reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
         return k, v
 
 
@@ -231,8 +235,12 @@ def block_runs(table: list[int]) -> list[tuple[int, int]]:
         >>> block_runs([4, 5, 6, 0, 1, 9])
         [(4, 3), (0, 2), (9, 1)]
     """
-    runs: list[tuple[int, int]] = []
-    for block in table:
+    return _extend_runs([], table)
+
+
+def _extend_runs(runs: list[tuple[int, int]], blocks: list[int]) -> list[tuple[int, int]]:
+    """Add ``blocks`` at the end of a table already split into ``runs`` (changed in place, and returned)."""
+    for block in blocks:
         if runs and block == runs[-1][0] + runs[-1][1]:
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
         else:
@@ -240,21 +248,33 @@ def block_runs(table: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _pieces(cache: PagedKVCache, table: list[int], min_run: int) -> Iterator[tuple[Tensor, Tensor, list[int]]]:
+def _pieces(cache: PagedKVCache, seq_id: int, min_run: int) -> list[tuple[Tensor, Tensor, list[int] | range]]:
     """A sequence's keys and values in pieces: each run of at least ``min_run`` consecutive blocks as a view
-    of the pool (no copy), then every other block gathered into one tensor (a small copy). Yields
-    ``(k (n, K, bs, E), v (n, K, bs, Ev), the table indices of the n blocks)``."""
+    of the pool (no copy), then every other block gathered into one tensor (a small copy). The piece
+    holding the table's last block ends at the sequence's last position: the unused rest of that block
+    is cut off. Returns ``(k (K, n, E), v (K, n, Ev), the table indices of its blocks)`` per piece."""
+    K, bs, E, Ev = cache.num_kv_heads, cache.block_size, cache.head_dim, cache.v_head_dim
+    table = cache.block_tables[seq_id]
+    unused = len(table) * bs - cache.lengths[seq_id]  # positions past the end, all in the table's last block
+    pieces: list[tuple[Tensor, Tensor, list[int] | range]] = []
     scattered: list[int] = []
     i = 0
-    for start, n in block_runs(table):
+    for start, n in cache._runs[seq_id]:
         if n >= min_run:
-            yield cache.k[start : start + n], cache.v[start : start + n], list(range(i, i + n))
+            keep = n * bs - (unused if i + n == len(table) else 0)
+            k = cache.k[:, start : start + n].view(K, n * bs, E)[:, :keep]  # for each head, one stretch
+            v = cache.v[:, start : start + n].view(K, n * bs, Ev)[:, :keep]
+            pieces.append((k, v, range(i, i + n)))
         else:
             scattered.extend(range(i, i + n))
         i += n
     if scattered:
+        keep = len(scattered) * bs - (unused if scattered[-1] == len(table) - 1 else 0)
         blocks = torch.tensor([table[j] for j in scattered], device=cache.k.device)
-        yield cache.k.index_select(0, blocks), cache.v.index_select(0, blocks), scattered
+        k = cache.k.index_select(1, blocks).view(K, -1, E)[:, :keep]
+        v = cache.v.index_select(1, blocks).view(K, -1, Ev)[:, :keep]
+        pieces.append((k, v, scattered))
+    return pieces
 
 
 def paged_attention(
@@ -273,8 +293,9 @@ def paged_attention(
     block table is split into runs of consecutive blocks (:func:`block_runs`; the allocator hands out
     consecutive blocks while it can): a run of at least ``min_run`` blocks is read as a view of the pool,
     and the scattered blocks left over are gathered into one tensor (a small copy), so a sequence costs a
-    few pieces, not one per block. The pieces are combined with the online softmax of FlashAttention: a
-    running max, sum and weighted sum of values per query; the order of the pieces does not matter.
+    few pieces, not one per block. The scores of all pieces are laid side by side, one softmax normalises
+    them, and the output sums each piece's values weighted by its share (as vLLM's first PagedAttention
+    kernel does with the scores of all blocks; the order of the pieces does not matter).
 
     Args:
         q: ``(B, H, T, E)``, ``H`` a multiple of the cache's ``K`` (GQA without repeating keys).
@@ -318,27 +339,25 @@ def paged_attention(
         raise ValueError(f"sequences {short} hold fewer than T={T} positions; append the new tokens first")
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     n_rep, R = H // K, (H // K) * T
-    t = torch.arange(T, device=q.device).view(1, 1, 1, T, 1)  # new query t
+    t = torch.arange(T, device=q.device).view(1, 1, T, 1)  # new query t
     offsets = torch.arange(bs, device=q.device)
     out = torch.empty(B, K, R, Ev, dtype=q.dtype, device=q.device)
+    q = (q * scale).reshape(B, K, R, E)  # row r * T + t of KV head k is query head k * n_rep + r, token t
     for b, seq in enumerate(seq_ids):
         L = cache.lengths[seq]
-        qb = q[b].reshape(K, R, E) * scale  # row r * T + t is query head k * n_rep + r, token t
-        m = torch.full((K, R), _NEG_INF, dtype=q.dtype, device=q.device)  # running max
-        l = torch.zeros(K, R, dtype=q.dtype, device=q.device)  # running sum of exp(s - m)
-        acc = torch.zeros(K, R, Ev, dtype=q.dtype, device=q.device)  # running sum of exp(s - m) v
-        for k, v, where in _pieces(cache, cache.block_tables[seq], min_run):
-            s = qb @ k.transpose(-2, -1)  # (n, K, R, bs): every block of the piece at once
-            if (max(where) + 1) * bs - 1 > L - T:  # some key is after the first new query (or past the end)
-                pos = torch.tensor(where, device=q.device)[:, None] * bs + offsets  # (n, bs) key positions
-                hidden = pos.view(-1, 1, 1, 1, bs) > L - T + t  # (n, 1, 1, T, bs)
-                s = s.view(-1, K, n_rep, T, bs).masked_fill(hidden, _NEG_INF).view(-1, K, R, bs)
-            m_new = torch.maximum(m, s.amax(dim=(0, 3)))  # (K, R)
-            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)  # a row that saw nothing yet
-            p = torch.exp(s - shift[None, :, :, None])  # (n, K, R, bs), unnormalised
-            alpha = torch.exp(m - shift)  # rescales what was summed under the old max (0 at the start)
-            l = alpha * l + p.sum(dim=(0, 3))
-            acc = alpha[..., None] * acc + (p @ v).sum(dim=0)  # (K, R, Ev)
-            m = m_new
-        out[b] = acc / l[..., None]  # every query sees at least key 0, so l > 0
+        pieces = _pieces(cache, seq, min_run)
+        scores = [q[b] @ k.transpose(-2, -1) for k, _, _ in pieces]  # (K, R, n) each: one product per head
+        s = scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1)  # (K, R, L), keys in piece order
+        if T > 1:  # hide the keys after each new query: key positions, in the same order
+            pos = torch.cat([  # the positions of each piece's blocks, cut like its keys
+                (torch.tensor(list(where), device=q.device)[:, None] * bs + offsets).flatten()[: k.shape[1]]
+                for k, _, where in pieces
+            ])  # (L,)
+            s = s.view(K, n_rep, T, L).masked_fill(pos > L - T + t, _NEG_INF).view(K, R, L)
+        p = torch.softmax(s, dim=-1)  # every query sees at least key 0
+        i = 0
+        for _, v, _ in pieces:  # the weighted sum of values, piece by piece
+            n = v.shape[1]
+            out[b] = p[..., i : i + n] @ v if i == 0 else torch.baddbmm(out[b], p[..., i : i + n], v)
+            i += n
     return out.reshape(B, H, T, Ev)

@@ -24,6 +24,7 @@ def test_ratios_and_verdicts_follow_from_the_timings(report: dict) -> None:  # t
     ms = p["ms_per_step"]
     assert p["paged_over_contiguous"] == pytest.approx(ms["paged"] / ms["contiguous"])
     assert p["paged_over_padded"] == pytest.approx(ms["paged"] / ms["padded"])
+    assert p["block_major_over_paged"] == pytest.approx(ms["paged, block-major"] / ms["paged"])
     rolling = [r["ms_per_token"][f"rolling {n}"] for n in r["config"]["contexts"]]
     assert r["rolling_spread"] == pytest.approx(max(rolling) / min(rolling) - 1)
     met = report["targets_met"]

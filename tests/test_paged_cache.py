@@ -72,6 +72,7 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
             q = torch.randn(len(ids), H, T, E, generator=g, dtype=torch.float64)
             got = paged_attention(q, paged, ids)
             torch.testing.assert_close(got, contiguous_reference(q, [own[s] for s in ids]), atol=1e-12, rtol=1e-10)
+            assert paged._runs == {s: block_runs(t) for s, t in paged.block_tables.items()}  # kept up to date
             if step == 0:  # runs read in place, everything gathered, and the default split agree
                 for min_run in (1, 1000):
                     torch.testing.assert_close(paged_attention(q, paged, ids, min_run=min_run), got)
@@ -79,6 +80,43 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
                     k, v = paged.gather(s)
                     torch.testing.assert_close((k, v), (own[s].k[0, :, : own[s].length], own[s].v[0, :, : own[s].length]))
     assert freed <= set(paged.block_tables[7]) | set(paged.block_tables[8])  # every freed block was reused
+
+
+def test_a_query_that_sees_no_key_of_the_first_piece() -> None:
+    """Sequence 0 holds block 0, then a run of 5 blocks taken after sequence 1's block: the run is read
+    first, and the first of T = 5 * bs + 1 new queries (at position bs - 1) sees none of its keys."""
+    bs, g = 4, torch.Generator().manual_seed(3)
+    paged = PagedKVCache(8, bs, K, E, v_head_dim=EV, dtype=torch.float64)
+    own = KVCache(1, K, E, 64, v_head_dim=EV, dtype=torch.float64)
+    with torch.no_grad():
+        for s, n in ((0, bs), (1, bs), (0, 5 * bs)):
+            k, v = kv(n, g)
+            if s not in paged.block_tables:
+                paged.add_sequence(s)
+            paged.append(s, k, v)
+            if s == 0:
+                own.update(k[None], v[None])
+        assert paged.block_tables[0] == [0, 2, 3, 4, 5, 6] and block_runs(paged.block_tables[0])[1] == (2, 5)
+        q = torch.randn(1, 2 * K, 5 * bs + 1, E, generator=g, dtype=torch.float64)
+        got = paged_attention(q, paged, [0])
+    assert got.isfinite().all()
+    torch.testing.assert_close(got, contiguous_reference(q, [own]), atol=1e-12, rtol=1e-10)
+
+
+def test_runs_are_read_in_place_and_only_scattered_blocks_are_copied() -> None:
+    from lessons_src.paged_cache import _pieces
+
+    paged = PagedKVCache(16, 4, K, E)
+    with torch.no_grad():
+        for s, n in ((0, 20), (1, 4), (0, 4)):  # sequence 0: a run of 5 blocks, then block 6 alone
+            if s not in paged.block_tables:
+                paged.add_sequence(s)
+            paged.append(s, torch.randn(K, n, E), torch.randn(K, n, E))
+        run, scattered = _pieces(paged, 0, min_run=4)
+    pool = paged.k.untyped_storage().data_ptr()
+    assert run[0].untyped_storage().data_ptr() == pool and run[0].shape == (K, 20, E)  # a view of the pool
+    assert scattered[0].untyped_storage().data_ptr() != pool and scattered[0].shape == (K, 4, E)  # a copy
+    assert (list(run[2]), scattered[2]) == ([0, 1, 2, 3, 4], [5])  # the table indices of each piece's blocks
 
 
 def test_blocks_are_taken_as_needed_and_returned() -> None:

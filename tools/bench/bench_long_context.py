@@ -10,7 +10,9 @@ recorded before and after. Medians are reported, with the ratios the targets are
    variants: ``contiguous``: one :class:`~lessons_src.kv_cache.KVCache` per sequence, attention per
    sequence over exactly its length; ``padded``: one ``(B, K, 4096 + steps, E)`` buffer for the batch,
    one attention call with a padding mask (what a contiguous batch does); ``paged``:
-   :class:`~lessons_src.paged_cache.PagedKVCache` and :func:`~lessons_src.paged_cache.paged_attention`.
+   :class:`~lessons_src.paged_cache.PagedKVCache` and :func:`~lessons_src.paged_cache.paged_attention`;
+   ``paged, block-major``: the same blocks and steps with the pool stored ``(num_blocks, K, bs, E)``, as
+   vLLM's GPU pool is (:func:`block_major_attention`), to show what the layout costs in plain PyTorch.
    Outputs are checked equal before timing.
 2. **Memory** of the two caches for ragged batches: B=64 lengths drawn uniformly from 256..4,096
    (``torch.randint``, seed 0); contiguous caches reserve ``max_len = 4096`` per sequence, the paged cache
@@ -48,7 +50,7 @@ from lessons_src import MultiHeadAttention
 from lessons_src.attention import attention
 from lessons_src.kv_cache import KVCache, RollingKVCache, kv_bytes_per_token
 from lessons_src.masks import padding_mask
-from lessons_src.paged_cache import PagedKVCache, paged_attention
+from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 from lessons_src.rope import apply_rope, rope_cos_sin
 
 if TYPE_CHECKING:
@@ -76,6 +78,46 @@ def round_robin(fns: dict[str, Callable[[], object]], repeats: int, warmup: int 
 
 
 # --------------------------------------------------------------------------- 1. paged vs contiguous
+
+
+def block_major_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, cache: PagedKVCache, ids: list[int]) -> Tensor:
+    """``paged_attention``'s decode step (T = 1) over a block-major pool ``(num_blocks, K, bs, E)``.
+
+    The same pieces (runs of at least 4 blocks read in place, the rest gathered), but a run is no longer
+    one stretch of keys per head: its scores are one small product per block and head.
+    """
+    B, H, _, E = q.shape
+    K, bs = cache.num_kv_heads, cache.block_size
+    q = (q / math.sqrt(E)).reshape(B, K, H // K, E)
+    out = torch.empty(B, K, H // K, v_pool.shape[-1])
+    for b, seq in enumerate(ids):
+        table, L = cache.block_tables[seq], cache.lengths[seq]
+        pieces, scattered, i = [], [], 0
+        for start, n in block_runs(table):
+            if n >= 4:
+                pieces.append((k_pool[start : start + n], v_pool[start : start + n], range(i, i + n)))
+            else:
+                scattered.extend(range(i, i + n))
+            i += n
+        if scattered:
+            blocks = torch.tensor([table[j] for j in scattered])
+            pieces.append((k_pool.index_select(0, blocks), v_pool.index_select(0, blocks), scattered))
+        scores = []
+        for k, _, where in pieces:
+            s = q[b] @ k.transpose(-2, -1)  # (n, K, R, bs): a product per block and head
+            if where[-1] == len(table) - 1:  # the last block: hide its unused positions
+                s[-1, ..., L - (len(table) - 1) * bs :] = float("-inf")
+            scores.append(s.permute(1, 2, 0, 3).reshape(K, H // K, -1))  # (K, R, n * bs), a copy
+        p = torch.softmax(torch.cat(scores, dim=-1), dim=-1)
+        acc, i = None, 0
+        for k, v, _ in pieces:
+            n = k.shape[0]
+            w = p[..., i : i + n * bs].reshape(K, H // K, n, bs).permute(2, 0, 1, 3)  # (n, K, R, bs)
+            part = (w @ v).sum(dim=0)  # (K, R, Ev)
+            acc = part if acc is None else acc + part
+            i += n * bs
+        out[b] = acc
+    return out.reshape(B, H, 1, -1)
 
 
 def paged_vs_contiguous(steps: int, B: int = 8, H: int = 8, E: int = 64, block: int = 16) -> dict[str, Any]:
@@ -120,15 +162,28 @@ def paged_vs_contiguous(steps: int, B: int = 8, H: int = 8, E: int = 64, block: 
             pool.append(s, k[s], v[s])
         return paged_attention(q, pool, ids)
 
+    # the same blocks stored block-major, (num_blocks, K, block_size, E), as vLLM's GPU pool is
+    block_k, block_v = pool.k.transpose(0, 1).contiguous(), pool.v.transpose(0, 1).contiguous()
+
+    def block_major(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # runs after paged: the tables hold the token
+        for s in ids:
+            L = pool.lengths[s]
+            block_k[pool.block_tables[s][(L - 1) // block], :, (L - 1) % block] = k[s, :, 0]
+            block_v[pool.block_tables[s][(L - 1) // block], :, (L - 1) % block] = v[s, :, 0]
+        return block_major_attention(q, block_k, block_v, pool, ids)
+
     with torch.inference_mode():
         q, k, v = new_token()  # one step of each, checked equal, before timing
-        outs = {name: fn(q, k, v) for name, fn in (("contiguous", contiguous), ("padded", padded), ("paged", paged))}
+        variants = (
+            ("contiguous", contiguous), ("padded", padded), ("paged", paged), ("paged, block-major", block_major)
+        )
+        outs = {name: fn(q, k, v) for name, fn in variants}
         for name, out in outs.items():
             torch.testing.assert_close(out, outs["contiguous"], atol=1e-5, rtol=1e-4, msg=name)
-        times: dict[str, list[float]] = {"contiguous": [], "padded": [], "paged": []}
+        times: dict[str, list[float]] = {name: [] for name, _ in variants}
         for _ in range(steps):
             q, k, v = new_token()
-            for name, fn in (("contiguous", contiguous), ("padded", padded), ("paged", paged)):
+            for name, fn in variants:
                 t0 = time.perf_counter()
                 fn(q, k, v)
                 times[name].append(time.perf_counter() - t0)
@@ -137,6 +192,7 @@ def paged_vs_contiguous(steps: int, B: int = 8, H: int = 8, E: int = 64, block: 
         "contiguous": sum(c.k.nbytes + c.v.nbytes for c in own),
         "padded": padded_k.nbytes + padded_v.nbytes,
         "paged": pool.k.nbytes + pool.v.nbytes,
+        "paged, block-major": block_k.nbytes + block_v.nbytes,
     }
     return {
         "config": {"B": B, "lengths_at_start": lengths, "block_size": block, "num_heads": H, "num_kv_heads": H,
@@ -147,6 +203,7 @@ def paged_vs_contiguous(steps: int, B: int = 8, H: int = 8, E: int = 64, block: 
         "bytes_tokens": sum(c.nbytes for c in own),
         "paged_over_contiguous": ms["paged"] / ms["contiguous"],
         "paged_over_padded": ms["paged"] / ms["padded"],
+        "block_major_over_paged": ms["paged, block-major"] / ms["paged"],
         "padded_over_contiguous": ms["padded"] / ms["contiguous"],
     }
 
