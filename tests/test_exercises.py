@@ -9,9 +9,12 @@ that never changes). The command line is run as a learner runs it, on files with
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -174,6 +177,45 @@ def test_a_syntax_error_a_missing_function_and_a_crash_at_import_get_messages(tm
     assert "defines no function named split_heads (it defines: splitheads)" in str(result)
 
 
+def test_code_that_never_ends_is_stopped_with_the_line_it_was_on(tmp_path: Path) -> None:
+    def causal_mask(T, S):  # type: ignore[no-untyped-def]
+        while True:  # a learner's loop that never ends, swallowing every Exception
+            try:  # noqa: SIM105 (written the way learners write it)
+                T = T + 0
+            except Exception:
+                pass
+
+    t0 = time.monotonic()
+    result = check_function("causal_mask", causal_mask, time_limit=0.3)
+    assert time.monotonic() - t0 < 5
+    assert result.status == "error" and "ran for over 0.3 s on case 1 of" in result.message
+    first = causal_mask.__code__.co_firstlineno
+    stopped = re.search(r"and was stopped, at test_exercises\.py, line (\d+): ", result.message)
+    assert stopped and first < int(stopped.group(1)) <= first + 5  # a line of the loop
+    assert check_function("causal_mask", solutions.causal_mask, time_limit=0.3).passed  # a fast answer is untouched
+
+    slow = _write(tmp_path, "slow.py", "import time\nwhile True:\n    time.sleep(0.01)\n")
+    with pytest.raises(LearnerFileError, match=r"(?s)took over 0.3 s before any check and was stopped, at "
+                                               r"\S*slow\.py, line [23]: .*if __name__ == "):
+        load_learner_file(slow, time_limit=0.3)
+    with pytest.raises(ValueError, match=r"time_limit must be None or 0 \(no limit\) or a number of seconds; got -1"):
+        check_function("causal_mask", solutions.causal_mask, time_limit=-1)
+
+
+def test_a_timer_already_running_is_put_back() -> None:
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        assert check_function("causal_mask", solutions.causal_mask, time_limit=5).passed
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left <= 30  # re-armed, minus the time the check took
+        assert signal.getsignal(signal.SIGALRM) is not None and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lessons_src.lab.exercises", *args], cwd=cwd, capture_output=True, text=True,
@@ -209,6 +251,12 @@ def test_command_line_start_check_and_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "syntax error" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli("check", "no_such_exercise", "done.py", cwd=tmp_path)
     assert proc.returncode == 2 and "no exercise called 'no_such_exercise'" in proc.stderr
+    _write(tmp_path, "loop.py", "def split_heads(x, num_heads):\n    while True:\n        pass\n")
+    proc = _cli("check", "split_heads", "loop.py", "--time-limit", "0.5", cwd=tmp_path)
+    assert proc.returncode == 1 and "ran for over 0.5 s" in proc.stdout
+    assert re.search(r"and was stopped, at loop\.py, line [23]: ", proc.stdout)
+    proc = _cli("check", "split_heads", "loop.py", "--time-limit", "-2", cwd=tmp_path)
+    assert proc.returncode == 2 and "--time-limit must be 0 (no limit) or more seconds; got -2" in proc.stderr
     proc = _cli("hints", "online_softmax", cwd=tmp_path)
     assert proc.returncode == 0 and "Hint 2:" in proc.stdout
 

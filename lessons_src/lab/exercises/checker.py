@@ -7,6 +7,10 @@ the learner's function and to the answer as separate copies. On the first differ
 exercise's known-wrong variants (:mod:`.mistakes`) on the same cases: one that gives the learner's output
 on every case names the mistake and the lesson section that explains it; otherwise the checker shows the
 first differing element, its index and both values.
+
+A learner's code that runs too long (a loop that never ends) is stopped after ``time_limit`` seconds per
+call, and the checker says where it was stopped. The limit uses ``SIGALRM``, so it applies on Unix in the
+main thread (a script, a notebook cell); elsewhere the code runs without one.
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ import importlib.util
 import inspect
 import json
 import linecache
+import signal
 import sys
+import threading
+import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,16 +37,65 @@ from .catalogue import EXERCISES, Case, Exercise, exercise
 from .mistakes import MISCONCEPTIONS, Variant
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from types import ModuleType
+    from collections.abc import Callable, Iterator
+    from types import FrameType, ModuleType
 
 __all__ = ["LearnerFileError", "Result", "check", "check_file", "check_function", "load_learner_file"]
 
 RTOL, ATOL = 1e-4, 1e-5
+TIME_LIMIT = 10.0  # seconds one call of the learner's code may run; the answers take milliseconds
 
 
 class LearnerFileError(Exception):
     """The learner's file cannot be used (missing, a syntax error, an error while it runs); ``str`` says why."""
+
+
+class _OutOfTime(BaseException):
+    """Raised in the learner's code when its time is up. Not an ``Exception``: ``except Exception`` in the
+    learner's loop cannot swallow it."""
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Stop the code inside after ``seconds`` by raising :class:`_OutOfTime` in it (``None`` or 0: no limit).
+
+    A timer already set by someone else (a test runner's, say) is put back afterwards, minus the time used.
+    """
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise _OutOfTime
+
+    start = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, stop)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay:
+            left = max(previous_delay - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+
+
+def _valid_limit(seconds: object) -> None:
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0):
+        raise ValueError(f"time_limit must be None or 0 (no limit) or a number of seconds; got {seconds!r}")
+
+
+def _stopped_at(err: BaseException, filename: str | None) -> str:
+    """``, at my_file.py, line 7: while True:`` for the learner's line that was running, or ``""``."""
+    mine = [f for f in traceback.extract_tb(err.__traceback__) if filename is not None and f.filename == filename]
+    if not mine:
+        return ""
+    f = mine[-1]
+    src = _SOURCES.get(f.filename)
+    where = src.where(f.lineno or 0) if src else f"{Path(f.filename).name}, line {f.lineno}"
+    line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
+    return f", at {where}" + (f": {line}" if line else "")
 
 
 @dataclass(frozen=True)
@@ -118,13 +175,14 @@ def _without_check_calls(tree: ast.Module) -> ast.Module:
     return tree
 
 
-def load_learner_file(path: str | Path) -> ModuleType:
+def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT) -> ModuleType:
     """Execute the learner's ``.py`` file or notebook in a fresh module and return it.
 
     Raises:
-        LearnerFileError: the file is missing, is not Python, has a syntax error, or raises while it runs
-            (the message names the line, not a traceback).
+        LearnerFileError: the file is missing, is not Python, has a syntax error, raises while it runs
+            (the message names the line, not a traceback), or runs longer than ``time_limit`` seconds.
     """
+    _valid_limit(time_limit)
     p = Path(path)
     if not p.is_file():
         raise LearnerFileError(f"there is no file {p}; give the path of your .py file or notebook")
@@ -156,7 +214,14 @@ def load_learner_file(path: str | Path) -> ModuleType:
     module.__file__ = filename
     sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
     try:
-        exec(compiled, module.__dict__)
+        with _time_limit(time_limit):
+            exec(compiled, module.__dict__)
+    except _OutOfTime as err:
+        raise LearnerFileError(
+            f"running {p} took over {time_limit:g} s before any check and was stopped{_stopped_at(err, filename)}. "
+            "Code at the top level of the file runs when it is loaded: put long runs under "
+            "`if __name__ == \"__main__\":` (the checker does not run that block)"
+        ) from None
     except Exception as err:
         raise LearnerFileError(f"running {p} failed before any check: {_describe_error(err, filename)}") from None
     finally:
@@ -281,9 +346,16 @@ def _params(fn: Callable[..., Any]) -> str:
         return "(...)"
 
 
-def check_function(name: str, fn: object) -> Result:
-    """Check ``fn`` as the answer to exercise ``name`` and return the :class:`Result` (never raises for bad answers)."""
+def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIMIT) -> Result:
+    """Check ``fn`` as the answer to exercise ``name`` and return the :class:`Result` (never raises for bad answers).
+
+    A call of ``fn`` that runs over ``time_limit`` seconds (``None`` or 0: no limit) is stopped, and reported.
+
+    Raises:
+        ValueError: for an unknown exercise, or a ``time_limit`` that is not ``None`` or a number >= 0.
+    """
     ex = exercise(name)
+    _valid_limit(time_limit)
     expected = f"{name}{_params(ex.stub)}"
     if not callable(fn):
         return Result(name, "error", f"FAILED {name}: {name} is a {type(fn).__name__}, not a function {expected}")
@@ -301,7 +373,12 @@ def check_function(name: str, fn: object) -> Result:
     for i, case in enumerate(cases):
         where = f"case {i + 1} of {len(cases)}: {case.label}"
         try:
-            learner.append(_outputs(fn, case))
+            with _time_limit(time_limit):
+                learner.append(_outputs(fn, case))
+        except _OutOfTime as err:
+            return Result(name, "error", f"FAILED {name}: your function ran for over {time_limit:g} s on {where} "
+                          f"and was stopped{_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
+                          "small inputs: look for a loop that never ends (a condition that never changes)")
         except NotImplementedError:
             return Result(name, "not written", f"FAILED {name}: not written yet: it raises NotImplementedError "
                           "(replace the `raise` with your code)")
@@ -330,7 +407,9 @@ def check_function(name: str, fn: object) -> Result:
     return Result(name, "passed", f"passed {name} ({len(cases)} cases)")
 
 
-def check(fn_or_name: object, fn: object = None, *, quiet: bool = False) -> Result:
+def check(
+    fn_or_name: object, fn: object = None, *, quiet: bool = False, time_limit: float | None = TIME_LIMIT
+) -> Result:
     """Check an answer from a notebook or a script: ``check(split_heads)`` or ``check("split_heads", fn)``.
 
     Prints the verdict (unless ``quiet``) and returns the :class:`Result`.
@@ -347,21 +426,23 @@ def check(fn_or_name: object, fn: object = None, *, quiet: bool = False) -> Resu
                 f"{name!r} is not the name of an exercise; name it, check('split_heads', my_fn), or call your "
                 f"function by the exercise's name: {', '.join(EXERCISES)}"
             )
-    result = check_function(name, answer)
+    result = check_function(name, answer, time_limit=time_limit)
     if not quiet:
         print(result)
     return result
 
 
-def check_file(path: str | Path, name: str = "all") -> list[Result]:
+def check_file(path: str | Path, name: str = "all", *, time_limit: float | None = TIME_LIMIT) -> list[Result]:
     """Check one exercise (``name``) or every exercise (``"all"``) in the learner's file or notebook.
+
+    ``time_limit``: seconds that loading the file, and each call of a function, may run.
 
     Raises:
         LearnerFileError: when the file cannot be loaded (see :func:`load_learner_file`).
         ValueError: for an unknown exercise name.
     """
     names = list(EXERCISES) if name == "all" else [exercise(name).name]
-    module = load_learner_file(path)
+    module = load_learner_file(path, time_limit=time_limit)
     results = []
     for n in names:
         if not hasattr(module, n):
@@ -369,5 +450,5 @@ def check_file(path: str | Path, name: str = "all") -> list[Result]:
             results.append(Result(n, "missing", f"FAILED {n}: {path} defines no function named {n} (it defines: "
                                   f"{', '.join(defined) or 'no functions'})"))
             continue
-        results.append(check_function(n, getattr(module, n)))
+        results.append(check_function(n, getattr(module, n), time_limit=time_limit))
     return results
