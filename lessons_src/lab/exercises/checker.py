@@ -75,7 +75,8 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_handler is not None:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGALRM, previous_handler)
         if previous_delay:
             left = max(previous_delay - (time.monotonic() - start), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
