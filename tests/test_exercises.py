@@ -202,6 +202,14 @@ def test_code_that_never_ends_is_stopped_with_the_line_it_was_on(tmp_path: Path)
         check_function("causal_mask", solutions.causal_mask, time_limit=-1)
 
 
+def test_a_loop_defined_in_a_notebook_cell_is_reported_in_the_cells_words() -> None:
+    namespace: dict[str, object] = {}
+    code = "def causal_mask(T, S):\n    while True:\n        T = T + 0\n"
+    exec(compile(code, "/tmp/ipykernel_4242/1234567.py", "exec"), namespace)  # how Jupyter names a cell's code
+    result = check_function("causal_mask", namespace["causal_mask"], time_limit=0.3)
+    assert re.search(r"and was stopped, at your notebook cell, line [23]", result.message), result.message
+
+
 def test_a_timer_already_running_is_put_back() -> None:
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))

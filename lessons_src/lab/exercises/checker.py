@@ -87,18 +87,6 @@ def _valid_limit(seconds: object) -> None:
         raise ValueError(f"time_limit must be None or 0 (no limit) or a number of seconds; got {seconds!r}")
 
 
-def _stopped_at(err: BaseException, filename: str | None) -> str:
-    """``, at my_file.py, line 7: while True:`` for the learner's line that was running, or ``""``."""
-    mine = [f for f in traceback.extract_tb(err.__traceback__) if filename is not None and f.filename == filename]
-    if not mine:
-        return ""
-    f = mine[-1]
-    src = _SOURCES.get(f.filename)
-    where = src.where(f.lineno or 0) if src else f"{Path(f.filename).name}, line {f.lineno}"
-    line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
-    return f", at {where}" + (f": {line}" if line else "")
-
-
 @dataclass(frozen=True)
 class Result:
     """The outcome of checking one exercise. ``status``: passed, wrong, error, missing or not written."""
@@ -241,23 +229,35 @@ def _clone(obj: Any) -> Any:
     return obj
 
 
-def _describe_error(err: BaseException, filename: str | None) -> str:
-    """``TypeError: message, at my_file.py, line 7: code`` for the learner's innermost line."""
+def _learner_line(err: BaseException, filename: str | None, *, any_file: bool = True) -> str:
+    """``at my_file.py, line 7: code``: the innermost line of the learner's file in ``err``'s traceback, or
+    (with ``any_file``) the innermost line of any file when none is the learner's; else ``""``."""
     frames = traceback.extract_tb(err.__traceback__)
-    mine = [f for f in frames if filename is not None and f.filename == filename] or frames[-1:]
-    text = f"{type(err).__name__}: {err}".strip()
-    if mine:
-        f = mine[-1]
-        src = _SOURCES.get(f.filename)
-        if src:
-            where = src.where(f.lineno or 0)
-        elif "ipykernel" in f.filename or f.filename.startswith("<ipython"):
-            where = f"your notebook cell, line {f.lineno}"
-        else:
-            where = f"{Path(f.filename).name}, line {f.lineno}"
-        line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
-        text += f"\n  at {where}" + (f": {line}" if line else "")
-    return text
+    mine = [f for f in frames if filename is not None and f.filename == filename] or (frames[-1:] if any_file else [])
+    if not mine:
+        return ""
+    f = mine[-1]
+    src = _SOURCES.get(f.filename)
+    if src:
+        where = src.where(f.lineno or 0)
+    elif "ipykernel" in f.filename or f.filename.startswith("<ipython"):
+        where = f"your notebook cell, line {f.lineno}"
+    else:
+        where = f"{Path(f.filename).name}, line {f.lineno}"
+    line = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
+    return f"at {where}" + (f": {line}" if line else "")
+
+
+def _describe_error(err: BaseException, filename: str | None) -> str:
+    """``TypeError: message`` and, on the next line, where in the learner's code it was raised."""
+    at = _learner_line(err, filename)
+    return f"{type(err).__name__}: {err}".strip() + (f"\n  {at}" if at else "")
+
+
+def _stopped_at(err: BaseException, filename: str | None) -> str:
+    """``, at my_file.py, line 7: while True:`` for the learner's line that was running when time ran out."""
+    at = _learner_line(err, filename, any_file=False)
+    return f", {at}" if at else ""
 
 
 def _outputs(fn: Callable[..., Any], case: Case) -> list[tuple[str, Any]]:
