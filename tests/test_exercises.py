@@ -190,12 +190,12 @@ def test_code_that_never_ends_is_stopped_with_the_line_it_was_on(tmp_path: Path)
     assert time.monotonic() - t0 < 5
     assert result.status == "error" and "ran for over 0.3 s on case 1 of" in result.message
     first = causal_mask.__code__.co_firstlineno
-    stopped = re.search(r"and was stopped, at test_exercises\.py, line (\d+): ", result.message)
+    stopped = re.search(r"and was stopped\n  at test_exercises\.py, line (\d+): ", result.message)
     assert stopped and first < int(stopped.group(1)) <= first + 5  # a line of the loop
     assert check_function("causal_mask", solutions.causal_mask, time_limit=0.3).passed  # a fast answer is untouched
 
     slow = _write(tmp_path, "slow.py", "import time\nwhile True:\n    time.sleep(0.01)\n")
-    with pytest.raises(LearnerFileError, match=r"(?s)took over 0.3 s before any check and was stopped, at "
+    with pytest.raises(LearnerFileError, match=r"(?s)took over 0.3 s before any check and was stopped\n  at "
                                                r"\S*slow\.py, line [23]: .*if __name__ == "):
         load_learner_file(slow, time_limit=0.3)
     with pytest.raises(ValueError, match=r"time_limit must be None or 0 \(no limit\) or a number of seconds; got -1"):
@@ -207,7 +207,7 @@ def test_a_loop_defined_in_a_notebook_cell_is_reported_in_the_cells_words() -> N
     code = "def causal_mask(T, S):\n    while True:\n        T = T + 0\n"
     exec(compile(code, "/tmp/ipykernel_4242/1234567.py", "exec"), namespace)  # how Jupyter names a cell's code
     result = check_function("causal_mask", namespace["causal_mask"], time_limit=0.3)
-    assert re.search(r"and was stopped, at your notebook cell, line [23]", result.message), result.message
+    assert re.search(r"and was stopped\n  at your notebook cell, line [23]", result.message), result.message
 
 
 def test_a_timer_already_running_is_put_back() -> None:
@@ -262,7 +262,7 @@ def test_command_line_start_check_and_errors(tmp_path: Path) -> None:
     _write(tmp_path, "loop.py", "def split_heads(x, num_heads):\n    while True:\n        pass\n")
     proc = _cli("check", "split_heads", "loop.py", "--time-limit", "0.5", cwd=tmp_path)
     assert proc.returncode == 1 and "ran for over 0.5 s" in proc.stdout
-    assert re.search(r"and was stopped, at loop\.py, line [23]: ", proc.stdout)
+    assert re.search(r"and was stopped\n  at loop\.py, line [23]: ", proc.stdout)
     proc = _cli("check", "split_heads", "loop.py", "--time-limit", "-2", cwd=tmp_path)
     assert proc.returncode == 2 and "--time-limit must be 0 (no limit) or more seconds; got -2" in proc.stderr
     proc = _cli("hints", "online_softmax", cwd=tmp_path)

@@ -207,8 +207,8 @@ def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT
             exec(compiled, module.__dict__)
     except _OutOfTime as err:
         raise LearnerFileError(
-            f"running {p} took over {time_limit:g} s before any check and was stopped{_stopped_at(err, filename)}. "
-            "Code at the top level of the file runs when it is loaded: put long runs under "
+            f"running {p} took over {time_limit:g} s before any check and was stopped{_stopped_at(err, filename)}\n"
+            "  Code at the top level of the file runs when it is loaded: put long runs under "
             "`if __name__ == \"__main__\":` (the checker does not run that block)"
         ) from None
     except Exception as err:
@@ -255,9 +255,9 @@ def _describe_error(err: BaseException, filename: str | None) -> str:
 
 
 def _stopped_at(err: BaseException, filename: str | None) -> str:
-    """``, at my_file.py, line 7: while True:`` for the learner's line that was running when time ran out."""
+    """``\n  at my_file.py, line 7: while True:``: the learner's line that was running when time ran out."""
     at = _learner_line(err, filename, any_file=False)
-    return f", {at}" if at else ""
+    return f"\n  {at}" if at else ""
 
 
 def _outputs(fn: Callable[..., Any], case: Case) -> list[tuple[str, Any]]:
@@ -379,7 +379,7 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
         except _OutOfTime as err:
             return Result(name, "error", f"FAILED {name}: your function ran for over {time_limit:g} s on {where} "
                           f"and was stopped{_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
-                          "small inputs: look for a loop that never ends (a condition that never changes)")
+                          "small inputs:\n  look for a loop that never ends (a condition that never changes)")
         except NotImplementedError:
             return Result(name, "not written", f"FAILED {name}: not written yet: it raises NotImplementedError "
                           "(replace the `raise` with your code)")
