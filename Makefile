@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build test lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-heads ablate parallel
+.PHONY: deps help serve build build-again test test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -42,21 +42,56 @@ serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0
 build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
 	$(BIN)/mkdocs build --strict --clean --site-dir site
 
+# The second, independent build that tests/site/test_reproducible.py compares with site/ byte for byte. `make test`
+# builds it beside site/ and passes it on (SITE_AGAIN_READY); a `make site-check` of its own builds it in the test.
+SITE_AGAIN := .cache/site-again
+build-again: $(DEPS) $(NODE_DEPS)
+	rm -rf $(SITE_AGAIN)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(SITE_AGAIN)
+
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
 	$(BIN)/ruff check lessons_src tests tools
 	$(BIN)/mypy
 	$(BIN)/zizmor --offline --no-progress .github/workflows
 
+# Every suite writes the id of each test it collected to $(CHECKS)/<suite>.txt (tests/conftest.py), and reports
+# its slowest tests; tools/dev/compare_checks.py compares two such lists check by check.
+CHECKS := .cache/checks
+PYTEST := $(BIN)/python -m pytest --durations=15 --durations-min=1
+
 unit: $(DEPS) ## Unit tests of lessons_src
-	$(BIN)/python -m pytest --ignore=tests/site --ignore=tests/browser
+	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks $(CHECKS)/unit.txt
 
 site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, reproducibility (run after build)
-	$(BIN)/python -m pytest -n 2 tests/site
+	$(if $(SITE_AGAIN_READY),SITE_AGAIN=$(SITE_AGAIN_READY)) $(PYTEST) -n 2 tests/site --list-checks $(CHECKS)/site.txt
 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
-	$(BIN)/python -m pytest tests/browser
+	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
 
-test: lint unit build site-check browser ## Everything CI runs: lint, unit tests, strict build, site and browser checks
+# `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
+# reads exists. The two builds first, side by side; then the browser tests (they need site/) beside the unit
+# tests, lint, and the site checks (they compare site/ with the second build). Each step's output is printed
+# when it ends; the first failure stops `make test` (the steps already running finish).
+test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (~10 min)
+	@rm -rf $(SITE_AGAIN) $(CHECKS)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-steps
+
+test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check
+	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
+	@cat $(CHECKS)/timings.txt
+TIMED = @$(BIN)/python tools/dev/timed.py $(1) $(CHECKS)/timings.txt -- $(MAKE) --no-print-directory
+test-build:
+	$(call TIMED,build) build
+test-build-again:
+	$(call TIMED,build-again) build-again
+test-browser: test-build
+	$(call TIMED,browser) browser
+test-unit:
+	$(call TIMED,unit) unit
+test-lint:
+	$(call TIMED,lint) lint
+test-site-check: test-build test-build-again
+	$(call TIMED,site-check) site-check SITE_AGAIN_READY=$(SITE_AGAIN)
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench/bench_mha.py

@@ -1,6 +1,7 @@
 """Fixtures for the real-browser tests: the built site/ served locally, and Debian's Chromium via Playwright.
 
-See browser_support.py for how the site is served and how requests are watched.
+See browser_support.py for how the site is served and how requests are watched, and views.py for ``view``,
+the shared fixture of the per-page checks (one load per page and width for all of them).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from browser_support import BASE_PATH, CHROMIUM_ARGS, SITE, SiteHandler, Watch, chromium_path, open_context
+from views import View, ViewKey
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,3 +56,55 @@ def page(context: tuple[Any, Watch]) -> Iterator[Any]:
     page = ctx.new_page()
     yield page
     assert watch.problems() == {}, f"the browser reported problems: {watch.problems()}"
+
+
+def _view_key(item: pytest.Item) -> ViewKey | None:
+    callspec = getattr(item, "callspec", None)
+    key = callspec.params.get("view") if callspec is not None else None
+    return key if isinstance(key, ViewKey) else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the checks of one view one after another (those that change the page last), after the other tests."""
+    others = [item for item in items if _view_key(item) is None]
+    views = [item for item in items if _view_key(item) is not None]
+    views.sort(key=lambda item: (_view_key(item).width, _view_key(item).path,  # type: ignore[union-attr]
+                                 item.get_closest_marker("mutates_view") is not None))
+    items[:] = others + views
+
+
+class _OpenView:
+    """The one view kept open between checks."""
+
+    def __init__(self) -> None:
+        self.view: View | None = None
+
+    def get(self, browser: Any, server: str, key: ViewKey) -> View:
+        if self.view is not None and self.view.key != key:
+            self.close()
+        if self.view is None:
+            self.view = View.open(browser, server, key)
+        return self.view
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None
+
+
+@pytest.fixture(scope="session")
+def _open_view() -> Iterator[_OpenView]:
+    holder = _OpenView()
+    yield holder
+    holder.close()
+
+
+@pytest.fixture
+def view(request: pytest.FixtureRequest, browser: Any, server: str, _open_view: _OpenView) -> Iterator[View]:
+    """The page and width this check is parametrized with (see views.per_page), loaded once for all its checks."""
+    opened = _open_view.get(browser, server, request.param)
+    yield opened
+    problems = opened.problems()
+    if request.node.get_closest_marker("mutates_view") is not None:
+        _open_view.close()
+    assert not problems, f"{opened.name}: the browser reported problems: {problems}"

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import torch
 from browser_support import ROOT, Watch, open_context, page_file, site_pages
-from test_pages import run_axe
+from playwright.sync_api import expect
 from test_widgets import open_by_navigation
+from views import run_axe
 
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_model
@@ -227,6 +228,7 @@ def test_hover_and_keyboard_move_the_query(page: Any, context: tuple[Any, Watch]
     # The table in the collapsible shows the same numbers as the model (one row sums to 1).
     page.locator(".lm-table-box summary").click()
     cells = page.locator(".lm-table tbody tr").nth(10).locator("td")
+    expect(cells).to_have_count(11)  # the table is drawn when the collapsible opens: wait for it, not a fixed time
     row = cells.evaluate_all("els => els.map(e => Number(e.textContent))")
     assert len(row) == 11 and abs(sum(row) - 1) < 0.06
     assert_clean(context[1])
@@ -278,21 +280,3 @@ def test_axe_with_the_widget_in_use(browser: Any, server: str, scheme: str) -> N
         assert_clean(watch)
     finally:
         context.close()
-
-
-def test_page_rules(browser: Any, server: str) -> None:
-    """At most 12 screens at 375 x 667 with collapsibles closed, at most 1,500 DOM elements outside code."""
-    context, watch = open_context(browser, server, viewport={"width": 375, "height": 667}, is_mobile=True)
-    try:
-        page = context.new_page()
-        open_page(page, server + PATH)
-        height = page.evaluate("document.documentElement.scrollHeight")
-        assert height <= 12 * 667, f"{height / 667:.1f} screens"
-        elements = page.evaluate(
-            "() => document.querySelectorAll('*').length - document.querySelectorAll('pre *, code *').length"
-        )
-        assert elements <= 1500, elements
-        assert_clean(watch)
-    finally:
-        context.close()
-

@@ -1,88 +1,72 @@
-"""Every page fits 12 screens of a 375x667 phone with its collapsibles closed, and its figures fit the column.
+"""Every page fits 12 screens of a 375x667 phone with its collapsibles closed, holds at most 1,500 elements
+outside code blocks, and its figures fit the column.
 
 The page is opened at 375x667 (a small phone), every <details> is closed, and the document's height is
-divided by the screen's: at most 12 screens. Pages known to be too long are listed in KNOWN_LONG with the
-issue that is splitting them; they are expected to fail (strictly: once such a page fits, its entry must go).
+divided by the screen's: at most 12 screens (views.FACTS_JS measures it). Pages known to be too long are
+listed in KNOWN_LONG with the issue that is splitting them; they are expected to fail (strictly: once such a
+page fits, its entry must go).
 
-The figure test checks the assumption of tests/site/test_page_weight.py: on this screen a figure is drawn
+The figure check tests the assumption of tests/site/test_page_weight.py: on this screen a figure is drawn
 at most 343 px wide (Material's content column), so its text size can be computed from its SVG file.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
-from browser_support import open_context, site_pages
+from browser_support import page_file, site_pages
+from views import HEIGHT, View, ViewKey, per_page
 
-SCREEN = {"width": 375, "height": 667}
+PHONE = 375
 MAX_SCREENS = 12
 PHONE_COLUMN_PX = 343
-# Pages over the limit whose text another issue owns (lessons and summary: issue 15; practice: issue 16).
-# KNOWN_LONG=0 in the environment runs them as ordinary tests, to measure them.
+MAX_ELEMENTS = 1500
+# Pages over the limit whose text another issue owns. KNOWN_LONG=0 in the environment runs them as ordinary
+# tests, to measure them.
 KNOWN_LONG: dict[str, str] = {}
 PAGES = site_pages()
 
 
-def screens(page: Any) -> float:
-    height: float = page.evaluate(
-        """() => {
-            document.querySelectorAll('details[open]').forEach(d => d.removeAttribute('open'));
-            return document.documentElement.scrollHeight;
-        }"""
-    )
-    return height / SCREEN["height"]
-
-
-def marks(path: str) -> list[Any]:
+def marks(path: str) -> list[pytest.MarkDecorator]:
     if path in KNOWN_LONG and os.environ.get("KNOWN_LONG", "1") != "0":
         return [pytest.mark.xfail(reason=f"too long; {KNOWN_LONG[path]}", strict=True)]
     return []
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=marks(p), id=p or "home") for p in PAGES])
-def test_page_fits_twelve_phone_screens(browser: Any, server: str, path: str) -> None:
-    context, _ = open_context(browser, server, viewport=SCREEN, is_mobile=True)
-    try:
-        page = context.new_page()
-        page.goto(server + path, wait_until="networkidle")
-        n = screens(page)
-        print(f"SCREENS {path or '/'} {n:.1f}")
-        assert n <= MAX_SCREENS, f"{path or 'home'}: {n:.1f} screens of 375x667 with collapsibles closed"
-    finally:
-        context.close()
+@pytest.mark.parametrize(
+    "view", [pytest.param(ViewKey(p, PHONE), marks=marks(p), id=f"{PHONE}-{p or 'home'}") for p in PAGES], indirect=True
+)
+def test_page_fits_twelve_phone_screens(view: View) -> None:
+    n = view.facts["closedHeight"] / HEIGHT[PHONE]
+    print(f"SCREENS {view.path or '/'} {n:.1f}")
+    assert n <= MAX_SCREENS, f"{view.name}: {n:.1f} screens of 375x667 with collapsibles closed"
 
 
-def test_figures_fit_the_phone_column(browser: Any, server: str) -> None:
-    with_figures = [p for p in PAGES if '<figure class="lesson-figure">' in _html(p)]
-    assert with_figures, "no page has a lesson figure"
-    context, watch = open_context(browser, server, viewport=SCREEN, is_mobile=True)
-    try:
-        page = context.new_page()
-        for path in with_figures:
-            page.goto(server + path, wait_until="networkidle")
-            widths = page.evaluate(
-                """async () => {
-                    const imgs = [...document.querySelectorAll('.lesson-figure img')];
-                    imgs.forEach(i => { i.loading = 'eager'; });
-                    await Promise.all(imgs.map(i => i.decode().catch(() => null)));
-                    return imgs.map(i => [i.getBoundingClientRect().width, i.currentSrc, i.naturalWidth,
-                                          (i.parentElement.querySelector('source') || {}).srcset || null]);
-                }"""
-            )
-            assert widths, f"{path}: no figure image"
-            for width, src, natural, narrow in widths:
-                assert 0 < width <= PHONE_COLUMN_PX + 0.5, f"{path}: {src} drawn {width} px wide"
-                assert natural > 0, f"{path}: {src} did not load"
-                if narrow:  # the phone gets the variant drawn for it
-                    assert src.endswith(narrow.split("/")[-1]), f"{path}: a 375-px screen picked {src}, not {narrow}"
-    finally:
-        context.close()
-    assert watch.problems() == {}, watch.problems()
+def _has_lesson_figure(path: str) -> bool:
+    return '<figure class="lesson-figure">' in page_file(path).read_text(encoding="utf-8")
 
 
-def _html(path: str) -> str:
-    from browser_support import page_file
+WITH_FIGURES = [p for p in PAGES if _has_lesson_figure(p)]
 
-    return page_file(path).read_text(encoding="utf-8")
+
+def test_some_page_has_a_lesson_figure() -> None:
+    assert WITH_FIGURES, "no page has a lesson figure"
+
+
+@pytest.mark.parametrize("view", [ViewKey(p, PHONE) for p in WITH_FIGURES], indirect=True, ids=str)
+def test_figures_fit_the_phone_column(view: View) -> None:
+    figures = view.facts["lessonFigures"]
+    assert figures, f"{view.name}: no figure image"
+    for f in figures:
+        assert 0 < f["width"] <= PHONE_COLUMN_PX + 0.5, f"{view.name}: {f['src']} drawn {f['width']} px wide"
+        assert f["natural"] > 0, f"{view.name}: {f['src']} did not load"
+        if f["narrow"]:  # the phone gets the variant drawn for it
+            picked = f"{view.name}: a 375-px screen picked {f['src']}, not {f['narrow']}"
+            assert f["src"].endswith(f["narrow"].split("/")[-1]), picked
+
+
+@per_page(widths=(PHONE,))
+def test_at_most_1500_elements_outside_code(view: View) -> None:
+    """The DOM as the browser holds it (scripts' widgets included), code blocks aside."""
+    assert view.facts["elements"] <= MAX_ELEMENTS, f"{view.name}: {view.facts['elements']} elements outside code blocks"

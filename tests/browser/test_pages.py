@@ -12,7 +12,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from browser_support import AXE, ROOT, Watch, open_context, page_file, site_pages
+from browser_support import ROOT, Watch, open_context, page_file, site_pages
+from views import View, per_page
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,76 +62,71 @@ def assert_clean(watch: Watch) -> None:
     assert watch.problems() == {}, f"the browser reported problems: {json.dumps(watch.problems(), indent=1)}"
 
 
-def run_axe(page: Any) -> list[dict[str, Any]]:
-    """axe-core's violations of serious or critical impact on the open page."""
-    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
-    violations: list[dict[str, Any]] = page.evaluate(
-        """async () => {
-            const r = await axe.run(document, {resultTypes: ['violations']});
-            return r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
-                id: v.id, impact: v.impact, help: v.help,
-                nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ': ' + n.failureSummary),
-            }));
-        }"""
-    )
-    return violations
+@per_page()
+def test_page_has_a_title(view: View) -> None:
+    assert view.facts["h1"] >= 1, f"{view.name}: no <h1> in the article"
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
-def test_page_renders_cleanly(page: Any, context: tuple[Any, Watch], server: str, path: str) -> None:
-    """No console error, failed request or third-party request; math, figures and collapsibles work."""
-    page.goto(server + path, wait_until="load")
-    page.wait_for_load_state("networkidle")
-    assert page.locator("article h1").count() >= 1
+@per_page()
+def test_math_is_typeset(view: View) -> None:
+    """Math is typeset at build time: every formula has a laid-out KaTeX box, and no raw TeX is left in the prose."""
+    boxes = view.facts["math"]
+    if expects_math(view.path):
+        assert boxes, f"{view.name}: the source has math but the page shows no .katex element"
+    assert all(area > 0 for area in boxes), f"{view.name}: a formula has no KaTeX box of nonzero size: {boxes}"
+    raw = _RAW_TEX.findall(view.facts["prose"])
+    assert raw == [], f"{view.name}: TeX left unrendered in the page: {raw[:5]}"
 
-    # Math: typeset at build time; every formula has a laid-out KaTeX box and no raw TeX is left in the prose.
-    boxes = page.eval_on_selector_all(
-        "article .math", "els => els.map(e => { const k = e.querySelector('.katex'); "
-        "if (!k) return 0; const r = k.getBoundingClientRect(); return r.width * r.height; })"
-    )
-    if expects_math(path):
-        assert boxes, f"{path or 'home'}: the source has math but the page shows no .katex element"
-    assert all(area > 0 for area in boxes), f"{path or 'home'}: a formula has no KaTeX box of nonzero size: {boxes}"
-    prose = page.evaluate(
-        """() => { const a = document.querySelector('article').cloneNode(true);
-                   a.querySelectorAll('pre, code, script, style, .katex, .math').forEach(e => e.remove());
-                   return a.textContent; }"""
-    )
-    raw = _RAW_TEX.findall(prose)
-    assert raw == [], f"{path or 'home'}: TeX left unrendered in the page: {raw[:5]}"
 
-    # Figures: every image and figure SVG in the article is loaded and has a nonzero size (lazy ones fetched first).
-    page.evaluate(
-        """async () => {
-            const imgs = [...document.querySelectorAll('article img[loading=lazy]')];
-            imgs.forEach(i => { i.loading = 'eager'; });
-            await Promise.all(imgs.map(i => i.decode().catch(() => null)));
-        }"""
-    )
-    figures = page.eval_on_selector_all(
-        "article img, article figure svg, article svg[role=img]",
-        """els => els.map(e => { const r = e.getBoundingClientRect();
-            return {tag: e.tagName, w: r.width, h: r.height,
-                    loaded: e.tagName !== 'IMG' || (e.complete && e.naturalWidth > 0)}; })""",
-    )
-    if expects_figure(path):
-        assert figures, f"{path or 'home'}: the source makes a figure but the page shows none"
+@per_page()
+def test_figures_render(view: View) -> None:
+    """Every image and figure SVG in the article is loaded and has a nonzero size (lazy ones fetched first)."""
+    figures = view.facts["figures"]
+    if expects_figure(view.path):
+        assert figures, f"{view.name}: the source makes a figure but the page shows none"
     bad = [f for f in figures if not (f["w"] > 0 and f["h"] > 0 and f["loaded"])]
-    assert bad == [], f"{path or 'home'}: figures that did not render: {bad}"
+    assert bad == [], f"{view.name}: figures that did not render: {bad}"
 
-    # Collapsibles: each <details> opens when its summary is clicked and then shows its content.
-    details = page.locator("article details")
+
+@per_page()
+def test_no_sideways_scroll(view: View) -> None:
+    widths = view.facts["widths"]
+    assert widths["view"] == view.width
+    assert max(widths["doc"], widths["body"]) <= widths["view"], f"{view.name} scrolls sideways: {widths}"
+
+
+@per_page()
+def test_axe_clean(view: View) -> None:
+    """No serious or critical axe-core violation in the light scheme; the phone layout differs (drawer
+    navigation, footer, wrapped tables), so it is checked at both widths."""
+    assert view.facts["scheme"] == "default", f"{view.name}: a light preference loaded {view.facts['scheme']}"
+    violations = view.axe("light")
+    assert violations == [], f"{view.name} (light): {json.dumps(violations, indent=1)}"
+
+
+@per_page(widths=(1280,))
+def test_axe_clean_in_the_dark_scheme(view: View) -> None:
+    violations = view.axe("dark")
+    assert violations == [], f"{view.name} (dark): {json.dumps(violations, indent=1)}"
+
+
+@per_page(widths=(1280,))
+@pytest.mark.mutates_view
+def test_collapsibles_open_and_close(view: View) -> None:
+    """Each <details> opens when its summary is clicked and then shows its content (and closes again)."""
+    details = view.page.locator("article details")
+    assert details.count() == view.facts["details"]
     for i in range(details.count()):
         d = details.nth(i)
+        summary = d.locator("summary").first
         if d.evaluate("e => e.open"):
-            d.locator("summary").first.click()
-            assert not d.evaluate("e => e.open"), f"{path or 'home'}: details #{i} did not close on click"
-        d.locator("summary").first.scroll_into_view_if_needed()
-        d.locator("summary").first.click()
-        assert d.evaluate("e => e.open"), f"{path or 'home'}: details #{i} did not open on click"
+            summary.click()
+            assert not d.evaluate("e => e.open"), f"{view.name}: details #{i} did not close on click"
+        summary.scroll_into_view_if_needed()
+        summary.click()
+        assert d.evaluate("e => e.open"), f"{view.name}: details #{i} did not open on click"
         body_height = d.evaluate("e => e.getBoundingClientRect().height - e.querySelector('summary').offsetHeight")
-        assert body_height > 0, f"{path or 'home'}: details #{i} opened but shows nothing"
-    assert_clean(context[1])
+        assert body_height > 0, f"{view.name}: details #{i} opened but shows nothing"
 
 
 def test_some_page_has_a_collapsible() -> None:
@@ -138,40 +134,17 @@ def test_some_page_has_a_collapsible() -> None:
     assert any("<details" in page_file(p).read_text(encoding="utf-8") for p in PAGES)
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
-def test_axe_no_serious_violations(browser: Any, server: str, path: str, scheme: str) -> None:
-    context, watch = open_context(browser, server, viewport={"width": 1280, "height": 800}, color_scheme=scheme)
-    try:
-        page = context.new_page()
-        page.goto(server + path, wait_until="load")
-        material_scheme = page.evaluate("document.body.getAttribute('data-md-color-scheme')")
-        assert material_scheme == {"light": "default", "dark": "slate"}[scheme]
-        violations = run_axe(page)
-        assert violations == [], f"{path or 'home'} ({scheme}): {json.dumps(violations, indent=1)}"
-        assert_clean(watch)
-    finally:
-        context.close()
-
-
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
-def test_375px_wide_no_horizontal_scroll_and_axe_clean(browser: Any, server: str, path: str) -> None:
-    context, watch = open_context(browser, server, viewport={"width": 375, "height": 740}, is_mobile=True)
-    try:
-        page = context.new_page()
-        page.goto(server + path, wait_until="load")
-        widths = page.evaluate(
-            "({doc: document.documentElement.scrollWidth, body: document.body.scrollWidth,"
-            " view: document.documentElement.clientWidth})"
-        )
-        assert widths["view"] == 375
-        assert max(widths["doc"], widths["body"]) <= widths["view"], f"{path or 'home'} scrolls sideways: {widths}"
-        # The phone layout differs (drawer navigation, footer, wrapped tables): axe-core checks it too.
-        violations = run_axe(page)
-        assert violations == [], f"{path or 'home'} (375 px): {json.dumps(violations, indent=1)}"
-        assert_clean(watch)
-    finally:
-        context.close()
+def test_a_colour_preference_picks_the_scheme_at_load(browser: Any, server: str) -> None:
+    """Material applies the system's colour preference when a page loads (the per-page dark check toggles it)."""
+    for scheme, expected in (("dark", "slate"), ("light", "default")):
+        context, watch = open_context(browser, server, viewport={"width": 1280, "height": 800}, color_scheme=scheme)
+        try:
+            page = context.new_page()
+            page.goto(server + next(p for p in PAGES if p), wait_until="load")
+            assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == expected
+            assert_clean(watch)
+        finally:
+            context.close()
 
 
 def click_nav_link(page: Any, url: str) -> None:
@@ -229,10 +202,13 @@ def test_the_watch_catches_what_it_must(browser: Any, server: str) -> None:
         page = context.new_page()
         page.goto(server, wait_until="load")
         page.evaluate("() => fetch('https://cdn.example.com/lib.js').catch(() => null)")
-        page.evaluate("() => { const i = new Image(); i.src = '//fonts.example.org/x.png'; document.body.append(i); }")
+        page.evaluate(
+            """() => new Promise(done => { const i = new Image(); i.onload = i.onerror = done;
+                                           i.src = '//fonts.example.org/x.png'; document.body.append(i); })"""
+        )
         page.evaluate("() => console.error('boom')")
         page.evaluate("() => fetch('no-such-file.js').catch(() => null)")
-        page.wait_for_timeout(300)
+        # Each evaluate above returns once its request was answered or refused, so the watch has seen them all.
         assert set(watch.third_party) == {"https://cdn.example.com/lib.js", "http://fonts.example.org/x.png"}
         assert any("boom" in e for e in watch.console_errors)
         assert any("no-such-file.js: HTTP 404" in f for f in watch.failed)

@@ -6,19 +6,25 @@ language a block is): every ```python fence that is shown to the reader, that is
 executed one (exec="on") with a source= option; `--8<--` includes are expanded as the build does. Each is
 run alone in a new `python` process from the repository root, with a timeout. Hidden blocks (exec="on"
 without source=) are not shown and may share a session; notebooks run in order as notebooks, and bash
-and console (`pycon`) blocks are not Python scripts: they are left out.
+and console (`pycon`) blocks are not Python scripts: they are left out. The snippets run in children forked
+from one warm process (snippet_runner.py), so `import torch` is paid once per worker, not once per snippet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -97,25 +103,79 @@ def test_the_site_shows_python_snippets() -> None:
     assert len(SNIPPETS) >= 3
 
 
+def snippet_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT), PYTHONWARNINGS="error::DeprecationWarning")
+    return env
+
+
 def run_alone(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a new `python` process, as a reader would."""
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
     args = code.split() if code.startswith("-m ") else [str(script)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT), PYTHONWARNINGS="error::DeprecationWarning")
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+        [sys.executable, *args], cwd=ROOT, env=snippet_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+        check=False,
     )
 
 
+class Runner:
+    """snippet_runner.py: each snippet in a child forked from a parent that has imported torch once."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("snippet_runner.py"))], cwd=ROOT, env=snippet_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+
+    def run(self, code: str) -> subprocess.CompletedProcess[str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"code": code, "timeout": TIMEOUT_S}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the snippet runner died (exit status {self.proc.poll()})"
+        reply = json.loads(line)
+        return subprocess.CompletedProcess(code, reply["returncode"], reply["stdout"], reply["stderr"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=TIMEOUT_S)
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[Runner]:
+    r = Runner()
+    yield r
+    r.close()
+
+
 @pytest.mark.parametrize(("where", "code"), SNIPPETS, ids=[w for w, _ in SNIPPETS])
-def test_snippet_runs_alone(where: str, code: str, tmp_path: Path) -> None:
-    proc = run_alone(code, tmp_path)
+def test_snippet_runs_alone(where: str, code: str, runner: Runner) -> None:
+    proc = runner.run(code)
     message = f"the snippet {where} fails in a fresh interpreter:\n{code}\n---\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, message
 
 
-def test_a_snippet_that_needs_earlier_state_is_caught(tmp_path: Path) -> None:
-    """The harness really runs each snippet alone: state from another block is not there."""
-    proc = run_alone("print(mha(x).shape)\n", tmp_path)
-    assert proc.returncode != 0 and "NameError" in proc.stderr
+def test_a_snippet_that_needs_earlier_state_is_caught(runner: Runner) -> None:
+    """The harness really runs each snippet alone: state from another block, or an import it left out, is not
+    there (the runner's parent has imported torch, the child sees no name of it); a failure is reported."""
+    runner.run("import torch\nfrom lessons_src import MultiHeadAttention\nmha = MultiHeadAttention(8, 2)\n")
+    for code, error in (("print(mha(x).shape)\n", "NameError"), ("torch.zeros(1)\n", "NameError"),
+                        ("raise SystemExit('stopped')\n", "stopped")):
+        proc = runner.run(code)
+        assert proc.returncode != 0 and error in proc.stderr, (code, proc)
+    proc = runner.run("import sys\nprint(sys.argv[0].endswith('snippet.py'), 6 * 7)\n")
+    assert (proc.returncode, proc.stdout) == (0, "True 42\n")
+
+
+def test_the_runner_agrees_with_a_fresh_interpreter(runner: Runner, tmp_path: Path) -> None:
+    """The same snippet, run by the runner and by a new `python` process, prints the same: a seeded draw (the
+    RNG is untouched before the fork), its module list's shape, a module's own `-m` run."""
+    code = ("import sys, torch\ntorch.manual_seed(0)\nprint(torch.randn(3).tolist(), torch.get_num_threads(),"
+            " torch.get_default_dtype(), sys.path[0] == __import__('os').path.dirname(__file__))\n")
+    fresh, forked = run_alone(code, tmp_path), runner.run(code)
+    assert fresh.returncode == forked.returncode == 0, (fresh.stderr, forked.stderr)
+    assert forked.stdout == fresh.stdout

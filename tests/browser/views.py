@@ -1,0 +1,190 @@
+"""One load per page and width: the shared fixture every per-page browser check uses.
+
+A *view* is one page of the built site opened at one width (1280 px, a laptop, or 375 px, a phone). The
+suite opens each view once: a fresh browser context, one ``goto``, one ``evaluate`` that measures what the
+checks read (:data:`FACTS_JS`: titles, math boxes, figures, widths, heights, element counts), and axe-core
+run at most once per colour scheme. Each check is still its own test, so a failure names the page, the width
+and the check::
+
+    @per_page(widths=(375, 1280))
+    def test_math_is_typeset(view: View) -> None:
+        assert all(area > 0 for area in view.facts["math"])
+
+:func:`per_page` parametrizes a test over every page (or a chosen list) and width. ``conftest.py`` orders the
+collected checks so that those of one view run one after another, keeps the open view between them and
+closes it when the next view starts; a check that changes the page (clicks, toggles) is marked
+``@pytest.mark.mutates_view`` and runs after the view's other checks, and the view is closed after it. After
+every check the view's watch must be clean: no console error, page error, failed or third-party request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from browser_support import AXE, Watch, open_context, site_pages
+
+WIDTHS = (375, 1280)
+HEIGHT = {375: 667, 1280: 800}  # a small phone's screen; a laptop's
+
+# Everything the per-page checks read, measured in one round trip once the page has settled. Lazy images are
+# made eager and decoded first, so figures are measured loaded; the screen count closes every <details>
+# (as a reader finds the page) and opens them again afterwards, so the other measurements see the page as loaded.
+FACTS_JS = """async () => {
+    const lazy = [...document.querySelectorAll('article img[loading=lazy]')];
+    lazy.forEach(i => { i.loading = 'eager'; });
+    await Promise.all([...document.querySelectorAll('article img')].map(i => i.decode().catch(() => null)));
+    await document.fonts.ready;
+    const box = e => { const r = e.getBoundingClientRect(); return {w: r.width, h: r.height}; };
+    const article = document.querySelector('article');
+    const prose = article ? article.cloneNode(true) : document.createElement('div');
+    prose.querySelectorAll('pre, code, script, style, .katex, .math').forEach(e => e.remove());
+    const facts = {
+        h1: document.querySelectorAll('article h1').length,
+        math: [...document.querySelectorAll('article .math')].map(e => {
+            const k = e.querySelector('.katex'); if (!k) return 0; const b = box(k); return b.w * b.h; }),
+        prose: prose.textContent,
+        figures: [...document.querySelectorAll('article img, article figure svg, article svg[role=img]')].map(e => ({
+            tag: e.tagName, ...box(e), loaded: e.tagName !== 'IMG' || (e.complete && e.naturalWidth > 0)})),
+        lessonFigures: [...document.querySelectorAll('.lesson-figure img')].map(i => ({
+            width: i.getBoundingClientRect().width, src: i.currentSrc, natural: i.naturalWidth,
+            narrow: (i.parentElement.querySelector('source') || {}).srcset || null})),
+        displayFormulas: [...document.querySelectorAll('article .katex-display')].map(e =>
+            [e.scrollWidth, e.clientWidth]),
+        widths: {doc: document.documentElement.scrollWidth, body: document.body.scrollWidth,
+                 view: document.documentElement.clientWidth},
+        details: document.querySelectorAll('article details').length,
+        elements: [...document.querySelectorAll('*')].filter(e => !e.closest('pre, code')).length,
+        scheme: document.body.getAttribute('data-md-color-scheme'),
+    };
+    const open = [...document.querySelectorAll('details[open]')];
+    open.forEach(d => { d.open = false; });
+    facts.closedHeight = document.documentElement.scrollHeight;
+    open.forEach(d => { d.open = true; });
+    return facts;
+}"""
+
+# Promises a page's own scripts expose while they finish drawing after the load event (the live model
+# fetches its weights, then runs the model); the view waits for each one present before measuring.
+READY_JS = "async () => { if (document.querySelector('[data-live-model]')) await window.liveModel.ready; }"
+
+
+def run_axe(page: Any) -> list[dict[str, Any]]:
+    """axe-core's violations of serious or critical impact on the open page (axe injected once per page)."""
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    violations: list[dict[str, Any]] = page.evaluate(
+        """async () => {
+            const r = await axe.run(document, {resultTypes: ['violations']});
+            return r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ': ' + n.failureSummary),
+            }));
+        }"""
+    )
+    return violations
+
+
+@dataclass(frozen=True)
+class ViewKey:
+    path: str  # below the site's base path: "" is the home page
+    width: int
+
+    def __str__(self) -> str:
+        return f"{self.width}-{self.path or 'home'}"
+
+
+@dataclass
+class View:
+    """A page opened at one width, measured once; axe-core results are computed on first use and kept."""
+
+    key: ViewKey
+    context: Any
+    page: Any
+    watch: Watch
+    facts: dict[str, Any] = field(default_factory=dict)
+    _axe: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _inflight: set[Any] = field(default_factory=set)
+
+    @property
+    def path(self) -> str:
+        return self.key.path
+
+    @property
+    def width(self) -> int:
+        return self.key.width
+
+    @property
+    def name(self) -> str:
+        return f"{self.path or 'home'} at {self.width} px"
+
+    @classmethod
+    def open(cls, browser: Any, server: str, key: ViewKey) -> View:
+        context, watch = open_context(
+            browser, server, viewport={"width": key.width, "height": HEIGHT[key.width]}, is_mobile=key.width < 600
+        )
+        page = context.new_page()
+        view = cls(key, context, page, watch)
+        page.on("request", lambda r: view._inflight.add(r))
+        page.on("requestfinished", lambda r: view._inflight.discard(r))
+        page.on("requestfailed", lambda r: view._inflight.discard(r))
+        page.goto(server + key.path, wait_until="load")
+        view.settle()
+        view.facts = page.evaluate(FACTS_JS)
+        return view
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the page's scripts are ready and no request is in flight after two animation frames.
+
+        The condition Playwright's "networkidle" approximates with a fixed 500 ms of quiet, checked directly:
+        each round trip to the page lets the browser's events (request started, finished, failed) arrive.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.page.evaluate(READY_JS)
+            self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            if not self._inflight:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name}: requests still in flight after {timeout_s} s: {self._inflight}")
+
+    def axe(self, scheme: str = "light") -> list[dict[str, Any]]:
+        """axe-core's serious and critical violations in Material's light (``default``) or dark (``slate``) scheme.
+
+        The dark scheme is reached as a reader reaches it: the system preference set to dark, and the header's
+        toggle clicked (Material applies the preference at load only; loading dark is tested on its own).
+        """
+        if scheme not in self._axe:
+            self.set_scheme(scheme)
+            self._axe[scheme] = run_axe(self.page)
+        return self._axe[scheme]
+
+    def set_scheme(self, scheme: str) -> None:
+        target = {"light": "default", "dark": "slate"}[scheme]
+        current = "document.body.getAttribute('data-md-color-scheme')"
+        if self.page.evaluate(current) == target:
+            return
+        self.page.emulate_media(color_scheme=scheme)
+        self.page.locator("form[data-md-component=palette] label:visible").first.click()
+        self.page.wait_for_function(
+            f"t => {current} === t && !document.body.hasAttribute('data-md-color-switching')", arg=target
+        )
+
+    def problems(self) -> str:
+        """What the watch saw since it was last read (as JSON), and forget it: each check reports its own."""
+        found = self.watch.problems()
+        for value in found.values():
+            value.clear()
+        return json.dumps(found, indent=1) if found else ""
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def per_page(widths: tuple[int, ...] = WIDTHS, pages: list[str] | None = None) -> pytest.MarkDecorator:
+    """Parametrize a check over pages (default: every page in the sitemap) and widths, through the view fixture."""
+    keys = [ViewKey(p, w) for w in widths for p in (site_pages() if pages is None else pages)]
+    return pytest.mark.parametrize("view", keys, indirect=True, ids=str)

@@ -1,0 +1,105 @@
+"""Compare two lists of test ids (pytest --list-checks, or --collect-only -q) check by check.
+
+    python tools/dev/compare_checks.py BEFORE.txt AFTER.txt
+
+Browser checks are compared as (check, page, width) triples. The per-page tests of the suite before the shared
+view fixture (tests/browser/views.py) bundled several checks into one test; OLD_TO_NEW says which checks each
+became, so a check that was bundled and is now its own test counts as kept, not as lost and added. Every other
+id is compared as it is. Prints what was kept, moved, added and lost; exits 1 if anything was lost.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+_OLD_AXE = re.compile(
+    r"^tests/browser/test_pages.py::test_axe_no_serious_violations\[(?P<page>.*)-(?P<scheme>light|dark)\]$"
+)
+_VIEW = re.compile(r"^(?P<test>tests/browser/[\w/]+\.py::\w+)\[(?P<width>375|1280)-(?P<page>.*)\]$")
+P, L, W, T, V = (
+    "tests/browser/test_pages.py::",
+    "tests/browser/test_page_length.py::",
+    "tests/browser/test_widgets.py::",
+    "tests/browser/test_learning_path.py::",
+    "tests/browser/test_live_model.py::",
+)
+# old test (without its page/width ids) -> [(new check, width)]; {page} is the old test's page parameter.
+OLD_TO_NEW: dict[str, list[tuple[str, int]]] = {
+    P + "test_page_renders_cleanly": [
+        (P + c, 1280)
+        for c in (
+            "test_page_has_a_title",
+            "test_math_is_typeset",
+            "test_figures_render",
+            "test_collapsibles_open_and_close",
+        )
+    ],
+    P + "test_375px_wide_no_horizontal_scroll_and_axe_clean": [
+        (P + "test_no_sideways_scroll", 375),
+        (P + "test_axe_clean", 375),
+    ],
+    L + "test_page_fits_twelve_phone_screens": [(L + "test_page_fits_twelve_phone_screens", 375)],
+    W + "test_practice_page_fits_the_page_rules": [
+        (L + "test_page_fits_twelve_phone_screens", 375),
+        (L + "test_at_most_1500_elements_outside_code", 375),
+    ],
+}
+WHOLE_TESTS: dict[str, list[tuple[str, str, int]]] = {  # old tests without a page parameter
+    V + "test_page_rules": [
+        (L + "test_page_fits_twelve_phone_screens", "practice/live-model/", 375),
+        (L + "test_at_most_1500_elements_outside_code", "practice/live-model/", 375),
+    ],
+    T + "test_home_formula_fits[375]": [(T + "test_home_formula_fits", "home", 375)],
+    T + "test_home_formula_fits[1280]": [(T + "test_home_formula_fits", "home", 1280)],
+}
+
+
+def normalise(ids: list[str], figure_pages: list[str]) -> set[str]:
+    """Each id as the checks it stands for: 'check | page | width' for browser page checks, else the id."""
+    out: set[str] = set()
+    for test_id in ids:
+        if m := _VIEW.match(test_id):
+            out.add(f"{m['test']} | {m['page']} | {m['width']}")
+            continue
+        if test_id in WHOLE_TESTS:
+            out.update(f"{c} | {p} | {w}" for c, p, w in WHOLE_TESTS[test_id])
+            continue
+        if m := _OLD_AXE.match(test_id):  # [page-scheme]
+            check = "test_axe_clean" if m["scheme"] == "light" else "test_axe_clean_in_the_dark_scheme"
+            out.add(f"{P}{check} | {m['page']} | 1280")
+            continue
+        if test_id == L + "test_figures_fit_the_phone_column":  # one test over every page with a figure
+            out.update(f"{L}test_figures_fit_the_phone_column | {p} | 375" for p in figure_pages)
+            continue
+        for old, checks in OLD_TO_NEW.items():
+            if test_id.startswith(old + ("[" if "[" not in old else "-")):
+                page = test_id[len(old) + 1 : -1]
+                out.update(f"{c} | {page} | {w}" for c, w in checks)
+                break
+        else:
+            out.add(test_id)
+    return out
+
+
+def main(before_file: str, after_file: str) -> int:
+    before_ids = [i for i in Path(before_file).read_text(encoding="utf-8").splitlines() if "::" in i]
+    after_ids = [i for i in Path(after_file).read_text(encoding="utf-8").splitlines() if "::" in i]
+    figure_pages = sorted({m["page"] for i in after_ids if (m := _VIEW.match(i)) and "figures_fit" in i})
+    before, after = normalise(before_ids, figure_pages), normalise(after_ids, figure_pages)
+    lost, added = sorted(before - after), sorted(after - before)
+    print(f"before: {len(before_ids)} test ids = {len(before)} checks;", end=" ")
+    print(f"after: {len(after_ids)} test ids = {len(after)} checks")
+    print(f"kept: {len(before & after)}, added: {len(added)}, lost: {len(lost)}")
+    by_test = Counter(a.split(" | ")[0].split("[")[0] for a in added)
+    for name, n in by_test.most_common():
+        print(f"  added {n:4d}  {name}")
+    for name in lost:
+        print(f"  LOST  {name}")
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
