@@ -65,7 +65,9 @@ class Collectives:
     """The collectives this file uses, over an initialised ``torch.distributed`` process group.
 
     Subclass it to watch them: every call goes through :meth:`all_reduce`, :meth:`all_to_all` or
-    :meth:`send_recv`. Ranks are positions in ``group`` (the default group: all processes).
+    :meth:`send_recv` (and the few bytes of :meth:`all_gather_ints`, with which Ulysses and ring attention
+    check that every rank holds shards of one shape). Ranks are positions in ``group`` (the default group:
+    all processes).
 
     Args:
         group: a process group, or ``None`` for the default one.
@@ -111,6 +113,18 @@ class Collectives:
         outputs = [torch.empty_like(c) for c in inputs]
         dist.all_to_all(outputs, inputs, group=self.group)
         return outputs
+
+    def all_gather_ints(self, values: Sequence[int], *, device: torch.device | None = None) -> list[list[int]]:
+        """Every rank's ``values`` (as many on each), in rank order: one small all-gather.
+
+        For checking that the ranks agree on the sizes of a collective before it runs: a send or an
+        all-to-all of different sizes on different ranks makes gloo abort the process, with no Python
+        exception to catch. ``device``: where the backend wants tensors (a GPU for NCCL); default CPU.
+        """
+        mine = torch.tensor(list(values), dtype=torch.int64, device=device)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine, group=self.group)
+        return [[int(n) for n in t.tolist()] for t in every]
 
     def send_recv(self, t: Tensor, *, to: int, frm: int) -> Tensor:
         """Send ``t`` to rank ``to`` while receiving a tensor of the same shape from rank ``frm``; return it."""
@@ -376,11 +390,22 @@ def ulysses_attention(
         gradients back the way they came).
 
     Raises:
-        ValueError: if ``P`` does not split the heads (see :func:`valid_tp_degrees`).
+        TypeError: if ``x`` is not a tensor.
+        ValueError: if ``P`` does not split the heads (see :func:`valid_tp_degrees`); if ``x`` is not
+            ``(B, T/P, D)`` in the module's dtype and device; on every rank, if the ranks' ``x`` differ in
+            batch, length or dtype (checked with one small all-gather before the first all-to-all).
     """
     P = comm.world_size
     tp_plan(mha.num_heads, mha.num_kv_heads, P)  # the same condition: whole heads per rank
+    mha._check_inputs(x, None)  # (B, T/P, D), the module's dtype and device
     B, Tl, D = x.shape
+    shapes = comm.all_gather_ints([B, Tl, x.element_size()], device=x.device)
+    if any(s != shapes[0] for s in shapes):
+        held = ", ".join(f"rank {r} holds {t} positions" for r, (_, t, _) in enumerate(shapes))
+        raise ValueError(
+            f"the ranks' shards of x differ: {held}; batch sizes {[b for b, _, _ in shapes]}, bytes per element "
+            f"{[e for _, _, e in shapes]}. Every rank must hold T/P positions of one batch (shard_sequence)"
+        )
     q, k, v = mha.project_qkv(x)  # (B, H, T/P, E), 2 x (B, K, T/P, E)
     if mha.num_kv_heads < P:
         k, v = repeat_kv(k, P // mha.num_kv_heads), repeat_kv(v, P // mha.num_kv_heads)  # (B, P, T/P, E)

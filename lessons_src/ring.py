@@ -10,8 +10,8 @@ the zig-zag split (:func:`sequence_chunks`: rank ``r`` holds chunks ``r`` and ``
 evens it out. The backward pass sends the blocks round once more, each with its gradient, and
 recomputes each tile's weights from the saved log-sum-exp (FlashAttention-2's backward).
 
-The ranks talk through a :class:`lessons_src.parallel.Collectives` (only its ``rank``, ``world_size`` and
-``send_recv`` are used), so this file needs no sibling at run time.
+The ranks talk through a :class:`lessons_src.parallel.Collectives` (only its ``rank``, ``world_size``,
+``send_recv`` and ``all_gather_ints`` are used), so this file needs no sibling at run time.
 
 References:
     Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context",
@@ -95,6 +95,21 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: object) -> None:
         raise ValueError(
             "ring attention needs queries and keys over the same positions (this rank's T/P of each); "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def _same_blocks_on_every_rank(comm: Collectives, k: Tensor, v: Tensor) -> None:
+    """Raise a ValueError on every rank unless all hold key/value blocks of one shape and element size.
+
+    The blocks are sent round the ring; a block of another size on one rank would make gloo abort the
+    process (no Python exception), so the ranks compare their shapes first, with one small all-gather.
+    """
+    shapes = comm.all_gather_ints([*k.shape, v.shape[-1], k.element_size()], device=k.device)
+    if any(s != shapes[0] for s in shapes):
+        held = ", ".join(f"rank {r} holds {s[2]} positions" for r, s in enumerate(shapes))
+        raise ValueError(
+            f"the ranks' key/value blocks differ: {held}; (B, K, T/P, E, Ev, bytes per element) by rank: "
+            f"{[tuple(s) for s in shapes]}. Every rank must hold T/P positions of one shape (shard_sequence)"
         )
 
 
@@ -372,16 +387,18 @@ def ring_attention(
         TypeError: if ``q``, ``k`` or ``v`` is not a tensor, or ``is_causal`` not a bool.
         ValueError: as :func:`lessons_src.attention.attention` on mismatched shapes, dtypes or devices; if
             ``q`` and ``k`` hold different numbers of positions, the ranks cannot split the sequence evenly,
-            or ``keep_steps`` is asked with inputs that require a gradient.
+            or ``keep_steps`` is asked with inputs that require a gradient; on every rank, if the ranks'
+            blocks differ in shape (checked with one small all-gather before any block is sent).
     """
     _check_inputs(q, k, v, is_causal)
     sequence_chunks(q.shape[2] * comm.world_size, comm.world_size, comm.rank, order)  # a split that works
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and keep_steps:
+        raise ValueError("keep_steps records the forward pass only; run it under torch.no_grad()")
+    _same_blocks_on_every_rank(comm, k, v)
     if not needs_grad:
         return _ring_forward(q, k, v, comm, is_causal, order, scale, keep_steps)
-    if keep_steps:
-        raise ValueError("keep_steps records the forward pass only; run it under torch.no_grad()")
     P, T = comm.world_size, q.shape[2] * comm.world_size
     mine = sequence_chunks(T, P, comm.rank, order)
     work = sum((b - a) * (d - c) for src in range(P)

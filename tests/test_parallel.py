@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
 import pytest
@@ -402,3 +403,28 @@ def test_mla_under_tensor_parallelism_replicates_the_down_projections_and_the_la
 
     with pytest.raises(ValueError, match=r"degree must divide num_heads=4; got 3; degrees that do: \[1, 2, 4\]"):
         shard_mla(MultiHeadLatentAttention(16, 4, kv_latent_dim=8, rope_dim=2), 0, 3)
+
+
+def test_shards_of_different_lengths_raise_a_value_error_on_every_rank() -> None:
+    """Different lengths on different ranks made gloo abort the processes (no Python exception): now every
+    rank agrees on the lengths first (one small all-gather) and raises a ValueError naming each rank's."""
+    from lessons_src.lab.parallel_runs import uneven_shards_run
+
+    outcomes = launch(uneven_shards_run, 2, [4, 3], timeout_s=60)
+    for rank, outcome in enumerate(outcomes):
+        for method in ("ring", "ulysses"):
+            assert re.match(r"ValueError: .*rank 0 holds 4 positions, rank 1 holds 3", outcome[method]), (
+                f"{method}, rank {rank}: {outcome[method]}"
+            )
+
+
+@pytest.mark.parametrize(("x", "error", "match"), [
+    ([[1.0]], TypeError, r"x must be a torch.Tensor; got list"),
+    (torch.randn(4, 24), ValueError, r"x must be 3-D \(B, T, d_model=24\); got shape \(4, 24\)"),
+    (torch.randn(1, 4, 12), ValueError, r"x's last dim must be d_model=24; got shape \(1, 4, 12\)"),
+    (torch.randn(1, 4, 24).double(), ValueError, r"x has dtype torch.float64 but the module"),
+])
+def test_ulysses_checks_x_before_any_collective(x, error: type[Exception], match: str) -> None:
+    mha = MultiHeadAttention(24, 6, num_kv_heads=2)
+    with pytest.raises(error, match=match):
+        ulysses_attention(mha, x, _Stub(2))  # type: ignore[arg-type]
