@@ -277,6 +277,7 @@ class TensorParallelAttention(nn.Module):
         num_kv_heads: KV heads ``K`` of the whole layer (default ``H``).
         comm: the ranks' :class:`Collectives`; its ``world_size`` is the degree ``P``.
         bias: whether the projections have biases.
+        dropout: dropout on the attention weights, in training mode only (each rank drops its own heads').
 
     Shapes:
         x: ``(B, T, D)``, the same on every rank; output ``(B, T, D)``, the same on every rank.
@@ -292,13 +293,23 @@ class TensorParallelAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None, comm: Collectives, bias: bool = False
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        comm: Collectives,
+        bias: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         D, H = _size("d_model", d_model, 1), _size("num_heads", num_heads, 1)
         K = H if num_kv_heads is None else _size("num_kv_heads", num_kv_heads, 1)
         if D % H:
             raise ValueError(f"d_model={D} is not divisible by num_heads={H}")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got dropout={dropout!r}")
+        self.dropout = float(dropout)
         self.plan = tp_plan(H, K, comm.world_size)
         self.comm, self.rank = comm, comm.rank
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = D, H, K, D // H
@@ -319,7 +330,8 @@ class TensorParallelAttention(nn.Module):
     def from_module(cls, full: MultiHeadAttention, comm: Collectives) -> TensorParallelAttention:
         """This rank's shard of ``full``, its weights copied (so outputs and gradients match ``full``'s)."""
         bias = full.qkv_proj.bias is not None
-        tp = cls(full.d_model, full.num_heads, num_kv_heads=full.num_kv_heads, comm=comm, bias=bias)
+        tp = cls(full.d_model, full.num_heads, num_kv_heads=full.num_kv_heads, comm=comm, bias=bias,
+                 dropout=full.dropout)
         tp.to(dtype=full.qkv_proj.weight.dtype, device=full.qkv_proj.weight.device)
         with torch.no_grad():
             tp.qkv_proj.weight.copy_(full.qkv_proj.weight[tp.qkv_rows])
@@ -342,7 +354,7 @@ class TensorParallelAttention(nn.Module):
         Args:
             x: ``(B, T, D)``, identical on every rank.
             attn_mask: as for :func:`lessons_src.attention.attention`, with a head dim of 1 or ``H``
-                (a per-head mask is cut to this rank's heads).
+                (a per-head mask, ``(H, T, S)`` or ``(B, H, T, S)``, is cut to this rank's heads).
             is_causal: bottom-right causal mask.
             implementation: a registered attention implementation.
         """
@@ -350,15 +362,16 @@ class TensorParallelAttention(nn.Module):
             raise ValueError(f"x must be (B, T, d_model={self.d_model}); got shape {tuple(x.shape)}")
         B, T, _ = x.shape
         E, Hl, Kl = self.head_dim, self.local_heads, self.local_kv_heads
-        if attn_mask is not None and attn_mask.ndim == 4 and attn_mask.shape[1] == self.num_heads:
+        if isinstance(attn_mask, Tensor) and attn_mask.ndim in (3, 4) and attn_mask.shape[-3] == self.num_heads:
             heads = self.plan.query_heads(self.rank)
-            attn_mask = attn_mask[:, heads.start : heads.stop]
+            attn_mask = attn_mask.narrow(-3, heads.start, len(heads))  # (.., Hl, T, S): my heads' rows
         x = _copy_to_parallel(x, self.comm)  # backward: all-reduce of x's gradient
         q, k, v = self.qkv_proj(x).split([Hl * E, Kl * E, Kl * E], dim=-1)  # (B, T, Hl E), 2 x (B, T, Kl E)
         q = q.view(B, T, Hl, E).transpose(1, 2)  # (B, Hl, T, E)
         k = k.view(B, T, Kl, E).transpose(1, 2)  # (B, Kl, T, E)
         v = v.view(B, T, Kl, E).transpose(1, 2)  # (B, Kl, T, E)
-        y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, implementation=implementation).output
+        p = self.dropout if self.training else 0.0
+        y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, implementation=implementation)[0]
         partial = self.out_proj(y.transpose(1, 2).reshape(B, T, Hl * E))  # (B, T, D): my heads' share of W_O
         out = _reduce_from_parallel(partial, self.comm)  # (B, T, D): the sum over all heads
         return out if self.out_bias is None else out + self.out_bias
@@ -376,7 +389,8 @@ def ulysses_attention(
     ``mha``'s weights. It projects its positions for every head, then an all-to-all sends head group
     ``j`` to rank ``j``: each rank now has every position for ``H / P`` heads, runs ordinary attention on
     them, and a second all-to-all sends each rank its positions back. With fewer KV heads than ranks, each
-    KV head is repeated before the exchange so that every rank receives the one its queries read.
+    KV head is repeated before the exchange so that every rank receives the one its queries read. In
+    training mode, ``mha.dropout`` applies to the weights (each rank drops its own heads').
 
     Args:
         mha: the layer (the same weights on every rank).
@@ -412,7 +426,8 @@ def ulysses_attention(
     q = _all_to_all(q, comm, 1, 2)  # (B, H/P, T, E): my heads, every position
     k = _all_to_all(k, comm, 1, 2)  # (B, max(K/P, 1), T, E)
     v = _all_to_all(v, comm, 1, 2)
-    y = attention(q, k, v, is_causal=is_causal, implementation=implementation).output  # (B, H/P, T, E)
+    p = mha.dropout if mha.training else 0.0
+    y = attention(q, k, v, is_causal=is_causal, dropout_p=p, implementation=implementation)[0]  # (B, H/P, T, E)
     y = _all_to_all(y, comm, 2, 1)  # (B, H, T/P, E): every head, my positions
     out: Tensor = mha.out_proj(y.transpose(1, 2).reshape(B, Tl, D))  # (B, T/P, D)
     return out

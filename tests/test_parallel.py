@@ -428,3 +428,44 @@ def test_ulysses_checks_x_before_any_collective(x, error: type[Exception], match
     mha = MultiHeadAttention(24, 6, num_kv_heads=2)
     with pytest.raises(error, match=match):
         ulysses_attention(mha, x, _Stub(2))  # type: ignore[arg-type]
+
+
+class _Alone(_Stub):
+    """Collectives that talk to no one: all-reduce and all-to-all return what they were given (one rank's view)."""
+
+    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_to_all(self, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+        return list(chunks)
+
+    def all_gather_ints(self, values: list[int], *, device: Any = None) -> list[list[int]]:
+        return [list(values)] * self.world_size
+
+
+@pytest.mark.parametrize("mask_dims", [3, 4])
+def test_tensor_parallel_cuts_a_per_head_mask_of_3_or_4_dims(mask_dims: int) -> None:
+    """Each rank's output is its heads' share of W_O's sum: the shares of 2 ranks add up to the full layer."""
+    torch.manual_seed(0)
+    full = MultiHeadAttention(16, 4, num_kv_heads=2).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = torch.randn(4, 5, 5, dtype=torch.float64)  # (H, T, S): a different bias per head
+    mask = mask if mask_dims == 3 else mask[None].expand(2, 4, 5, 5)
+    shares = [TensorParallelAttention.from_module(full, _Alone(2, rank))(x, attn_mask=mask)  # type: ignore[arg-type]
+              for rank in range(2)]
+    assert_close(shares[0] + shares[1], full(x, attn_mask=mask), **TOL[torch.float64])
+
+
+def test_tensor_parallel_and_ulysses_apply_the_modules_dropout_in_training() -> None:
+    """On one rank both are the full layer, dropout included: the same seed gives the same output."""
+    full = MultiHeadAttention(16, 4, dropout=0.5).train()
+    x = torch.randn(1, 6, 16)
+    torch.manual_seed(1)
+    expected = full(x, is_causal=True)
+    tp = TensorParallelAttention.from_module(full, _Alone(1)).train()  # type: ignore[arg-type]
+    for name, run in (("tensor parallel", lambda: tp(x, is_causal=True)),
+                      ("ulysses", lambda: ulysses_attention(full, x, _Alone(1), is_causal=True))):  # type: ignore[arg-type]
+        torch.manual_seed(1)
+        assert_close(run(), expected, msg=lambda m, n=name: f"{n}: {m}")
+    torch.manual_seed(1)
+    assert not torch.allclose(tp.eval()(x, is_causal=True), expected)  # eval: no dropout
