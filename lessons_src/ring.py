@@ -50,11 +50,13 @@ _NEG_INF = float("-inf")
 
 
 def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={value}")
-    return value
+    n = int(value.__index__())
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
+    return n
 
 
 def _divisors(n: int) -> str:
