@@ -7,6 +7,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lessons_src.attention import attention
 from lessons_src.masks import causal_mask, check_mask, combine_masks, padding_mask
@@ -97,3 +99,17 @@ def test_a_mask_larger_than_the_scores_is_refused(q_shape, mask_shape, implement
     with pytest.raises(ValueError, match=r"not broadcastable"):
         check_mask(mask, (B, H, T, 5), torch.float32)
 
+
+
+@settings(max_examples=40, deadline=None)
+@given(scores=st.lists(st.integers(1, 3), min_size=4, max_size=4), mask=st.lists(st.integers(1, 3), min_size=1,
+       max_size=5))
+def test_a_mask_is_accepted_exactly_when_it_broadcasts_to_the_scores(scores: list[int], mask: list[int]) -> None:
+    """Drawn mask and score shapes: accepted when broadcasting leaves the scores' shape unchanged, else refused."""
+    target, m = tuple(scores), torch.ones(mask, dtype=torch.bool)
+    fits = len(mask) <= 4 and all(a in (1, b) for a, b in zip(reversed(mask), reversed(target), strict=False))
+    if fits:
+        check_mask(m, target, torch.float32)
+    else:
+        with pytest.raises(ValueError, match=rf"shape {re.escape(str(tuple(mask)))} .* {re.escape(str(target))}"):
+            check_mask(m, target, torch.float32)

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
 
 from lessons_src.attention import attention
 from lessons_src.ring import ring_attention
@@ -56,3 +59,27 @@ def test_ring_refuses_what_attention_refuses_with_the_same_error(case: str, q, k
 def test_ring_needs_queries_and_keys_over_the_same_positions() -> None:
     with pytest.raises(ValueError, match=r"same positions .* got q \(2, 4, 3, 5\), k \(2, 2, 4, 5\)"):
         ring_attention(Q, torch.randn(2, 2, 4, 5), torch.randn(2, 2, 4, 5), _Stub())  # type: ignore[arg-type]
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 2), K=st.integers(1, 2), n_rep=st.integers(1, 2), T=st.integers(1, 5), E=st.integers(1, 4),
+       causal=st.booleans())
+def test_ring_on_one_rank_equals_attention(B: int, K: int, n_rep: int, T: int, E: int, causal: bool) -> None:
+    """Drawn shapes, MHA to MQA, causal or not: one rank's ring is attention in float64, log-sum-exp included."""
+    g = torch.Generator().manual_seed(B * 1000 + K * 100 + T * 10 + E)
+    q = torch.randn(B, K * n_rep, T, E, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, K, T, E, generator=g, dtype=torch.float64) for _ in range(2))
+    got = ring_attention(q, k, v, _Alone(), is_causal=causal)  # type: ignore[arg-type]
+    assert_close(got.output, attention(q, k, v, is_causal=causal, implementation="eager").output)
+    scores = q @ k.repeat_interleave(n_rep, 1).transpose(-2, -1) / E**0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    assert_close(got.lse, scores.logsumexp(-1))
+
+
+class _Alone(_Stub):
+    def __init__(self) -> None:
+        super().__init__(world_size=1)
+
+    def all_gather_ints(self, values: list[int], *, device: Any = None) -> list[list[int]]:
+        return [list(values)]
