@@ -709,6 +709,7 @@ class MultiHeadAttention(nn.Module):
                 multi-token input meets a non-empty cache without ``cache_position``, or the cache does
                 not fit (see :meth:`lessons_src.kv_cache.KVCache.update`); if the implementation
                 does not return weights but ``need_weights`` is set.
+            TypeError: if ``cache`` is not a :class:`lessons_src.kv_cache.KVCache` (checked before it is touched).
 
         Example:
             >>> from lessons_src.kv_cache import KVCache
@@ -766,6 +767,13 @@ class MultiHeadAttention(nn.Module):
         context: Tensor | None,
         cache_position: int | None,
     ) -> None:
+        # A failed step is undone by resetting cache.length, which is all the state a KVCache has. Checked by
+        # class name, so that this file needs no import of kv_cache.py (subclasses of KVCache pass).
+        if not any(c.__name__ == "KVCache" for c in type(cache).__mro__):
+            raise TypeError(
+                f"cache must be a KVCache (lessons_src.kv_cache); got {type(cache).__name__}. A RollingKVCache "
+                "or LatentCache has its own update(): call it, then attention() (or use MultiHeadLatentAttention)"
+            )
         if context is not None:
             raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
         if cache_position is not None:

@@ -29,15 +29,17 @@ __all__ = ["expand_kv_heads", "mha_to_gqa", "pool_kv_heads"]
 Method = Literal["mean", "first"]
 
 
-def _check_counts(num_heads: int, num_kv_heads: int) -> None:
+def _check_counts(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
     for name, n in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-        if isinstance(n, bool) or not isinstance(n, int):
+        if isinstance(n, bool) or not hasattr(n, "__index__"):  # numpy integers pass, bool and float do not
             raise TypeError(f"{name} must be an int; got {n!r}")
+    num_heads, num_kv_heads = int(num_heads.__index__()), int(num_kv_heads.__index__())
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(
             f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
             f"valid num_kv_heads for num_heads={num_heads} are {_divisors(num_heads)}"
         )
+    return num_heads, num_kv_heads
 
 
 def pool_kv_heads(w: Tensor, num_heads: int, num_kv_heads: int, method: Method = "mean") -> Tensor:
@@ -63,7 +65,7 @@ def pool_kv_heads(w: Tensor, num_heads: int, num_kv_heads: int, method: Method =
         >>> pool_kv_heads(torch.tensor([1.0, 3.0, 5.0, 7.0]), num_heads=4, num_kv_heads=2).tolist()
         [2.0, 6.0]
     """
-    _check_counts(num_heads, num_kv_heads)
+    num_heads, num_kv_heads = _check_counts(num_heads, num_kv_heads)
     if w.shape[0] % num_heads:
         raise ValueError(f"w has {w.shape[0]} rows, which is not a multiple of num_heads={num_heads}")
     if method not in ("mean", "first"):
@@ -84,7 +86,7 @@ def expand_kv_heads(w: Tensor, num_kv_heads: int, num_heads: int) -> Tensor:
         >>> expand_kv_heads(torch.tensor([2.0, 6.0]), num_kv_heads=2, num_heads=4).tolist()
         [2.0, 2.0, 6.0, 6.0]
     """
-    _check_counts(num_heads, num_kv_heads)
+    num_heads, num_kv_heads = _check_counts(num_heads, num_kv_heads)
     if w.shape[0] % num_kv_heads:
         raise ValueError(f"w has {w.shape[0]} rows, which is not a multiple of num_kv_heads={num_kv_heads}")
     E = w.shape[0] // num_kv_heads
@@ -119,7 +121,7 @@ def mha_to_gqa(mha: MultiHeadAttention, num_kv_heads: int, method: Method = "mea
     H, D = mha.num_heads, mha.d_model
     if mha.num_kv_heads != H:
         raise ValueError(f"expected an MHA layer (num_kv_heads == num_heads={H}); got num_kv_heads={mha.num_kv_heads}")
-    _check_counts(H, num_kv_heads)
+    H, num_kv_heads = _check_counts(H, num_kv_heads)
     bias = mha.qkv_proj.bias is not None
     w = mha.qkv_proj.weight
     new = MultiHeadAttention(D, H, num_kv_heads=num_kv_heads, bias=bias, dropout=mha.dropout)

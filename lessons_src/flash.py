@@ -63,12 +63,18 @@ BlockKind = Literal["skip", "full", "partial"]
 _NEG_INF = float("-inf")
 
 
+def _index(name: str, value: object, what: str = "an int") -> int:
+    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be {what}; got {value!r} of type {type(value).__name__}")
+    return int(value.__index__())
+
+
 def _block_size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int; got {value!r} of type {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int (a number of positions per block); got {name}={value}")
-    return value
+    n = _index(name, value, "a positive int")
+    if n < 1:
+        raise ValueError(f"{name} must be a positive int (a number of positions per block); got {name}={n}")
+    return n
 
 
 # --------------------------------------------------------------------------- online softmax
@@ -128,10 +134,20 @@ def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
     Shapes:
         x: ``(..., n)``; output: ``(..., n)``.
 
+    Raises:
+        TypeError: if ``x`` is not a tensor.
+        ValueError: if ``x`` is 0-d or not floating, or ``block_size`` is not a positive int.
+
     Example:
         >>> online_softmax(torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])).tolist()
         [[1.0, 0.0], [0.0, 0.0]]
     """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
+    if x.ndim == 0:
+        raise ValueError("x must have at least 1 dim (the softmax is over the last); got a 0-d tensor")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"x must be floating (scores); got {x.dtype}: convert it, e.g. x.float()")
     if x.shape[-1] == 0:
         _block_size("block_size", block_size)
         return x.clone()
@@ -164,6 +180,7 @@ def block_kind(
         >>> [block_kind(6, 8, j, j + 2, 8, 8, causal=True, window=2) for j in (0, 2, 4, 6)]
         ['skip', 'skip', 'partial', 'partial']
     """
+    window = check_window(window)
     if not causal:
         return "full"
     if j0 > (i1 - 1) + S - T:
@@ -187,6 +204,9 @@ def tile_plan(
         ['skip', 'partial', 'partial']
     """
     block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    T, S = _index("T", T), _index("S", S)
+    if T < 0 or S < 0:
+        raise ValueError(f"T and S are numbers of positions, at least 0; got T={T}, S={S}")
     window = check_window(window)
     return [
         [

@@ -68,6 +68,15 @@ def _count(name: str, n: object) -> int:
     return value
 
 
+def _float_dtype(dtype: object) -> torch.dtype:
+    """A cache stores keys and values: a floating ``torch.dtype``, or a ``TypeError``/``ValueError`` naming it."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float32; got {dtype!r}")
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype={dtype} cannot hold keys and values; use a floating dtype such as torch.float32")
+    return dtype
+
+
 def _element_size(dtype: object) -> int:
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16; got {dtype!r}")
@@ -177,6 +186,7 @@ class KVCache(_Preallocated):
         device: torch.device | str | None = None,
     ) -> None:
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        dtype = _float_dtype(dtype)
         _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
                 "max_len": max_len, "v_head_dim": v_head_dim})
         self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
@@ -254,6 +264,7 @@ class LatentCache(_Preallocated):
         device: torch.device | str | None = None,
     ) -> None:
         # rope_dim >= 1, as MultiHeadLatentAttention requires (its decoupled RoPE key is never empty)
+        dtype = _float_dtype(dtype)
         _sizes({"batch_size": batch_size, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim, "max_len": max_len})
         self.batch_size, self.kv_latent_dim, self.rope_dim = batch_size, kv_latent_dim, rope_dim
         self.max_len, self.length = max_len, 0
@@ -367,10 +378,13 @@ class RollingKVCache:
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
         if isinstance(window, int) and not isinstance(window, bool) and window < 1:
             raise ValueError(f"window must be at least 1 (the query itself); got window={window}")
-        _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim, "window": window,
-                "v_head_dim": v_head_dim})
-        if isinstance(sinks, bool) or not isinstance(sinks, int):
+        dtype = _float_dtype(dtype)
+        sizes = _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+                        "window": window, "v_head_dim": v_head_dim})
+        batch_size, num_kv_heads, head_dim, window, v_head_dim = sizes.values()
+        if isinstance(sinks, bool) or not hasattr(sinks, "__index__"):
             raise TypeError(f"sinks must be an int; got {sinks!r} of type {type(sinks).__name__}")
+        sinks = int(sinks.__index__())
         if sinks < 0:
             raise ValueError(f"sinks must be at least 0 (0: a window-only cache); got sinks={sinks}")
         self.batch_size, self.num_kv_heads = batch_size, num_kv_heads

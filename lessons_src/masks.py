@@ -174,6 +174,9 @@ def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tenso
 def check_mask(mask: Tensor, target: tuple[int, ...], query_dtype: torch.dtype, name: str = "attn_mask") -> None:
     """Raise a ``ValueError`` unless ``mask`` is a bool or floating mask broadcastable to ``target``.
 
+    Broadcastable *to* the scores, not merely *with* them: with ``B = 1`` a ``(2, 1, 1, S)`` mask would
+    broadcast with ``(1, H, T, S)`` scores into a larger result, so it is refused.
+
     Args:
         mask: the mask to check.
         target: the scores' shape, usually ``(B, H, T, S)``.
@@ -190,8 +193,7 @@ def check_mask(mask: Tensor, target: tuple[int, ...], query_dtype: torch.dtype, 
             f"or a floating dtype such as the queries' {query_dtype} (added to the scores)"
         )
     try:
-        torch.broadcast_shapes(mask.shape, target)  # type: ignore[no-untyped-call]
-        ok = mask.ndim <= len(target)
+        ok = torch.broadcast_shapes(mask.shape, target) == tuple(target)  # type: ignore[no-untyped-call]
     except RuntimeError:
         ok = False
     if not ok:

@@ -100,12 +100,16 @@ class MultiHeadLatentAttention(nn.Module):
         }
         optional = {"head_dim": head_dim, "v_head_dim": v_head_dim, "q_latent_dim": q_latent_dim}
         sizes |= {name: n for name, n in optional.items() if n is not None}
-        not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not isinstance(n, int)}
-        if not_int:
+        not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not hasattr(n, "__index__")}
+        if not_int:  # numpy integers pass, bool and float do not
             raise TypeError(f"sizes must be ints; got {not_int}")
-        bad = {name: n for name, n in sizes.items() if isinstance(n, int) and n < 1}
+        ints = {name: int(n.__index__()) for name, n in sizes.items()}  # type: ignore[attr-defined]
+        bad = {name: n for name, n in ints.items() if n < 1}
         if bad:
             raise ValueError(f"sizes must be at least 1; got {bad}")
+        d_model, num_heads, kv_latent_dim, rope_dim = (ints[n] for n in ("d_model", "num_heads", "kv_latent_dim",
+                                                                         "rope_dim"))
+        head_dim, v_head_dim, q_latent_dim = (ints.get(n) for n in ("head_dim", "v_head_dim", "q_latent_dim"))
         if rope_dim % 2:
             raise ValueError(f"rope_dim must be even (RoPE rotates pairs of features); got rope_dim={rope_dim}")
         if head_dim is None and d_model % num_heads:

@@ -43,12 +43,18 @@ __all__ = ["PagedKVCache", "block_runs", "paged_attention"]
 _NEG_INF = float("-inf")
 
 
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+def _int(name: str, value: object) -> int:
+    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={value}")
-    return value
+    return int(value.__index__())
+
+
+def _positive(name: str, value: object) -> int:
+    n = _int(name, value)
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={n}")
+    return n
 
 
 class PagedKVCache:
@@ -96,11 +102,13 @@ class PagedKVCache:
         device: torch.device | str | None = None,
     ) -> None:
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
-        for name, n in (("num_blocks", num_blocks), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("v_head_dim", v_head_dim)):
-            _positive(name, n)
-        if isinstance(block_size, bool) or not isinstance(block_size, int):
-            raise TypeError(f"block_size must be an int; got {block_size!r} of type {type(block_size).__name__}")
+        num_blocks, num_kv_heads = _positive("num_blocks", num_blocks), _positive("num_kv_heads", num_kv_heads)
+        head_dim, v_head_dim = _positive("head_dim", head_dim), _positive("v_head_dim", v_head_dim)
+        block_size = _int("block_size", block_size)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype such as torch.float32; got {dtype!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype={dtype} cannot hold keys and values; use a floating dtype such as torch.float32")
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1 position (vLLM uses 16); got block_size={block_size}")
         self.num_blocks, self.block_size = num_blocks, block_size
@@ -111,7 +119,6 @@ class PagedKVCache:
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
         self.block_tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
-        self._runs: dict[int, list[tuple[int, int]]] = {}  # block_runs(table), kept up to date as blocks are taken
 
     @property
     def num_free_blocks(self) -> int:
@@ -147,7 +154,7 @@ class PagedKVCache:
             raise TypeError(f"a sequence id must be an int; got {seq_id!r} of type {type(seq_id).__name__}")
         if seq_id in self.block_tables:
             raise ValueError(f"sequence {seq_id} is already in the cache; free it first or use another id")
-        self.block_tables[seq_id], self.lengths[seq_id], self._runs[seq_id] = [], 0, []
+        self.block_tables[seq_id], self.lengths[seq_id] = [], 0
 
     def free(self, seq_id: int) -> None:
         """End a sequence and return its blocks to the pool (their contents are left to be overwritten).
@@ -157,7 +164,7 @@ class PagedKVCache:
         """
         self._known(seq_id)
         self._free.extend(reversed(self.block_tables.pop(seq_id)))
-        del self.lengths[seq_id], self._runs[seq_id]
+        del self.lengths[seq_id]
 
     def append(self, seq_id: int, k: Tensor, v: Tensor) -> None:
         """Append ``T`` positions to one sequence, taking new blocks from the pool as its last one fills.
@@ -181,7 +188,6 @@ class PagedKVCache:
             )
         taken = [self._free.pop() for _ in range(needed)]
         table.extend(taken)
-        _extend_runs(self._runs[seq_id], taken)
         self.lengths[seq_id] = start + T
         if T == 1:  # decoding: one position, written with plain indexing
             self.k[:, table[start // bs], start % bs] = k[:, 0]
@@ -213,28 +219,66 @@ class PagedKVCache:
                 f"k and v must add the same number (>= 1) of positions; got {tuple(k.shape)}, {tuple(v.shape)}"
             )
 
+    def table(self, seq_id: int) -> list[int]:
+        """Sequence ``seq_id``'s block table, checked: every id a block of the pool, as many as its length needs.
+
+        :attr:`block_tables` is the one record of where a sequence's positions are (:meth:`gather` and
+        :func:`paged_attention` both read it through here), so a caller may edit it (to move blocks).
+
+        Raises:
+            ValueError: on an unknown sequence, an id outside ``0 .. num_blocks - 1``, or a table whose
+                length does not fit the sequence's.
+        """
+        self._known(seq_id)
+        table, L = self.block_tables[seq_id], self.lengths[seq_id]
+        bad = [b for b in table if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks]
+        if bad:
+            raise ValueError(
+                f"sequence {seq_id}'s block table {table} names block {bad[0]!r}; the pool has 0..{self.num_blocks - 1}"
+            )
+        if len(table) != math.ceil(L / self.block_size):
+            raise ValueError(
+                f"sequence {seq_id} holds {L} positions, which take {math.ceil(L / self.block_size)} blocks of "
+                f"{self.block_size}; its block table {table} has {len(table)}"
+            )
+        return table
+
     def gather(self, seq_id: int) -> tuple[Tensor, Tensor]:
         """One sequence's keys and values as contiguous tensors ``(K, L, E)``, ``(K, L, Ev)`` (a copy).
 
         :func:`paged_attention` does not need this; it is here to look at, and to test against.
         """
-        self._known(seq_id)
+        blocks = torch.tensor(self.table(seq_id), dtype=torch.long, device=self.k.device)
         L = self.lengths[seq_id]
-        blocks = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.k.device)
         k = self.k[:, blocks].reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
         v = self.v[:, blocks].reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
         return k, v
 
 
-def block_runs(table: list[int]) -> list[tuple[int, int]]:
+def block_runs(table: list[int], *, num_blocks: int | None = None) -> list[tuple[int, int]]:
     """A block table as runs of consecutive pool blocks: ``(first block, number of blocks)``, in order.
 
     A run is one slice of the pool, so it can be read in place (a view, no copy).
+
+    Args:
+        table: pool block ids, in the order of the sequence's positions.
+        num_blocks: the pool's size, if known: every id must be below it.
+
+    Raises:
+        TypeError: if an id is not an int.
+        ValueError: if an id is negative, or not below ``num_blocks``.
 
     Example:
         >>> block_runs([4, 5, 6, 0, 1, 9])
         [(4, 3), (0, 2), (9, 1)]
     """
+    for b in table:
+        if isinstance(b, bool) or not isinstance(b, int):
+            raise TypeError(f"block ids must be ints; got {b!r} of type {type(b).__name__} in {table}")
+        if b < 0:
+            raise ValueError(f"block ids must be at least 0; got {b} in {table}")
+        if num_blocks is not None and b >= num_blocks:
+            raise ValueError(f"block ids must be below num_blocks={num_blocks}; got {b} in {table}")
     return _extend_runs([], table)
 
 
@@ -254,12 +298,12 @@ def _pieces(cache: PagedKVCache, seq_id: int, min_run: int) -> list[tuple[Tensor
     holding the table's last block ends at the sequence's last position: the unused rest of that block
     is cut off. Returns ``(k (K, n, E), v (K, n, Ev), the table indices of its blocks)`` per piece."""
     K, bs, E, Ev = cache.num_kv_heads, cache.block_size, cache.head_dim, cache.v_head_dim
-    table = cache.block_tables[seq_id]
+    table = cache.table(seq_id)
     unused = len(table) * bs - cache.lengths[seq_id]  # positions past the end, all in the table's last block
     pieces: list[tuple[Tensor, Tensor, list[int] | range]] = []
     scattered: list[int] = []
     i = 0
-    for start, n in cache._runs[seq_id]:
+    for start, n in block_runs(table):
         if n >= min_run:
             keep = n * bs - (unused if i + n == len(table) else 0)
             k = cache.k[:, start : start + n].view(K, n * bs, E)[:, :keep]  # for each head, one stretch
@@ -309,7 +353,8 @@ def paged_attention(
 
     Raises:
         ValueError: if ``q`` does not match the cache or ``seq_ids`` (shape, heads, width, dtype, device),
-            a sequence is unknown or freed, or holds fewer than ``T`` positions, or ``min_run < 1``.
+            a sequence is unknown or freed, or holds fewer than ``T`` positions, its block table names a
+            block outside the pool (see :meth:`PagedKVCache.table`), or ``min_run < 1``.
 
     Example:
         >>> cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, head_dim=4)
@@ -319,7 +364,7 @@ def paged_attention(
         >>> paged_attention(torch.randn(2, 2, 1, 4), cache, [0, 1]).shape
         torch.Size([2, 2, 1, 4])
     """
-    _positive("min_run", min_run)
+    min_run = _positive("min_run", min_run)
     if not isinstance(q, Tensor) or q.ndim != 4:
         raise ValueError(f"q must be (B, H, T, E); got shape {tuple(getattr(q, 'shape', ()))}")
     B, H, T, E = q.shape
@@ -337,6 +382,10 @@ def paged_attention(
     short = [seq for seq in seq_ids if cache.lengths[seq] < T]
     if short:
         raise ValueError(f"sequences {short} hold fewer than T={T} positions; append the new tokens first")
+    for seq in seq_ids:
+        cache.table(seq)  # every block id in the pool
+    if T == 0:
+        return q.new_zeros(B, H, 0, Ev)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     n_rep, R = H // K, (H // K) * T
     t = torch.arange(T, device=q.device).view(1, 1, T, 1)  # new query t

@@ -65,7 +65,9 @@ class Collectives:
     """The collectives this file uses, over an initialised ``torch.distributed`` process group.
 
     Subclass it to watch them: every call goes through :meth:`all_reduce`, :meth:`all_to_all` or
-    :meth:`send_recv`. Ranks are positions in ``group`` (the default group: all processes).
+    :meth:`send_recv` (and the few bytes of :meth:`all_gather_ints`, with which Ulysses and ring attention
+    check that every rank holds shards of one shape). Ranks are positions in ``group`` (the default group:
+    all processes).
 
     Args:
         group: a process group, or ``None`` for the default one.
@@ -111,6 +113,18 @@ class Collectives:
         outputs = [torch.empty_like(c) for c in inputs]
         dist.all_to_all(outputs, inputs, group=self.group)
         return outputs
+
+    def all_gather_ints(self, values: Sequence[int], *, device: torch.device | None = None) -> list[list[int]]:
+        """Every rank's ``values`` (as many on each), in rank order: one small all-gather.
+
+        For checking that the ranks agree on the sizes of a collective before it runs: a send or an
+        all-to-all of different sizes on different ranks makes gloo abort the process, with no Python
+        exception to catch. ``device``: where the backend wants tensors (a GPU for NCCL); default CPU.
+        """
+        mine = torch.tensor(list(values), dtype=torch.int64, device=device)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine, group=self.group)
+        return [[int(n) for n in t.tolist()] for t in every]
 
     def send_recv(self, t: Tensor, *, to: int, frm: int) -> Tensor:
         """Send ``t`` to rank ``to`` while receiving a tensor of the same shape from rank ``frm``; return it."""
@@ -263,6 +277,7 @@ class TensorParallelAttention(nn.Module):
         num_kv_heads: KV heads ``K`` of the whole layer (default ``H``).
         comm: the ranks' :class:`Collectives`; its ``world_size`` is the degree ``P``.
         bias: whether the projections have biases.
+        dropout: dropout on the attention weights, in training mode only (each rank drops its own heads').
 
     Shapes:
         x: ``(B, T, D)``, the same on every rank; output ``(B, T, D)``, the same on every rank.
@@ -278,13 +293,23 @@ class TensorParallelAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None, comm: Collectives, bias: bool = False
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        comm: Collectives,
+        bias: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         D, H = _size("d_model", d_model, 1), _size("num_heads", num_heads, 1)
         K = H if num_kv_heads is None else _size("num_kv_heads", num_kv_heads, 1)
         if D % H:
             raise ValueError(f"d_model={D} is not divisible by num_heads={H}")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got dropout={dropout!r}")
+        self.dropout = float(dropout)
         self.plan = tp_plan(H, K, comm.world_size)
         self.comm, self.rank = comm, comm.rank
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = D, H, K, D // H
@@ -305,7 +330,8 @@ class TensorParallelAttention(nn.Module):
     def from_module(cls, full: MultiHeadAttention, comm: Collectives) -> TensorParallelAttention:
         """This rank's shard of ``full``, its weights copied (so outputs and gradients match ``full``'s)."""
         bias = full.qkv_proj.bias is not None
-        tp = cls(full.d_model, full.num_heads, num_kv_heads=full.num_kv_heads, comm=comm, bias=bias)
+        tp = cls(full.d_model, full.num_heads, num_kv_heads=full.num_kv_heads, comm=comm, bias=bias,
+                 dropout=full.dropout)
         tp.to(dtype=full.qkv_proj.weight.dtype, device=full.qkv_proj.weight.device)
         with torch.no_grad():
             tp.qkv_proj.weight.copy_(full.qkv_proj.weight[tp.qkv_rows])
@@ -328,7 +354,7 @@ class TensorParallelAttention(nn.Module):
         Args:
             x: ``(B, T, D)``, identical on every rank.
             attn_mask: as for :func:`lessons_src.attention.attention`, with a head dim of 1 or ``H``
-                (a per-head mask is cut to this rank's heads).
+                (a per-head mask, ``(H, T, S)`` or ``(B, H, T, S)``, is cut to this rank's heads).
             is_causal: bottom-right causal mask.
             implementation: a registered attention implementation.
         """
@@ -336,15 +362,16 @@ class TensorParallelAttention(nn.Module):
             raise ValueError(f"x must be (B, T, d_model={self.d_model}); got shape {tuple(x.shape)}")
         B, T, _ = x.shape
         E, Hl, Kl = self.head_dim, self.local_heads, self.local_kv_heads
-        if attn_mask is not None and attn_mask.ndim == 4 and attn_mask.shape[1] == self.num_heads:
+        if isinstance(attn_mask, Tensor) and attn_mask.ndim in (3, 4) and attn_mask.shape[-3] == self.num_heads:
             heads = self.plan.query_heads(self.rank)
-            attn_mask = attn_mask[:, heads.start : heads.stop]
+            attn_mask = attn_mask.narrow(-3, heads.start, len(heads))  # (.., Hl, T, S): my heads' rows
         x = _copy_to_parallel(x, self.comm)  # backward: all-reduce of x's gradient
         q, k, v = self.qkv_proj(x).split([Hl * E, Kl * E, Kl * E], dim=-1)  # (B, T, Hl E), 2 x (B, T, Kl E)
         q = q.view(B, T, Hl, E).transpose(1, 2)  # (B, Hl, T, E)
         k = k.view(B, T, Kl, E).transpose(1, 2)  # (B, Kl, T, E)
         v = v.view(B, T, Kl, E).transpose(1, 2)  # (B, Kl, T, E)
-        y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, implementation=implementation).output
+        p = self.dropout if self.training else 0.0
+        y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, implementation=implementation)[0]
         partial = self.out_proj(y.transpose(1, 2).reshape(B, T, Hl * E))  # (B, T, D): my heads' share of W_O
         out = _reduce_from_parallel(partial, self.comm)  # (B, T, D): the sum over all heads
         return out if self.out_bias is None else out + self.out_bias
@@ -362,7 +389,8 @@ def ulysses_attention(
     ``mha``'s weights. It projects its positions for every head, then an all-to-all sends head group
     ``j`` to rank ``j``: each rank now has every position for ``H / P`` heads, runs ordinary attention on
     them, and a second all-to-all sends each rank its positions back. With fewer KV heads than ranks, each
-    KV head is repeated before the exchange so that every rank receives the one its queries read.
+    KV head is repeated before the exchange so that every rank receives the one its queries read. In
+    training mode, ``mha.dropout`` applies to the weights (each rank drops its own heads').
 
     Args:
         mha: the layer (the same weights on every rank).
@@ -376,18 +404,30 @@ def ulysses_attention(
         gradients back the way they came).
 
     Raises:
-        ValueError: if ``P`` does not split the heads (see :func:`valid_tp_degrees`).
+        TypeError: if ``x`` is not a tensor.
+        ValueError: if ``P`` does not split the heads (see :func:`valid_tp_degrees`); if ``x`` is not
+            ``(B, T/P, D)`` in the module's dtype and device; on every rank, if the ranks' ``x`` differ in
+            batch, length or dtype (checked with one small all-gather before the first all-to-all).
     """
     P = comm.world_size
     tp_plan(mha.num_heads, mha.num_kv_heads, P)  # the same condition: whole heads per rank
+    mha._check_inputs(x, None)  # (B, T/P, D), the module's dtype and device
     B, Tl, D = x.shape
+    shapes = comm.all_gather_ints([B, Tl, x.element_size()], device=x.device)
+    if any(s != shapes[0] for s in shapes):
+        held = ", ".join(f"rank {r} holds {t} positions" for r, (_, t, _) in enumerate(shapes))
+        raise ValueError(
+            f"the ranks' shards of x differ: {held}; batch sizes {[b for b, _, _ in shapes]}, bytes per element "
+            f"{[e for _, _, e in shapes]}. Every rank must hold T/P positions of one batch (shard_sequence)"
+        )
     q, k, v = mha.project_qkv(x)  # (B, H, T/P, E), 2 x (B, K, T/P, E)
     if mha.num_kv_heads < P:
         k, v = repeat_kv(k, P // mha.num_kv_heads), repeat_kv(v, P // mha.num_kv_heads)  # (B, P, T/P, E)
     q = _all_to_all(q, comm, 1, 2)  # (B, H/P, T, E): my heads, every position
     k = _all_to_all(k, comm, 1, 2)  # (B, max(K/P, 1), T, E)
     v = _all_to_all(v, comm, 1, 2)
-    y = attention(q, k, v, is_causal=is_causal, implementation=implementation).output  # (B, H/P, T, E)
+    p = mha.dropout if mha.training else 0.0
+    y = attention(q, k, v, is_causal=is_causal, dropout_p=p, implementation=implementation)[0]  # (B, H/P, T, E)
     y = _all_to_all(y, comm, 2, 1)  # (B, H, T/P, E): every head, my positions
     out: Tensor = mha.out_proj(y.transpose(1, 2).reshape(B, Tl, D))  # (B, T/P, D)
     return out

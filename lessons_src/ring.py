@@ -10,8 +10,8 @@ the zig-zag split (:func:`sequence_chunks`: rank ``r`` holds chunks ``r`` and ``
 evens it out. The backward pass sends the blocks round once more, each with its gradient, and
 recomputes each tile's weights from the saved log-sum-exp (FlashAttention-2's backward).
 
-The ranks talk through a :class:`lessons_src.parallel.Collectives` (only its ``rank``, ``world_size`` and
-``send_recv`` are used), so this file needs no sibling at run time.
+The ranks talk through a :class:`lessons_src.parallel.Collectives` (only its ``rank``, ``world_size``,
+``send_recv`` and ``all_gather_ints`` are used), so this file needs no sibling at run time.
 
 References:
     Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context",
@@ -50,11 +50,69 @@ _NEG_INF = float("-inf")
 
 
 def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={value}")
-    return value
+    n = int(value.__index__())
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
+    return n
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: object) -> None:
+    """The checks of :func:`lessons_src.attention.attention`, with its messages (a copy: this file imports no
+    sibling; ``tests/test_ring.py`` runs one table of bad inputs through both), then the ring's own rule:
+    queries and keys cover the same positions."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "q, k, v must be 4-D: q (B, H, T, E), k (B, K, S, E), v (B, K, S, Ev); "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree on (B, K, S); got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must have the same batch size; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head size E; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    H, K = q.shape[1], k.shape[1]
+    if K < 1 or H % K != 0:
+        raise ValueError(
+            f"q has {H} heads, which is not a multiple of the {K} key/value heads of k; "
+            f"KV-head counts that divide {H} are {_divisors(H)}"
+        )
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(
+            "ring attention needs queries and keys over the same positions (this rank's T/P of each); "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def _same_blocks_on_every_rank(comm: Collectives, k: Tensor, v: Tensor) -> None:
+    """Raise a ValueError on every rank unless all hold key/value blocks of one shape and element size.
+
+    The blocks are sent round the ring; a block of another size on one rank would make gloo abort the
+    process (no Python exception), so the ranks compare their shapes first, with one small all-gather.
+    """
+    shapes = comm.all_gather_ints([*k.shape, v.shape[-1], k.element_size()], device=k.device)
+    if any(s != shapes[0] for s in shapes):
+        held = ", ".join(f"rank {r} holds {s[2]} positions" for r, s in enumerate(shapes))
+        raise ValueError(
+            f"the ranks' key/value blocks differ: {held}; (B, K, T/P, E, Ev, bytes per element) by rank: "
+            f"{[tuple(s) for s in shapes]}. Every rank must hold T/P positions of one shape (shard_sequence)"
+        )
 
 
 def _repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -328,24 +386,21 @@ def ring_attention(
         rank in the forward pass) and, with ``keep_steps``, the steps.
 
     Raises:
-        ValueError: on mismatched shapes, a sequence the ranks cannot split evenly, or ``keep_steps``
-            with inputs that require a gradient.
+        TypeError: if ``q``, ``k`` or ``v`` is not a tensor, or ``is_causal`` not a bool.
+        ValueError: as :func:`lessons_src.attention.attention` on mismatched shapes, dtypes or devices; if
+            ``q`` and ``k`` hold different numbers of positions, the ranks cannot split the sequence evenly,
+            or ``keep_steps`` is asked with inputs that require a gradient; on every rank, if the ranks'
+            blocks differ in shape (checked with one small all-gather before any block is sent).
     """
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or k.shape[:3] != v.shape[:3] or q.shape[2] != k.shape[2]:
-        raise ValueError(
-            "ring_attention needs q (B, H, T/P, E), k (B, K, T/P, E), v (B, K, T/P, Ev) over the same positions; "
-            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    H, K = q.shape[1], k.shape[1]
-    if H % K:
-        raise ValueError(f"q has {H} heads, not a multiple of the {K} key/value heads of k")
+    _check_inputs(q, k, v, is_causal)
     sequence_chunks(q.shape[2] * comm.world_size, comm.world_size, comm.rank, order)  # a split that works
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and keep_steps:
+        raise ValueError("keep_steps records the forward pass only; run it under torch.no_grad()")
+    _same_blocks_on_every_rank(comm, k, v)
     if not needs_grad:
         return _ring_forward(q, k, v, comm, is_causal, order, scale, keep_steps)
-    if keep_steps:
-        raise ValueError("keep_steps records the forward pass only; run it under torch.no_grad()")
     P, T = comm.world_size, q.shape[2] * comm.world_size
     mine = sequence_chunks(T, P, comm.rank, order)
     work = sum((b - a) * (d - c) for src in range(P)

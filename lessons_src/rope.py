@@ -42,7 +42,10 @@ def rope_cos_sin(
         >>> cos.shape, cos[0].tolist()
         (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):  # numpy integers pass, bool and float do not
+        raise TypeError(f"dim must be an int; got {dim!r} of type {type(dim).__name__}")
+    dim = int(dim.__index__())
+    if dim < 2 or dim % 2:
         raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={dim!r}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
         raise ValueError(

@@ -33,12 +33,33 @@ from lessons_src import (
 )
 from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
-from lessons_src.kv_cache import kv_bytes_per_token, latent_bytes_per_token
+from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
+from lessons_src.kv_cache import RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import combine_masks
+from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
+from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
+from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import rope_cos_sin
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+class _Stub:
+    """Collectives where only the degree matters: every check runs before any collective."""
+
+    def __init__(self, world_size: int = 2, rank: int = 0) -> None:
+        self.world_size, self.rank = world_size, rank
+
+
+def _one_sequence(table: list[int] | None = None) -> PagedKVCache:
+    cache = PagedKVCache(4, 2, 1, 4)
+    cache.add_sequence(0)
+    with torch.no_grad():
+        cache.append(0, torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
+    if table is not None:
+        cache.block_tables[0] = table
+    return cache
+
 
 Q = torch.randn(1, 2, 3, 4)
 KV = torch.randn(1, 1, 5, 4)
@@ -192,6 +213,71 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"kdim=8 and vdim=8 must equal embed_dim=16"),
     ("masks_from_torch", "shape", lambda: masks_from_torch(torch.zeros(5, 2, 2, dtype=torch.bool), None, num_heads=2),
      ValueError, r"\(B \* num_heads, T, S\); got \(5, 2, 2\)"),
+    # the newer modules (issue 28): flash, the rolling and paged caches, ring, parallel
+    ("prepare_mask", "shape", lambda: attention(Q, KV, KV, attn_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool)),
+     ValueError, r"shape \(2, 1, 1, 5\) is not broadcastable .* = \(1, 2, 3, 5\)"),
+    ("online_softmax", "shape", lambda: online_softmax(torch.tensor(1.0)), ValueError,
+     r"x must have at least 1 dim .*; got a 0-d tensor"),
+    ("online_softmax", "dtype", lambda: online_softmax(torch.arange(3)), ValueError,
+     r"x must be floating .*; got torch.int64"),
+    ("online_softmax", "type", lambda: online_softmax([1.0, 2.0]), TypeError, r"x must be a torch.Tensor; got list"),  # type: ignore[arg-type]
+    ("softmax_statistics", "value", lambda: next(softmax_statistics(torch.randn(3), block_size=0)), ValueError,
+     r"block_size must be a positive int .*; got block_size=0"),
+    ("block_kind", "value", lambda: block_kind(0, 2, 0, 2, 4, 4, causal=True, window=0), ValueError,
+     r"window must be at least 1 .*; got window=0"),
+    ("tiled_attention_function", "value", lambda: tiled_attention_function(Q, KV, KV, prepare_mask(
+     None, is_causal=False, shape=(1, 2, 3, 5), dtype=torch.float32, device=torch.device("cpu")), scale=0.5,
+     dropout_p=0.1), ValueError, r"does not implement dropout; got dropout_p=0.1"),
+    ("tile_plan", "value", lambda: tile_plan(-4, 4, 2, 2, causal=True), ValueError, r"at least 0; got T=-4, S=4"),
+    ("tiled_attention", "shape", lambda: tiled_attention(Q, KV[:, :, :, :3], KV), ValueError, r"same head size E"),
+    ("KVCache", "dtype", lambda: KVCache(1, 2, 4, 8, dtype=torch.int64), ValueError,
+     r"dtype=torch.int64 .* floating dtype such as torch.float32"),
+    ("KVCache", "type", lambda: KVCache(1, 2, 4, 8, dtype="float32"), TypeError,  # type: ignore[arg-type]
+     r"dtype must be a torch.dtype such as torch.float32; got 'float32'"),
+    ("LatentCache", "dtype", lambda: LatentCache(1, 8, 2, 4, dtype=torch.bool), ValueError, r"dtype=torch.bool"),
+    ("RollingKVCache", "dtype", lambda: RollingKVCache(1, 1, 2, 3, dtype=torch.int32), ValueError, r"dtype=torch.int32"),
+    ("RollingKVCache", "value", lambda: RollingKVCache(1, 1, 2, 3, sinks=-1), ValueError, r"sinks must be at least 0"),
+    ("RollingKVCache.update", "shape", _no_grad(lambda: RollingKVCache(1, 1, 2, 3).update(torch.zeros(1, 2, 1, 2),
+     torch.zeros(1, 2, 1, 2))), ValueError, r"k of shape \(1, 2, 1, 2\) does not fit this cache"),
+    ("RollingKVCache.update", "device", _no_grad(lambda: RollingKVCache(1, 1, 2, 3).update(
+     torch.zeros(1, 1, 1, 2, device=META), torch.zeros(1, 1, 1, 2, device=META))), ValueError, r"k is on meta"),
+    ("PagedKVCache", "dtype", lambda: PagedKVCache(4, 2, 1, 4, dtype=torch.int64), ValueError, r"dtype=torch.int64"),
+    ("PagedKVCache.append", "device", _no_grad(lambda: _one_sequence().append(0, torch.zeros(1, 1, 4, device=META),
+     torch.zeros(1, 1, 4, device=META))), ValueError, r"k is torch.float32 on meta but the pool is torch.float32 on cpu"),
+    ("paged_attention", "value", lambda: paged_attention(torch.randn(1, 1, 1, 4), _one_sequence(table=[99]), [0]),
+     ValueError, r"names block 99; the pool has 0..3"),
+    ("paged_attention", "type", lambda: paged_attention("q", _one_sequence(), [0]), ValueError,  # type: ignore[arg-type]
+     r"q must be \(B, H, T, E\)"),
+    ("block_runs", "value", lambda: block_runs([-1, 0, 99]), ValueError, r"at least 0; got -1 in \[-1, 0, 99\]"),
+    ("ring_attention", "shape", lambda: ring_attention(Q, *[KV.expand(2, 1, 5, 4)[:, :, :3]] * 2, _Stub()),  # type: ignore[arg-type]
+     ValueError, r"q and k must have the same batch size; got q \(1, 2, 3, 4\), k \(2, 1, 3, 4\)"),
+    ("ring_attention", "dtype", lambda: ring_attention(Q, KV[:, :, :3].double(), KV[:, :, :3].double(), _Stub()),  # type: ignore[arg-type]
+     ValueError, r"one floating dtype; got torch.float32, torch.float64"),
+    ("ring_attention", "device", lambda: ring_attention(Q, KV[:, :, :3].to(META), KV[:, :, :3].to(META), _Stub()),  # type: ignore[arg-type]
+     ValueError, r"one device; got cpu, meta"),
+    ("ring_attention", "type", lambda: ring_attention(Q, KV[:, :, :3], KV[:, :, :3], _Stub(), is_causal="no"),  # type: ignore[arg-type]
+     TypeError, r"is_causal must be True or False; got 'no'"),
+    ("ring_attention", "value", lambda: ring_attention(Q, KV[:, :0, :3], KV[:, :0, :3], _Stub()),  # type: ignore[arg-type]
+     ValueError, r"not a multiple of the 0 key/value heads"),
+    ("sequence_chunks", "value", lambda: sequence_chunks(8, 2, 2), ValueError, r"rank must be in 0..1; got rank=2"),
+    ("shard_sequence", "value", lambda: shard_sequence(torch.zeros(1, 6), 4, 0, dim=1), ValueError,
+     r"T=6 positions do not split into 4 equal blocks"),
+    ("unshard_sequence", "shape", lambda: unshard_sequence([torch.zeros(1, 3), torch.zeros(1, 2)], dim=1), ValueError,
+     r"T=5 positions do not split into 2 equal blocks"),
+    ("TensorParallelAttention", "value", lambda: TensorParallelAttention(16, 4, comm=_Stub(3)), ValueError,  # type: ignore[arg-type]
+     r"degree 3 does not split num_heads=4"),
+    ("TensorParallelAttention", "value", lambda: TensorParallelAttention(16, 4, comm=_Stub(2), dropout=1.0),  # type: ignore[arg-type]
+     ValueError, r"dropout must be a number in \[0, 1\); got dropout=1.0"),
+    ("TensorParallelAttention.forward", "shape", lambda: TensorParallelAttention(16, 4, comm=_Stub(2))(torch.randn(2, 8)),  # type: ignore[arg-type]
+     ValueError, r"x must be \(B, T, d_model=16\); got shape \(2, 8\)"),
+    ("tp_plan", "type", lambda: tp_plan(8, 2, 2.0), TypeError, r"degree must be an int; got 2.0"),  # type: ignore[arg-type]
+    ("valid_tp_degrees", "value", lambda: valid_tp_degrees(6, 4), ValueError, r"num_heads=6 is not a multiple of num_kv_heads=4"),
+    ("ulysses_attention", "shape", lambda: ulysses_attention(MHA, torch.randn(4, 16), _Stub(2)), ValueError,  # type: ignore[arg-type]
+     r"x must be 3-D \(B, T, d_model=16\); got shape \(4, 16\)"),
+    ("ulysses_attention", "device", lambda: ulysses_attention(MHA, torch.randn(1, 4, 16, device=META), _Stub(2)),  # type: ignore[arg-type]
+     ValueError, r"x is on meta but the module is on cpu"),
+    ("ulysses_attention", "type", lambda: ulysses_attention(MHA, "x", _Stub(2)), TypeError,  # type: ignore[arg-type]
+     r"x must be a torch.Tensor; got str"),
 ]
 
 
@@ -209,6 +295,79 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     public = set(lessons_src.__all__) - {"__version__"}
     public |= {"attention", "prepare_mask", "register_attention", "pool_kv_heads", "expand_kv_heads",
                "kv_bytes_per_token", "latent_bytes_per_token", "combine_masks", "rope_cos_sin"}
+    from lessons_src import flash, paged_cache, parallel, ring
+
+    public |= {n for m in (flash, paged_cache, parallel, ring) for n in m.__all__ if n[0].islower() or n in
+               ("PagedKVCache", "TensorParallelAttention")}
+    public |= {"RollingKVCache"}
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}
+
+
+# --------------------------------------------------------------------------- one rule for every size argument
+
+_q, _kv = torch.randn(1, 2, 4, 4), torch.randn(1, 1, 4, 4)
+
+
+def _paged(**sizes: object) -> object:
+    return PagedKVCache(**{"num_blocks": 4, "block_size": 2, "num_kv_heads": 1, "head_dim": 4, **sizes})  # type: ignore[arg-type]
+
+
+def _paged_attention(min_run: object) -> object:
+    cache = _paged()
+    cache.add_sequence(0)  # type: ignore[attr-defined]
+    with torch.no_grad():
+        cache.append(0, torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))  # type: ignore[attr-defined]
+    return paged_attention(torch.randn(1, 1, 1, 4), cache, [0], min_run=min_run)  # type: ignore[arg-type]
+
+
+def _size_calls() -> list[tuple[str, int, Callable[[object], object]]]:
+    return [  # (argument, a good value, call with that argument set to n)
+        ("d_model", 16, lambda n: MultiHeadAttention(n, 4)),  # type: ignore[arg-type]
+        ("num_heads", 4, lambda n: MultiHeadAttention(16, n)),  # type: ignore[arg-type]
+        ("num_kv_heads", 2, lambda n: MultiHeadAttention(16, 4, num_kv_heads=n)),  # type: ignore[arg-type]
+        ("n_rep", 2, lambda n: repeat_kv(KV, n)),  # type: ignore[arg-type]
+        ("head", 1, lambda n: MHA.kv_head(n)),  # type: ignore[arg-type]
+        ("window", 2, lambda n: attention(_q, _kv, _kv, is_causal=True, window=n)),  # type: ignore[arg-type]
+        ("T", 3, lambda n: causal_mask(n)),  # type: ignore[arg-type]
+        ("sinks", 1, lambda n: causal_mask(3, window=2, sinks=n)),  # type: ignore[arg-type]
+        ("head_dim", 4, lambda n: KVCache(1, 2, n, 8)),  # type: ignore[arg-type]
+        ("max_len", 8, lambda n: KVCache(1, 2, 4, n)),  # type: ignore[arg-type]
+        ("kv_latent_dim", 8, lambda n: LatentCache(1, n, 2, 4)),  # type: ignore[arg-type]
+        ("window", 3, lambda n: RollingKVCache(1, 1, 2, n)),  # type: ignore[arg-type]
+        ("sinks", 1, lambda n: RollingKVCache(1, 1, 2, 3, sinks=n)),  # type: ignore[arg-type]
+        ("num_kv_heads", 8, lambda n: kv_bytes_per_token(n, 64, torch.float16)),  # type: ignore[arg-type]
+        ("rope_dim", 64, lambda n: latent_bytes_per_token(512, n, torch.float16)),  # type: ignore[arg-type]
+        ("num_blocks", 4, lambda n: _paged(num_blocks=n)),
+        ("block_size", 2, lambda n: _paged(block_size=n)),
+        ("v_head_dim", 4, lambda n: _paged(v_head_dim=n)),
+        ("min_run", 2, _paged_attention),
+        ("block_size", 2, lambda n: online_softmax(torch.randn(3, 5), block_size=n)),  # type: ignore[arg-type]
+        ("block_q", 2, lambda n: tiled_attention(_q, _kv, _kv, block_q=n)),  # type: ignore[arg-type]
+        ("block_k", 2, lambda n: tiled_attention(_q, _kv, _kv, block_k=n)),  # type: ignore[arg-type]
+        ("T", 4, lambda n: tile_plan(n, 4, 2, 2, causal=True)),  # type: ignore[arg-type]
+        ("S", 4, lambda n: tile_plan(4, n, 2, 2, causal=True)),  # type: ignore[arg-type]
+        ("world_size", 2, lambda n: sequence_chunks(8, n, 0)),  # type: ignore[arg-type]
+        ("rank", 1, lambda n: sequence_chunks(8, 2, n)),  # type: ignore[arg-type]
+        ("num_heads", 8, lambda n: valid_tp_degrees(n, 2)),  # type: ignore[arg-type]
+        ("degree", 2, lambda n: tp_plan(8, 2, n)),  # type: ignore[arg-type]
+        ("d_model", 32, lambda n: MultiHeadLatentAttention(n, 4, kv_latent_dim=8, rope_dim=4)),  # type: ignore[arg-type]
+        ("num_kv_heads", 2, lambda n: pool_kv_heads(torch.randn(16, 4), 4, n)),  # type: ignore[arg-type]
+        ("num_kv_heads", 2, lambda n: mha_to_gqa(MultiHeadAttention(16, 4), n)),  # type: ignore[arg-type]
+        ("dim", 4, lambda n: rope_cos_sin(torch.arange(3), n)),  # type: ignore[arg-type]
+    ]
+
+
+SIZE_CALLS = _size_calls()
+
+
+@pytest.mark.parametrize(("name", "good", "call"), SIZE_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(SIZE_CALLS)])
+def test_every_size_argument_takes_numpy_ints_and_refuses_bools_and_floats(name: str, good: int, call) -> None:
+    """One rule: any integer ``operator.index`` accepts (numpy's included) is a size; bool and float are not."""
+    import numpy as np
+
+    call(np.int64(good))
+    for bad in (True, float(good)):
+        with pytest.raises(TypeError, match=rf"{name}\b.*{bad!r}|{bad!r}.*{name}\b|'{name}': {bad!r}"):
+            call(bad)

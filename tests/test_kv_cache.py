@@ -126,3 +126,22 @@ def test_bad_mask_leaves_the_cache_untouched() -> None:
     with pytest.raises(ValueError, match=r"not broadcastable .* \(B, H, T, S\) = \(1, 4, 1, 4\)"):
         layer(torch.randn(1, 1, 16), attn_mask=torch.ones(1, 3, dtype=torch.bool), cache=cache)
     assert cache.length == 3
+
+
+@pytest.mark.parametrize("cache_kind", ["rolling", "latent", "dict"])
+def test_forward_refuses_a_cache_that_is_not_a_kv_cache_before_touching_it(cache_kind: str) -> None:
+    """Only a KVCache can be rolled back by its length when a step fails; anything else is refused untouched."""
+    from lessons_src.kv_cache import RollingKVCache
+
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    cache: object = {
+        "rolling": RollingKVCache(1, 2, 4, window=3),
+        "latent": LatentCache(1, 8, 2, 8),
+        "dict": {"k": None},
+    }[cache_kind]
+    before = {n: t.clone() for n, t in getattr(cache, "__dict__", {}).items() if isinstance(t, torch.Tensor)}
+    with torch.no_grad(), pytest.raises(TypeError, match=rf"cache must be a KVCache .*; got {type(cache).__name__}"):
+        mha(torch.randn(1, 4, 16), is_causal=True, cache=cache)  # type: ignore[call-overload]
+    assert getattr(cache, "length", 0) == 0
+    for name, t in before.items():
+        assert torch.equal(getattr(cache, name), t), f"{name} was written by the refused step"

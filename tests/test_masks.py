@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lessons_src.attention import attention
 from lessons_src.masks import causal_mask, check_mask, combine_masks, padding_mask
 
 
@@ -79,3 +84,32 @@ def test_combine() -> None:
     f = combine_masks(a, torch.tensor([1.0, 2.0, 3.0]), torch.float32)
     assert f.tolist() == [1.0, float("-inf"), 3.0]
     assert combine_masks(None, b, torch.float32) is b
+
+
+@pytest.mark.parametrize(("q_shape", "mask_shape"), [((1, 2, 3, 5), (2, 1, 1, 5)), ((2, 2, 1, 5), (3, 5))])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "tiled"])
+def test_a_mask_larger_than_the_scores_is_refused(q_shape, mask_shape, implementation: str) -> None:
+    """With B = 1 or T = 1 a larger mask broadcasts *with* the scores but not *to* them: refused, both shapes named."""
+    B, H, T, E = q_shape
+    q, kv = torch.randn(B, H, T, E), torch.randn(B, H, 5, E)
+    mask = torch.ones(mask_shape, dtype=torch.bool)
+    named = rf"shape {re.escape(str(mask_shape))} is not broadcastable .* {re.escape(str((B, H, T, 5)))}"
+    with pytest.raises(ValueError, match=named):
+        attention(q, kv, kv, attn_mask=mask, implementation=implementation)
+    with pytest.raises(ValueError, match=r"not broadcastable"):
+        check_mask(mask, (B, H, T, 5), torch.float32)
+
+
+
+@settings(max_examples=40, deadline=None)
+@given(scores=st.lists(st.integers(1, 3), min_size=4, max_size=4), mask=st.lists(st.integers(1, 3), min_size=1,
+       max_size=5))
+def test_a_mask_is_accepted_exactly_when_it_broadcasts_to_the_scores(scores: list[int], mask: list[int]) -> None:
+    """Drawn mask and score shapes: accepted when broadcasting leaves the scores' shape unchanged, else refused."""
+    target, m = tuple(scores), torch.ones(mask, dtype=torch.bool)
+    fits = len(mask) <= 4 and all(a in (1, b) for a, b in zip(reversed(mask), reversed(target), strict=False))
+    if fits:
+        check_mask(m, target, torch.float32)
+    else:
+        with pytest.raises(ValueError, match=rf"shape {re.escape(str(tuple(mask)))} .* {re.escape(str(target))}"):
+            check_mask(m, target, torch.float32)

@@ -72,7 +72,6 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
             q = torch.randn(len(ids), H, T, E, generator=g, dtype=torch.float64)
             got = paged_attention(q, paged, ids)
             torch.testing.assert_close(got, contiguous_reference(q, [own[s] for s in ids]), atol=1e-12, rtol=1e-10)
-            assert paged._runs == {s: block_runs(t) for s, t in paged.block_tables.items()}  # kept up to date
             if step == 0:  # runs read in place, everything gathered, and the default split agree
                 for min_run in (1, 1000):
                     torch.testing.assert_close(paged_attention(q, paged, ids, min_run=min_run), got)
@@ -136,6 +135,39 @@ def test_blocks_are_taken_as_needed_and_returned() -> None:
         cache.append(2, torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
         assert cache.block_tables[2] == [0]  # the freed block is handed out again
     assert cache.nbytes == 4 * cache.block_nbytes == 4 * 4 * kv_bytes_per_token(1, 2, torch.float32)
+
+
+def test_the_public_block_table_is_the_one_source_of_truth() -> None:
+    """paged_attention reads the block table gather() reads: an edited table is followed, a bad id refused."""
+    g = torch.Generator().manual_seed(0)
+    cache = PagedKVCache(num_blocks=6, block_size=2, num_kv_heads=K, head_dim=E, v_head_dim=EV, dtype=torch.float64)
+    cache.add_sequence(0)
+    cache.append(0, *kv(5, g))  # blocks [0, 1, 2]
+    cache.block_tables[0][1] = 4  # a caller moves block 1's positions to block 4 (copying them there)
+    cache.k[:, 4], cache.v[:, 4] = torch.randn(K, 2, E, generator=g, dtype=torch.float64), cache.v[:, 1]
+    q = torch.randn(1, 4, 1, E, generator=g, dtype=torch.float64)
+    k, v = cache.gather(0)
+    torch.testing.assert_close(paged_attention(q, cache, [0], min_run=1), attention(q, k[None], v[None]).output)
+    cache.block_tables[0][1] = 99
+    for call in (lambda: cache.gather(0), lambda: paged_attention(q, cache, [0])):
+        with pytest.raises(ValueError, match=r"sequence 0's block table \[0, 99, 2\] names block 99; the pool has 0..5"):
+            call()
+
+
+def test_block_runs_refuse_ids_outside_the_pool() -> None:
+    with pytest.raises(ValueError, match=r"block ids must be at least 0; got -1 in \[-1, 0, 99\]"):
+        block_runs([-1, 0, 99])
+    with pytest.raises(ValueError, match=r"block ids must be below num_blocks=8; got 99 in \[0, 99\]"):
+        block_runs([0, 99], num_blocks=8)
+    with pytest.raises(TypeError, match=r"block ids must be ints; got 1.0 of type float"):
+        block_runs([0, 1.0])  # type: ignore[list-item]
+
+
+def test_no_new_query_on_an_empty_sequence_gives_an_empty_output() -> None:
+    cache = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, head_dim=4)
+    cache.add_sequence(0)
+    out = paged_attention(torch.randn(1, 2, 0, 4), cache, [0])
+    assert out.shape == (1, 2, 0, 4)
 
 
 def test_block_runs_split_a_table_into_slices_of_the_pool() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
 import pytest
@@ -402,3 +403,69 @@ def test_mla_under_tensor_parallelism_replicates_the_down_projections_and_the_la
 
     with pytest.raises(ValueError, match=r"degree must divide num_heads=4; got 3; degrees that do: \[1, 2, 4\]"):
         shard_mla(MultiHeadLatentAttention(16, 4, kv_latent_dim=8, rope_dim=2), 0, 3)
+
+
+def test_shards_of_different_lengths_raise_a_value_error_on_every_rank() -> None:
+    """Different lengths on different ranks made gloo abort the processes (no Python exception): now every
+    rank agrees on the lengths first (one small all-gather) and raises a ValueError naming each rank's."""
+    from lessons_src.lab.parallel_runs import uneven_shards_run
+
+    outcomes = launch(uneven_shards_run, 2, [4, 3], timeout_s=60)
+    for rank, outcome in enumerate(outcomes):
+        for method in ("ring", "ulysses"):
+            assert re.match(r"ValueError: .*rank 0 holds 4 positions, rank 1 holds 3", outcome[method]), (
+                f"{method}, rank {rank}: {outcome[method]}"
+            )
+
+
+@pytest.mark.parametrize(("x", "error", "match"), [
+    ([[1.0]], TypeError, r"x must be a torch.Tensor; got list"),
+    (torch.randn(4, 24), ValueError, r"x must be 3-D \(B, T, d_model=24\); got shape \(4, 24\)"),
+    (torch.randn(1, 4, 12), ValueError, r"x's last dim must be d_model=24; got shape \(1, 4, 12\)"),
+    (torch.randn(1, 4, 24).double(), ValueError, r"x has dtype torch.float64 but the module"),
+])
+def test_ulysses_checks_x_before_any_collective(x, error: type[Exception], match: str) -> None:
+    mha = MultiHeadAttention(24, 6, num_kv_heads=2)
+    with pytest.raises(error, match=match):
+        ulysses_attention(mha, x, _Stub(2))  # type: ignore[arg-type]
+
+
+class _Alone(_Stub):
+    """Collectives that talk to no one: all-reduce and all-to-all return what they were given (one rank's view)."""
+
+    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_to_all(self, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+        return list(chunks)
+
+    def all_gather_ints(self, values: list[int], *, device: Any = None) -> list[list[int]]:
+        return [list(values)] * self.world_size
+
+
+@pytest.mark.parametrize("mask_dims", [3, 4])
+def test_tensor_parallel_cuts_a_per_head_mask_of_3_or_4_dims(mask_dims: int) -> None:
+    """Each rank's output is its heads' share of W_O's sum: the shares of 2 ranks add up to the full layer."""
+    torch.manual_seed(0)
+    full = MultiHeadAttention(16, 4, num_kv_heads=2).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = torch.randn(4, 5, 5, dtype=torch.float64)  # (H, T, S): a different bias per head
+    mask = mask if mask_dims == 3 else mask[None].expand(2, 4, 5, 5)
+    shares = [TensorParallelAttention.from_module(full, _Alone(2, rank))(x, attn_mask=mask)  # type: ignore[arg-type]
+              for rank in range(2)]
+    assert_close(shares[0] + shares[1], full(x, attn_mask=mask), **TOL[torch.float64])
+
+
+def test_tensor_parallel_and_ulysses_apply_the_modules_dropout_in_training() -> None:
+    """On one rank both are the full layer, dropout included: the same seed gives the same output."""
+    full = MultiHeadAttention(16, 4, dropout=0.5).train()
+    x = torch.randn(1, 6, 16)
+    torch.manual_seed(1)
+    expected = full(x, is_causal=True)
+    tp = TensorParallelAttention.from_module(full, _Alone(1)).train()  # type: ignore[arg-type]
+    for name, run in (("tensor parallel", lambda: tp(x, is_causal=True)),
+                      ("ulysses", lambda: ulysses_attention(full, x, _Alone(1), is_causal=True))):  # type: ignore[arg-type]
+        torch.manual_seed(1)
+        assert_close(run(), expected, msg=lambda m, n=name: f"{n}: {m}")
+    torch.manual_seed(1)
+    assert not torch.allclose(tp.eval()(x, is_causal=True), expected)  # eval: no dropout

@@ -16,7 +16,9 @@ the wire for it, which for ``P`` ranks is
 * all-to-all: ``(P - 1) / P`` of the payload (every chunk but the one the rank keeps);
 * send/receive: the tensor sent.
 
-The payload is measured from the tensors; the wire bytes are that model of the algorithm (gloo's
+The few bytes of ``all_gather_ints`` (with which Ulysses and ring attention check, before they send
+anything, that every rank holds shards of one shape) are a check, not part of the algorithm, and are
+not recorded. The payload is measured from the tensors; the wire bytes are that model of the algorithm (gloo's
 all-reduce algorithm depends on the size; NCCL's ring uses this one).
 
 On GPUs the same code runs with ``backend="nccl"``, one GPU per process (``torch.cuda.set_device(rank)``)

@@ -10,7 +10,8 @@ reference it computed itself. Many checks share one launch, because starting pro
 * :func:`ring_run`: :func:`lessons_src.ring.ring_attention`, with each step's running max and sum;
 * :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer, counted;
   :func:`shard_mla` and :func:`mla_run`: the split run (forward, naive and absorbed, with a latent cache);
-* :func:`combined_run`: several of each in one launch (the tests and the lesson use it).
+* :func:`combined_run`: several of each in one launch (the tests and the lesson use it);
+* :func:`uneven_shards_run`: ring and Ulysses attention given shards of different lengths on different ranks.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "shard_mla",
     "tensor_parallel_run",
     "ulysses_run",
+    "uneven_shards_run",
 ]
 
 
@@ -159,6 +161,28 @@ def ring_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dic
             result["backward"] = list(comm.records)
         results.append(result)
     return results
+
+
+def uneven_shards_run(comm: CountingCollectives, lengths: list[int]) -> dict[str, str]:
+    """Ring and Ulysses attention with rank ``r`` holding ``lengths[r]`` positions (a caller's mistake).
+
+    Returns, per method, ``"ValueError: ..."`` (or whatever else was raised) on this rank, or ``"ran"``:
+    the tests check that every rank raises a ``ValueError`` rather than gloo aborting the process.
+    """
+    torch.manual_seed(0)
+    T = lengths[comm.rank]
+    mha = MultiHeadAttention(8, 2)
+    q, k, v = torch.randn(3, 1, 2, T, 4).unbind(0)  # (B, H, T, E) each
+    x = torch.randn(1, T, 8)  # (B, T, D)
+    outcome = {}
+    for name in ("ring", "ulysses"):
+        try:
+            with torch.no_grad():
+                _ = ring_attention(q, k, v, comm) if name == "ring" else ulysses_attention(mha, x, comm)
+            outcome[name] = "ran"
+        except Exception as err:  # reported to the parent, which checks the type and the message
+            outcome[name] = f"{type(err).__name__}: {err}"
+    return outcome
 
 
 def combined_run(comm: CountingCollectives, work: dict[str, Any]) -> dict[str, Any]:
