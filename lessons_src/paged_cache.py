@@ -119,6 +119,9 @@ class PagedKVCache:
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
         self.block_tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
+        # block_runs of each table as last checked, with the table it was made from: reused while the table
+        # is unchanged (compared by value on every call), so a decode step does not split the table again.
+        self._runs: dict[int, tuple[tuple[int, ...], list[tuple[int, int]]]] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -165,6 +168,7 @@ class PagedKVCache:
         self._known(seq_id)
         self._free.extend(reversed(self.block_tables.pop(seq_id)))
         del self.lengths[seq_id]
+        self._runs.pop(seq_id, None)
 
     def append(self, seq_id: int, k: Tensor, v: Tensor) -> None:
         """Append ``T`` positions to one sequence, taking new blocks from the pool as its last one fills.
@@ -229,19 +233,30 @@ class PagedKVCache:
             ValueError: on an unknown sequence, an id outside ``0 .. num_blocks - 1``, or a table whose
                 length does not fit the sequence's.
         """
+        self.runs(seq_id)
+        return self.block_tables[seq_id]
+
+    def runs(self, seq_id: int) -> list[tuple[int, int]]:
+        """:func:`block_runs` of sequence ``seq_id``'s checked block table (see :meth:`table`); computed again
+        only when the table has changed since the last call."""
         self._known(seq_id)
         table, L = self.block_tables[seq_id], self.lengths[seq_id]
-        bad = [b for b in table if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks]
-        if bad:
-            raise ValueError(
-                f"sequence {seq_id}'s block table {table} names block {bad[0]!r}; the pool has 0..{self.num_blocks - 1}"
-            )
         if len(table) != math.ceil(L / self.block_size):
             raise ValueError(
                 f"sequence {seq_id} holds {L} positions, which take {math.ceil(L / self.block_size)} blocks of "
                 f"{self.block_size}; its block table {table} has {len(table)}"
             )
-        return table
+        key = tuple(table)
+        memo = self._runs.get(seq_id)
+        if memo is None or memo[0] != key:
+            bad = [b for b in table if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks]
+            if bad:
+                raise ValueError(
+                    f"sequence {seq_id}'s block table {table} names block {bad[0]!r}; "
+                    f"the pool has 0..{self.num_blocks - 1}"
+                )
+            memo = self._runs[seq_id] = key, block_runs(table)
+        return memo[1]
 
     def gather(self, seq_id: int) -> tuple[Tensor, Tensor]:
         """One sequence's keys and values as contiguous tensors ``(K, L, E)``, ``(K, L, Ev)`` (a copy).
@@ -298,12 +313,12 @@ def _pieces(cache: PagedKVCache, seq_id: int, min_run: int) -> list[tuple[Tensor
     holding the table's last block ends at the sequence's last position: the unused rest of that block
     is cut off. Returns ``(k (K, n, E), v (K, n, Ev), the table indices of its blocks)`` per piece."""
     K, bs, E, Ev = cache.num_kv_heads, cache.block_size, cache.head_dim, cache.v_head_dim
-    table = cache.table(seq_id)
+    runs, table = cache.runs(seq_id), cache.block_tables[seq_id]
     unused = len(table) * bs - cache.lengths[seq_id]  # positions past the end, all in the table's last block
     pieces: list[tuple[Tensor, Tensor, list[int] | range]] = []
     scattered: list[int] = []
     i = 0
-    for start, n in block_runs(table):
+    for start, n in runs:
         if n >= min_run:
             keep = n * bs - (unused if i + n == len(table) else 0)
             k = cache.k[:, start : start + n].view(K, n * bs, E)[:, :keep]  # for each head, one stretch
