@@ -87,6 +87,8 @@ class PreparedMask:
         T: query positions.
         S: key positions.
         window: with ``causal``, each query sees only the last ``window`` positions (``None``: all).
+        device: the queries' device, where :meth:`combined` builds the causal mask (``None``: the mask's
+            device, else the default one).
     """
 
     mask: Tensor | None
@@ -94,12 +96,16 @@ class PreparedMask:
     T: int
     S: int
     window: int | None = None
+    device: torch.device | None = None
 
     def combined(self) -> Tensor | None:
-        """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``."""
+        """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``.
+
+        The causal mask is built on the queries' device (a GPU's, not the default CPU).
+        """
         if not self.causal:
             return self.mask
-        device = None if self.mask is None else self.mask.device
+        device = self.device if self.mask is None else self.mask.device
         causal = causal_mask(self.T, self.S, window=self.window, device=device)  # (T, S) bool
         if self.mask is None:
             return causal
@@ -145,7 +151,8 @@ def prepare_mask(
         if mask.dtype != torch.bool and mask.dtype != dtype:
             mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
-    return PreparedMask(mask=mask, causal=is_causal and (T > 1 or window is not None), T=T, S=S, window=window)
+    causal = is_causal and (T > 1 or window is not None)
+    return PreparedMask(mask=mask, causal=causal, T=T, S=S, window=window, device=torch.device(device))
 
 
 # --------------------------------------------------------------------------- implementations
