@@ -465,3 +465,24 @@ def test_every_path_compiles_without_graph_breaks(impl: str) -> None:
         fn(q, kv, kv, is_causal=True, implementation=impl).output,
         attention(q, kv, kv, is_causal=True, implementation=impl).output,
     )
+
+
+# Inductor's own import of torch.jit warns DeprecationWarning in torch 2.13 (torch's internals, not the code under
+# test); only that message is ignored.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_module_compiles_with_the_default_backend() -> None:
+    """Copiers compile with torch.compile's default backend (inductor), not aot_eager: a causal and a windowed call."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(9)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 6, 16)
+    compiled = torch.compile(mha, fullgraph=True)
+    q, k, v = (t.double() for t in mha.project_qkv(x))  # float64 reference through PyTorch's SDPA
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    with torch.no_grad():
+        for window in (None, 3):
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(6, window=window))  # (2, 4, 6, 4)
+            want = F.linear(y.transpose(1, 2).reshape(2, 6, 16), mha.out_proj.weight.double()).float()
+            torch.testing.assert_close(compiled(x, is_causal=True, window=window), want)
