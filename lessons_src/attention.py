@@ -355,7 +355,8 @@ def attention(
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
-    Every implementation gets the same checked inputs (:func:`prepare_mask`) and gives the same answer:
+    Every implementation gets the same checked inputs (:func:`prepare_mask`) and, for finite inputs,
+    gives the same answer:
 
     * masks: bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
       most 4 dims, broadcastable to ``(B, H, T, S)``;
@@ -364,14 +365,19 @@ def attention(
       with ``T > S`` the first ``T - S`` queries see nothing;
     * a query that may attend to no key gets a zero output (and zero weights), with finite gradients.
 
+    Not for NaN: a NaN in ``q``, ``k`` or ``scale`` gives NaN in ``"eager"`` and ``"tiled"`` (in the
+    rows it reaches), but PyTorch's fused CPU kernel behind ``"sdpa"`` can return finite values there
+    (zeros, with no mask, in torch 2.13). Check ``torch.isfinite`` upstream if that matters.
+
     Args:
         q, k, v: queries, keys and values (shapes below).
         attn_mask: optional mask, see above.
         is_causal: also apply the bottom-right causal mask.
         scale: score multiplier, default ``1 / sqrt(E)``.
         dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
-        implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel) or ``"eager"``
-            (explicit; returns the weights).
+        implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel), ``"eager"``
+            (explicit; returns the weights) or ``"tiled"`` (FlashAttention-2's loop in plain PyTorch,
+            registered when :mod:`lessons_src.flash` is imported, as ``import lessons_src`` does).
         window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
 
     Returns:
@@ -387,10 +393,13 @@ def attention(
         TypeError: if an input is not a tensor.
 
     Example:
-        >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+        >>> _ = torch.manual_seed(0)
+        >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)  # 4 query heads, 2 KV heads
         >>> out, weights, _ = attention(q, kv, kv, is_causal=True, implementation="eager")
-        >>> out.shape, weights[0, 0].sum(-1).tolist()
-        (torch.Size([1, 4, 3, 8]), [1.0, 1.0, 1.0])
+        >>> out.shape, weights.sum(-1).allclose(torch.ones(1, 4, 3))  # each query's weights sum to 1
+        (torch.Size([1, 4, 3, 8]), True)
+        >>> out.allclose(attention(q, kv, kv, is_causal=True).output, atol=1e-6)  # "sdpa" agrees
+        True
     """
     _check_implementation(implementation)
     _check_qkv(q, k, v)

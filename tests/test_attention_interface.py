@@ -486,3 +486,18 @@ def test_module_compiles_with_the_default_backend() -> None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(6, window=window))  # (2, 4, 6, 4)
             want = F.linear(y.transpose(1, 2).reshape(2, 6, 16), mha.out_proj.weight.double()).float()
             torch.testing.assert_close(compiled(x, is_causal=True, window=window), want)
+
+
+@pytest.mark.parametrize("impl", ["eager", "tiled"])
+def test_a_nan_query_gives_nan_in_its_own_row_only(impl: str) -> None:
+    """What attention()'s docstring says about NaN: eager and tiled propagate it to the rows it reaches."""
+    torch.manual_seed(10)
+    q, kv = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    bad = q.clone()
+    bad[0, 1, 2, 0] = float("nan")
+    out = attention(bad, kv, kv, is_causal=True, implementation=impl).output
+    nan_rows = out.isnan().any(-1)  # (1, 2, 3)
+    assert nan_rows.sum() == 1 and nan_rows[0, 1, 2] and out[0, 1, 2].isnan().all()
+    want = F.scaled_dot_product_attention(q, kv, kv, attn_mask=causal_mask(3, 5))
+    torch.testing.assert_close(out[~nan_rows], want[~nan_rows])
+    assert attention(q, kv, kv, implementation=impl, scale=float("nan")).output.isnan().all()
