@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build build-again test test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-heads ablate parallel
+.PHONY: deps help serve build build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -92,6 +92,12 @@ test-lint:
 	$(call TIMED,lint) lint
 test-site-check: test-build test-build-again
 	$(call TIMED,site-check) site-check SITE_AGAIN_READY=$(SITE_AGAIN)
+
+# No install step: a GPU machine may have no network and a CUDA torch already installed (python3 needs torch and
+# pytest). The file is named because collecting all of tests/ needs a built site/.
+test-gpu: ## The core on a CUDA GPU in float32, float16 and bfloat16 against float64 and SDPA (tests marked gpu)
+	@python3 -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
+	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench/bench_mha.py

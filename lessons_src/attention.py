@@ -87,6 +87,7 @@ class PreparedMask:
         T: query positions.
         S: key positions.
         window: with ``causal``, each query sees only the last ``window`` positions (``None``: all).
+        device: the queries' (and the mask's) device, where :meth:`combined` builds the causal mask.
     """
 
     mask: Tensor | None
@@ -94,13 +95,13 @@ class PreparedMask:
     T: int
     S: int
     window: int | None = None
+    device: torch.device | None = None
 
     def combined(self) -> Tensor | None:
         """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``."""
         if not self.causal:
             return self.mask
-        device = None if self.mask is None else self.mask.device
-        causal = causal_mask(self.T, self.S, window=self.window, device=device)  # (T, S) bool
+        causal = causal_mask(self.T, self.S, window=self.window, device=self.device)  # (T, S) bool
         if self.mask is None:
             return causal
         dtype = self.mask.dtype if self.mask.dtype != torch.bool else torch.float32
@@ -145,7 +146,7 @@ def prepare_mask(
         if mask.dtype != torch.bool and mask.dtype != dtype:
             mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
-    return PreparedMask(mask=mask, causal=is_causal and (T > 1 or window is not None), T=T, S=S, window=window)
+    return PreparedMask(mask, is_causal and (T > 1 or window is not None), T, S, window=window, device=device)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -348,14 +349,16 @@ def attention(
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
-    Every implementation gets the same checked inputs (:func:`prepare_mask`) and gives the same answer:
+    Every implementation gets the same checked inputs (:func:`prepare_mask`) and, for finite inputs, one answer:
 
     * masks: bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
       most 4 dims, broadcastable to ``(B, H, T, S)``;
     * ``is_causal``: key ``j`` is visible to query ``i`` when ``j <= i + S - T`` (bottom-right aligned:
       the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;
       with ``T > S`` the first ``T - S`` queries see nothing;
-    * a query that may attend to no key gets a zero output (and zero weights), with finite gradients.
+    * a query that may attend to no key gets a zero output (and zero weights), with finite gradients;
+    * NaN is the exception: a NaN in ``q``, ``k`` or ``scale`` gives NaN in ``"eager"`` and ``"tiled"`` (in the rows it
+      reaches), where PyTorch's fused CPU kernel behind ``"sdpa"`` can return zeros (torch 2.13, no mask).
 
     Args:
         q, k, v: queries, keys and values (shapes below).
@@ -363,8 +366,8 @@ def attention(
         is_causal: also apply the bottom-right causal mask.
         scale: score multiplier, default ``1 / sqrt(E)``.
         dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
-        implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel) or ``"eager"``
-            (explicit; returns the weights).
+        implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel), ``"eager"`` (explicit,
+            with the weights) or ``"tiled"`` (FlashAttention-2 in PyTorch; registered by :mod:`lessons_src.flash`).
         window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
 
     Returns:
@@ -380,10 +383,10 @@ def attention(
         TypeError: if an input is not a tensor.
 
     Example:
-        >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+        >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)  # 4 query heads, 2 KV heads
         >>> out, weights, _ = attention(q, kv, kv, is_causal=True, implementation="eager")
-        >>> out.shape, weights[0, 0].sum(-1).tolist()
-        (torch.Size([1, 4, 3, 8]), [1.0, 1.0, 1.0])
+        >>> out.shape, weights.sum(-1).allclose(torch.ones(1, 4, 3))  # each query's weights sum to 1
+        (torch.Size([1, 4, 3, 8]), True)
     """
     _check_implementation(implementation)
     _check_qkv(q, k, v)

@@ -317,9 +317,13 @@ class RollingUpdate(NamedTuple):
 class RollingKVCache:
     """A fixed-size KV cache for sliding-window attention: the last ``window`` tokens and ``sinks`` first ones.
 
-    A model trained with a sliding window of ``W`` (Mistral 7B: 4,096) never lets a query see a key more than
-    ``W - 1`` positions back, so older keys can be dropped: Mistral's *rolling buffer* stores position ``p``
-    in slot ``p mod W``, overwriting the key that just left the window. ``sinks = n`` also keeps the first
+    A sliding window of ``W`` lets a query see ``W`` keys, its own included (Hugging Face's count, in
+    ``transformers``' ``sliding_window_overlay``: key ``j`` when ``j > p - W``), so no key more than ``W - 1``
+    positions back, and older keys can be dropped: Mistral's *rolling buffer* stores position ``p`` in slot
+    ``p mod W``, overwriting the key that just left the window. The Mistral 7B paper (section 2) counts its
+    window differently: position ``i`` attends to ``i - W .. i``, ``W + 1`` keys, as its reference
+    implementation's ``triu(mask, diagonal=-W)`` does; its ``W`` (Mistral 7B: 4,096) is ``window=W + 1``
+    here, and a cache of that many slots. ``sinks = n`` also keeps the first
     ``n`` tokens for good (Xiao et al.'s attention sinks: many heads park attention on the first tokens,
     and evicting them hurts a window-only cache). So the cache holds ``sinks + window`` positions at most,
     and decoding costs the same per token at position 1,000 or 1,000,000.
@@ -340,7 +344,7 @@ class RollingKVCache:
         batch_size: ``B``.
         num_kv_heads: ``K``.
         head_dim: ``E``.
-        window: ``W``, positions each query sees, its own included (``>= 1``).
+        window: ``W``, positions each query sees, its own included (``>= 1``; the Mistral paper's ``W`` + 1).
         sinks: first positions kept for good (``>= 0``).
         v_head_dim: ``Ev`` (default ``E``).
         dtype: element type.

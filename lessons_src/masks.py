@@ -135,12 +135,16 @@ def _length(name: str, value: object) -> int:
     return n
 
 
-def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tensor:
+def padding_mask(
+    lengths: Tensor | Sequence[int], S: int | None = None, *, device: torch.device | str | None = None
+) -> Tensor:
     """Bool mask that hides the padding at the end of each sequence in a batch.
 
     Args:
         lengths: true (unpadded) length of each of the ``B`` sequences.
         S: padded length (defaults to ``max(lengths)``).
+        device: where to build the mask (``None``: the lengths' device if they are a tensor, else the
+            default device); pass the queries' device when the lengths are a list.
 
     Returns:
         Bool tensor, ``True`` for real tokens, ready to broadcast against ``(B, H, T, S)`` scores.
@@ -156,7 +160,9 @@ def padding_mask(lengths: Tensor | Sequence[int], S: int | None = None) -> Tenso
         >>> padding_mask([2, 3]).int().squeeze().tolist()
         [[1, 1, 0], [1, 1, 1]]
     """
-    lengths_t = torch.as_tensor(lengths)
+    if device is None and isinstance(lengths, Tensor):
+        device = lengths.device
+    lengths_t = torch.as_tensor(lengths, device=device)
     if lengths_t.ndim != 1 or lengths_t.numel() == 0:
         raise ValueError(
             f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(lengths_t.shape)}"

@@ -77,8 +77,10 @@ class MultiHeadLatentAttention(nn.Module):
         >>> from lessons_src.kv_cache import LatentCache
         >>> mla = MultiHeadLatentAttention(32, 4, kv_latent_dim=16, rope_dim=4).eval()
         >>> cache = LatentCache(batch_size=1, kv_latent_dim=16, rope_dim=4, max_len=6)
-        >>> _ = mla(torch.randn(1, 5, 32), cache=cache)  # prefill
-        >>> mla(torch.randn(1, 1, 32), cache=cache, mode="absorbed").shape, cache.nbytes
+        >>> with torch.no_grad():  # caches are for inference
+        ...     _ = mla(torch.randn(1, 5, 32), cache=cache)  # prefill
+        ...     y = mla(torch.randn(1, 1, 32), cache=cache, mode="absorbed")  # decode one token
+        >>> y.shape, cache.nbytes
         (torch.Size([1, 1, 32]), 480)
     """
 

@@ -465,3 +465,39 @@ def test_every_path_compiles_without_graph_breaks(impl: str) -> None:
         fn(q, kv, kv, is_causal=True, implementation=impl).output,
         attention(q, kv, kv, is_causal=True, implementation=impl).output,
     )
+
+
+# Inductor's own import of torch.jit warns DeprecationWarning in torch 2.13 (torch's internals, not the code under
+# test); only that message is ignored.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_module_compiles_with_the_default_backend() -> None:
+    """Copiers compile with torch.compile's default backend (inductor), not aot_eager: a causal and a windowed call."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(9)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 6, 16)
+    compiled = torch.compile(mha, fullgraph=True)
+    q, k, v = (t.double() for t in mha.project_qkv(x))  # float64 reference through PyTorch's SDPA
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    with torch.no_grad():
+        for window in (None, 3):
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(6, window=window))  # (2, 4, 6, 4)
+            want = F.linear(y.transpose(1, 2).reshape(2, 6, 16), mha.out_proj.weight.double()).float()
+            torch.testing.assert_close(compiled(x, is_causal=True, window=window), want)
+
+
+@pytest.mark.parametrize("impl", ["eager", "tiled"])
+def test_a_nan_query_gives_nan_in_its_own_row_only(impl: str) -> None:
+    """What attention()'s docstring says about NaN: eager and tiled propagate it to the rows it reaches."""
+    torch.manual_seed(10)
+    q, kv = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    bad = q.clone()
+    bad[0, 1, 2, 0] = float("nan")
+    out = attention(bad, kv, kv, is_causal=True, implementation=impl).output
+    nan_rows = out.isnan().any(-1)  # (1, 2, 3)
+    assert nan_rows.sum() == 1 and nan_rows[0, 1, 2] and out[0, 1, 2].isnan().all()
+    want = F.scaled_dot_product_attention(q, kv, kv, attn_mask=causal_mask(3, 5))
+    torch.testing.assert_close(out[~nan_rows], want[~nan_rows])
+    assert attention(q, kv, kv, implementation=impl, scale=float("nan")).output.isnan().all()

@@ -1,0 +1,319 @@
+"""Tensors stay on the queries' device: meta runs of the core, and a lint for tensors made without one.
+
+A ``meta`` tensor has a shape, dtype and device but no values, so a function whose control flow reads
+no values runs on it for free, and any tensor it makes on the default device (the CPU) instead of the
+queries' one raises torch's device-mismatch error, exactly as it would on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lessons_src.attention import MultiHeadAttention, attention
+from lessons_src.masks import causal_mask
+
+META = torch.device("meta")
+
+
+def _meta(*shape: int) -> torch.Tensor:
+    return torch.empty(*shape, device=META)
+
+
+# --------------------------------------------------------------------------- the combined causal mask
+
+# (name, implementation, q shape, kv shape, window): the calls issue 27 lists as failing off the CPU
+MASK_CASES = [
+    ("eager causal", "eager", (1, 2, 4, 8), (1, 2, 4, 8), None),
+    ("sdpa window", "sdpa", (1, 2, 4, 8), (1, 2, 4, 8), 2),
+    ("sdpa causal T > S", "sdpa", (1, 2, 4, 8), (1, 2, 2, 8), None),
+    ("sdpa causal GQA T < S", "sdpa", (1, 4, 3, 8), (1, 2, 6, 8), None),
+]
+
+
+@pytest.mark.parametrize(("name", "impl", "q_shape", "kv_shape", "window"), MASK_CASES, ids=[c[0] for c in MASK_CASES])
+def test_causal_mask_is_built_on_the_queries_device(name, impl, q_shape, kv_shape, window):
+    q, kv = _meta(*q_shape), _meta(*kv_shape)
+    out, weights, _ = attention(q, kv, kv, is_causal=True, implementation=impl, window=window)
+    assert out.device == META and out.shape == q_shape
+    if impl == "eager":
+        assert weights is not None and weights.device == META
+
+
+def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
+    # MultiHeadAttention cannot run on meta (torch's autocast lookup has no meta entry), so run it on the
+    # CPU with meta as the default device: a mask made without device= lands on meta and fails the call.
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=8, num_heads=2)
+    x = torch.randn(1, 5, 8)
+    q, k, v = mha.project_qkv(x)  # (1, 2, 5, 4) each
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)  # T == S
+    want = mha.out_proj(want.transpose(1, 2).reshape(1, 5, 8).float())
+    with torch.device(META):
+        out, weights = mha(x, is_causal=True, need_weights=True)
+        windowed = mha(x, is_causal=True, window=2)
+    torch.testing.assert_close(out, want)
+    assert weights.device.type == "cpu" and windowed.device.type == "cpu"
+    assert torch.equal(weights[0, 0] > 0, causal_mask(5, device="cpu"))
+
+
+# --------------------------------------------------------------------------- every public core name
+
+CORE = ["attention", "masks", "kv_cache", "paged_cache", "flash", "ring", "parallel", "mla", "rope", "convert",
+        "interop"]
+
+
+def _mods() -> dict[str, object]:
+    import importlib
+
+    return {m: importlib.import_module(f"lessons_src.{m}") for m in CORE}
+
+
+def _mha_meta() -> MultiHeadAttention:
+    return MultiHeadAttention(8, 4, num_kv_heads=2).to(META)
+
+
+def _paged_meta() -> object:
+    from lessons_src.paged_cache import PagedKVCache
+
+    cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=2, head_dim=8, device=META)
+    cache.add_sequence(0)
+    cache.append(0, _meta(2, 3, 8), _meta(2, 3, 8))
+    return cache.gather(0)
+
+
+def _on_meta() -> dict[str, object]:
+    """Each public name that runs on meta tensors, as a zero-argument call exercising it."""
+    import lessons_src.convert as cv
+    import lessons_src.flash as fl
+    import lessons_src.interop as io
+    import lessons_src.kv_cache as kc
+    import lessons_src.masks as mk
+    import lessons_src.mla as ml
+    import lessons_src.ring as rg
+    import lessons_src.rope as rp
+    from lessons_src import attention as at
+
+    q, kv, b = _meta(1, 4, 3, 8), _meta(1, 2, 5, 8), torch.bool
+    keep = torch.empty(3, 5, dtype=b, device=META)
+    prep = at.prepare_mask(keep, is_causal=True, shape=(1, 4, 3, 5), dtype=torch.float32, device=META)
+    cos_sin = rp.rope_cos_sin(torch.arange(3, device=META), 4)
+    return {
+        "attention.attention": lambda: [
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, window=w)
+            for impl in ("sdpa", "eager") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
+        ],
+        "attention.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
+        "attention.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
+        "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, is_causal=True, window=2),
+        "attention.scaled_dot_product_attention": lambda: at.scaled_dot_product_attention(
+            _meta(2, 3, 8), _meta(2, 5, 8), _meta(2, 5, 8), is_causal=True
+        ),
+        "attention.prepare_mask": lambda: prep.combined(),
+        "attention.PreparedMask": lambda: at.PreparedMask(None, True, 3, 5, window=2, device=META).combined(),
+        "attention.repeat_kv": lambda: at.repeat_kv(kv, 2),
+        "attention.HeadWeights": lambda: _mha_meta().head_weights(),
+        "masks.causal_mask": lambda: mk.causal_mask(3, 5, window=2, sinks=1, device=META),
+        "masks.combine_masks": lambda: mk.combine_masks(keep, _meta(1, 1, 3, 5), torch.float32),
+        "masks.check_mask": lambda: (mk.check_mask(keep, (1, 4, 3, 5), torch.float32), keep)[1],
+        "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
+        "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
+        "paged_cache.PagedKVCache": _paged_meta,
+        "flash.online_softmax": lambda: fl.online_softmax(_meta(2, 7), block_size=3),
+        "flash.softmax_statistics": lambda: list(fl.softmax_statistics(_meta(2, 7), block_size=3)),
+        "mla.MultiHeadLatentAttention": lambda: [
+            ml.MultiHeadLatentAttention(16, 2, kv_latent_dim=4, rope_dim=2).to(META)(_meta(1, 3, 16), mode=mode)
+            for mode in ("naive", "absorbed")
+        ],
+        "rope.rope_cos_sin": lambda: cos_sin,
+        "rope.apply_rope": lambda: rp.apply_rope(_meta(1, 2, 3, 4), *cos_sin),
+        "convert.pool_kv_heads": lambda: cv.pool_kv_heads(_meta(8, 8), 4, 2),
+        "convert.expand_kv_heads": lambda: cv.expand_kv_heads(_meta(4, 8), 2, 4),
+        "convert.mha_to_gqa": lambda: list(cv.mha_to_gqa(MultiHeadAttention(8, 4).to(META), 2).parameters()),
+        "interop.from_torch": lambda: list(io.from_torch(torch.nn.MultiheadAttention(8, 2, device=META)).parameters()),
+        "interop.masks_from_torch": lambda: io.masks_from_torch(
+            torch.empty(3, 3, dtype=b, device=META), torch.empty(1, 3, dtype=b, device=META), num_heads=2
+        ),
+        "ring.shard_sequence": lambda: rg.shard_sequence(_meta(1, 2, 8, 4), 2, 0, dim=2, order="zigzag"),
+        "ring.unshard_sequence": lambda: rg.unshard_sequence([_meta(1, 2, 4, 4)] * 2, dim=2, order="zigzag"),
+    }
+
+
+AUTOCAST = "torch.is_autocast_enabled('meta') raises (autocast has no meta entry)"
+NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the default-device test below
+    "attention.MultiHeadAttention": f"* forward() asks {AUTOCAST}",
+    "flash.tiled_attention": f"* {AUTOCAST}",
+    "flash.tiled_attention_function": f"* {AUTOCAST}",
+    "flash.TiledAttention": f"* the autograd function behind tiled_attention: {AUTOCAST}",
+    "masks.padding_mask": "* reads the lengths' values (max, range check)",
+    "kv_cache.RollingKVCache": "* update() reads which slots are filled (nonzero, bool())",
+    "paged_cache.paged_attention": "* reads each sequence's length and block table to pick its pieces",
+    "ring.ring_attention": "needs a torch.distributed process group; gloo sends real values",
+    "parallel.ulysses_attention": "needs a torch.distributed process group; gloo sends real values",
+    "parallel.TensorParallelAttention": "needs a torch.distributed process group; gloo sends real values",
+    "parallel.Collectives": "a process group's collectives; gloo sends real values",
+}
+NO_TENSORS = {  # public names that make no tensor: nothing to place
+    "attention.ATTENTION_FUNCTIONS": "a dict of implementations",
+    "attention.AttentionFunction": "a typing Protocol",
+    "attention.AttentionResult": "a NamedTuple of the caller's tensors",
+    "attention.register_attention": "adds a name to a dict",
+    "masks.check_window": "checks an int",
+    "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
+    "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
+    "kv_cache.latent_bytes_per_token": "arithmetic on sizes",
+    "paged_cache.block_runs": "arithmetic on a list of ints",
+    "flash.BLOCK_Q": "an int",
+    "flash.BLOCK_K": "an int",
+    "flash.block_kind": "arithmetic on ints",
+    "flash.tile_plan": "arithmetic on ints",
+    "ring.RingStep": "a record of ints and strings",
+    "ring.RingResult": "a record of the ranks' tensors",
+    "ring.sequence_chunks": "arithmetic on ints",
+    "parallel.TPPlan": "a record of ints",
+    "parallel.tp_plan": "arithmetic on ints",
+    "parallel.valid_tp_degrees": "arithmetic on ints",
+}
+
+
+def _tensors(obj: object) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for x in obj for t in _tensors(x)]
+    return []
+
+
+def test_every_public_core_name_is_classified():
+    public = {f"{m}.{name}" for m, mod in _mods().items() for name in mod.__all__}  # type: ignore[attr-defined]
+    groups = [set(_on_meta()), set(NOT_ON_META), set(NO_TENSORS)]
+    assert set.union(*groups) == public, (
+        f"unclassified: {sorted(public - set.union(*groups))}; stale: {sorted(set.union(*groups) - public)}"
+    )
+    assert sum(len(g) for g in groups) == len(public), "a name is in two groups"
+
+
+@pytest.mark.parametrize("name", sorted(_on_meta()))
+def test_core_runs_on_meta(name):
+    tensors = _tensors(_on_meta()[name]())
+    assert tensors, f"{name} returned no tensor to check"
+    assert {t.device for t in tensors} == {META}
+
+
+def _cpu_cases() -> dict[str, object]:
+    """For the names marked * above: (make inputs on the CPU, then run) pairs, the run compared across devices."""
+    from lessons_src.flash import tiled_attention, tiled_attention_function
+    from lessons_src.kv_cache import RollingKVCache
+    from lessons_src.masks import padding_mask
+    from lessons_src.paged_cache import PagedKVCache, paged_attention
+
+    def mha():
+        torch.manual_seed(0)
+        m, x = MultiHeadAttention(8, 4, num_kv_heads=2), torch.randn(1, 5, 8)
+        return lambda: [m(x, is_causal=True), m(x, is_causal=True, window=2), *m(x, is_causal=True, need_weights=True)]
+
+    def tiled():
+        torch.manual_seed(0)
+        q, kv = torch.randn(1, 4, 5, 8, requires_grad=True), torch.randn(1, 2, 7, 8)
+        from lessons_src.attention import prepare_mask
+
+        prep = prepare_mask(None, is_causal=True, shape=(1, 4, 5, 7), dtype=q.dtype, device=q.device, window=3)
+
+        def run():
+            out = tiled_attention(q, kv, kv, is_causal=True, block_q=2, block_k=3).output
+            (grad,) = torch.autograd.grad(out.sum(), q)
+            return [out, grad, *tiled_attention_function(q, kv, kv, prep, scale=0.3, dropout_p=0.0)[::2]]
+
+        return run
+
+    def rolling():
+        torch.manual_seed(0)
+        cache, k = RollingKVCache(1, 2, 4, window=3, sinks=1), torch.randn(1, 2, 6, 4)
+        return lambda: [*cache.update(k[:, :, :4], k[:, :, :4]), *cache.update(k[:, :, 4:5], k[:, :, 4:5])[:2]]
+
+    def paged():
+        torch.manual_seed(0)
+        cache = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, head_dim=4)
+        for s, n in ((0, 5), (1, 2)):
+            cache.add_sequence(s)
+            cache.append(s, torch.randn(1, n, 4), torch.randn(1, n, 4))
+        q = torch.randn(2, 2, 1, 4)
+        return lambda: paged_attention(q, cache, [0, 1], min_run=1)
+
+    lengths = torch.tensor([2, 3])
+    return {"MultiHeadAttention": mha, "tiled": tiled, "rolling": rolling, "paged": paged,
+            "padding_mask": lambda: lambda: padding_mask(lengths, 4)}
+
+
+@pytest.mark.parametrize("name", sorted(_cpu_cases()))
+def test_core_makes_no_tensor_on_the_default_device(name):
+    """On CPU inputs with meta as the default device: a tensor made without device= lands on meta and fails."""
+    make = _cpu_cases()[name]
+    want = _tensors(make()())  # type: ignore[operator]
+    run = make()  # type: ignore[operator]
+    with torch.device(META):
+        got = _tensors(run())
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+# --------------------------------------------------------------------------- a lint: factories name a device
+
+FACTORIES = {
+    "arange", "zeros", "ones", "empty", "full", "tensor", "as_tensor", "eye", "rand", "randn", "randint", "randperm",
+    "linspace", "logspace", "empty_strided", "scalar_tensor", "tril_indices", "triu_indices",
+}
+# (file, enclosing function, factory): why it may use the default device; reviewed, keep it short
+REVIEWED = {
+    ("kv_cache.py", "_element_size", "empty"): "a 0-d tensor made only to read its element size",
+    ("parallel.py", "kv_cache_bytes_per_token", "empty"): "a 0-d tensor made only to read its element size",
+    ("parallel.py", "__init__", "tensor"): "index lists (a CPU index tensor can index weights on any device)",
+    ("parallel.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+}
+
+
+def _factory_calls_without_device(path) -> list[tuple[str, str, int]]:
+    """``(enclosing function, factory, line)`` for each ``torch.<factory>(...)`` in ``path`` without ``device=``."""
+    import ast
+
+    found: list[tuple[str, str, int]] = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            func = node.name
+        if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+            and not any(kw.arg == "device" for kw in node.keywords)
+        ):
+            found.append((func, node.func.attr, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, func)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_core_names_a_device_for_every_new_tensor():
+    from pathlib import Path
+
+    import lessons_src
+
+    root = Path(lessons_src.__file__).parent
+    seen, bad = set(), []
+    for name in CORE:
+        for func, factory, line in _factory_calls_without_device(root / f"{name}.py"):
+            key = (f"{name}.py", func, factory)
+            seen.add(key)
+            if key not in REVIEWED:
+                bad.append(f"{name}.py:{line} torch.{factory}(...) in {func}()")
+    assert not bad, "tensors made on the default device; pass device= (or use *_like / x.new_*): " + "; ".join(bad)
+    assert set(REVIEWED) <= seen, f"reviewed exceptions that no longer occur: {sorted(set(REVIEWED) - seen)}"
+
+
+def test_the_lint_finds_a_tensor_without_a_device(tmp_path):
+    src = tmp_path / "mod.py"
+    src.write_text("import torch\ndef f(x):\n    return torch.ones(3, dtype=x.dtype) + torch.zeros_like(x)\n")
+    assert _factory_calls_without_device(src) == [("f", "ones", 3)]
