@@ -108,15 +108,8 @@ class PreparedMask:
         return combine_masks(self.mask, causal, dtype)
 
 
-def prepare_mask(
-    attn_mask: Tensor | None,
-    *,
-    is_causal: bool,
-    shape: tuple[int, int, int, int],
-    dtype: torch.dtype,
-    device: torch.device,
-    window: int | None = None,
-) -> PreparedMask:
+def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                 device: torch.device, window: int | None = None) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
     Args:
@@ -357,8 +350,7 @@ def attention(
       the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;
       with ``T > S`` the first ``T - S`` queries see nothing;
     * a query that may attend to no key gets a zero output (and zero weights), with finite gradients;
-    * NaN is the exception: a NaN in ``q``, ``k`` or ``scale`` gives NaN in ``"eager"`` and ``"tiled"`` (in the rows it
-      reaches), where PyTorch's fused CPU kernel behind ``"sdpa"`` can return zeros (torch 2.13, no mask).
+    * NaN in ``q``, ``k`` or ``scale`` gives NaN in ``"eager"`` and ``"tiled"``, possibly zeros in ``"sdpa"`` (CPU).
 
     Args:
         q, k, v: queries, keys and values (shapes below).
@@ -401,17 +393,9 @@ def attention(
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p))
 
 
-def scaled_dot_product_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    attn_mask: Tensor | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    window: int | None = None,
-) -> tuple[Tensor, Tensor]:
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None,
+                                 is_causal: bool = False, scale: float | None = None, dropout_p: float = 0.0,
+                                 window: int | None = None) -> tuple[Tensor, Tensor]:
     """The explicit attention formula, returning the output and the weights.
 
     ``softmax(q k^T / sqrt(E) + mask) v``, spelled out (the ``"eager"`` implementation of
@@ -463,17 +447,8 @@ def scaled_dot_product_attention(
     return out, weights
 
 
-def grouped_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    attn_mask: Tensor | None = None,
-    is_causal: bool = False,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    window: int | None = None,
-) -> Tensor:
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = False,
+                      dropout_p: float = 0.0, scale: float | None = None, window: int | None = None) -> Tensor:
     """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads.
 
     The ``"sdpa"`` implementation of :func:`attention` (see :func:`sdpa_attention` for how it stays on
@@ -761,22 +736,11 @@ class MultiHeadAttention(nn.Module):
             return out, result.weights
         return out
 
-    def _check_cache(
-        self,
-        cache: KVCache,
-        T: int,
-        is_causal: bool,
-        attn_mask: Tensor | None,
-        context: Tensor | None,
-        cache_position: int | None,
-    ) -> None:
-        # A failed step is undone by resetting cache.length, which is all the state a KVCache has. Checked by
-        # class name, so that this file needs no import of kv_cache.py (subclasses of KVCache pass).
-        if not any(c.__name__ == "KVCache" for c in type(cache).__mro__):
-            raise TypeError(
-                f"cache must be a KVCache (lessons_src.kv_cache); got {type(cache).__name__}. A RollingKVCache "
-                "or LatentCache has its own update(): call it, then attention() (or use MultiHeadLatentAttention)"
-            )
+    def _check_cache(self, cache: KVCache, T: int, is_causal: bool, attn_mask: Tensor | None,
+                     context: Tensor | None, cache_position: int | None) -> None:
+        if "KVCache" not in {c.__name__ for c in type(cache).__mro__}:  # by name: no import of kv_cache.py
+            raise TypeError(f"cache must be a KVCache (lessons_src.kv_cache), not a {type(cache).__name__}: a rolling "
+                            "or latent cache has its own update(); call it, then attention()")
         if context is not None:
             raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
         if cache_position is not None:

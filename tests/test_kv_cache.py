@@ -140,7 +140,7 @@ def test_forward_refuses_a_cache_that_is_not_a_kv_cache_before_touching_it(cache
         "dict": {"k": None},
     }[cache_kind]
     before = {n: t.clone() for n, t in getattr(cache, "__dict__", {}).items() if isinstance(t, torch.Tensor)}
-    with torch.no_grad(), pytest.raises(TypeError, match=rf"cache must be a KVCache .*; got {type(cache).__name__}"):
+    with torch.no_grad(), pytest.raises(TypeError, match=rf"cache must be a KVCache .*, not a {type(cache).__name__}"):
         mha(torch.randn(1, 4, 16), is_causal=True, cache=cache)  # type: ignore[call-overload]
     assert getattr(cache, "length", 0) == 0
     for name, t in before.items():
