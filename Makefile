@@ -57,7 +57,7 @@ lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflo
 # Every suite writes the id of each test it collected to $(CHECKS)/<suite>.txt (tests/conftest.py), and reports
 # its slowest tests; tools/dev/compare_checks.py compares two such lists check by check.
 CHECKS := .cache/checks
-PYTEST := $(BIN)/python -m pytest --durations=15 --durations-min=1
+PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 
 unit: $(DEPS) ## Unit tests of lessons_src
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks $(CHECKS)/unit.txt

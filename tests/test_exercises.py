@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, check, check_file, solutions, stubs
+from lessons_src.lab.exercises.__main__ import main
 from lessons_src.lab.exercises.checker import LearnerFileError, check_function, load_learner_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,15 +232,30 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_command_line_start_check_and_errors(tmp_path: Path) -> None:
+def test_command_line_start_check_and_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first two runs are real `python -m lessons_src.lab.exercises` processes; the rest call its main()
+    in this process (the same code after the interpreter starts, without a torch import each)."""
     proc = _cli("start", "mine.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     proc = _cli("check", "all", "mine.py", cwd=tmp_path)
     assert proc.returncode == 1 and f"0 of {len(EXERCISES)} exercises pass" in proc.stdout
     assert proc.stdout.count("not written yet") == len(EXERCISES) and "Traceback" not in proc.stdout + proc.stderr
 
+    monkeypatch.chdir(tmp_path)
+
+    def main_run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code if isinstance(stop.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
     _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
-    proc = _cli("check", "all", "done.py", cwd=tmp_path)
+    proc = main_run("check", "all", "done.py")
     assert proc.returncode == 0 and f"{len(EXERCISES)} of {len(EXERCISES)} exercises pass" in proc.stdout
 
     _write(tmp_path, "wrong.py", """
@@ -250,22 +266,22 @@ def test_command_line_start_check_and_errors(tmp_path: Path) -> None:
             k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
             return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
     """)
-    proc = _cli("check", "gqa_attention", "wrong.py", cwd=tmp_path)
+    proc = main_run("check", "gqa_attention", "wrong.py")
     assert proc.returncode == 1 and "Known mistake: `repeat` instead of `repeat_interleave`" in proc.stdout
     assert "lessons/gqa-mqa/#a-silent-bug-repeat-instead-of-repeat_interleave" in proc.stdout
 
     _write(tmp_path, "broken.py", "def split_heads(x, num_heads):\n    return x.view(\n")
-    proc = _cli("check", "split_heads", "broken.py", cwd=tmp_path)
+    proc = main_run("check", "split_heads", "broken.py")
     assert proc.returncode == 2 and "syntax error" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _cli("check", "no_such_exercise", "done.py", cwd=tmp_path)
+    proc = main_run("check", "no_such_exercise", "done.py")
     assert proc.returncode == 2 and "no exercise called 'no_such_exercise'" in proc.stderr
     _write(tmp_path, "loop.py", "def split_heads(x, num_heads):\n    while True:\n        pass\n")
-    proc = _cli("check", "split_heads", "loop.py", "--time-limit", "0.5", cwd=tmp_path)
+    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "0.5")
     assert proc.returncode == 1 and "ran for over 0.5 s" in proc.stdout
     assert re.search(r"and was stopped\n  at loop\.py, line [23]: ", proc.stdout)
-    proc = _cli("check", "split_heads", "loop.py", "--time-limit", "-2", cwd=tmp_path)
+    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "-2")
     assert proc.returncode == 2 and "--time-limit must be 0 (no limit) or more seconds; got -2" in proc.stderr
-    proc = _cli("hints", "online_softmax", cwd=tmp_path)
+    proc = main_run("hints", "online_softmax")
     assert proc.returncode == 0 and "Hint 2:" in proc.stdout
 
 

@@ -215,10 +215,10 @@ def test_printing_the_flashcards_gives_one_page_per_card(page: Any, context: tup
     breaks = page.locator("[data-flashcards] li.flashcard-item").evaluate_all(
         "items => items.map(li => getComputedStyle(li).breakAfter)"
     )
-    page.emulate_media(media="screen")
     assert len(breaks) == n_cards and breaks[-1] == "auto", breaks
     assert [i + 1 for i, b in enumerate(breaks[:-1]) if b != "page"] == [], "cards printed without a page break after"
     pdf = page.pdf(format="A4", print_background=True)
+    page.emulate_media(media="null")
     assert pdf.startswith(b"%PDF")
     assert count_pdf_pages(pdf) == n_cards, f"{n_cards} cards printed on {count_pdf_pages(pdf)} pages"
     assert_clean(context[1])
