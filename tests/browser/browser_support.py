@@ -16,6 +16,7 @@ import http.server
 import os
 import re
 import shutil
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +166,11 @@ def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]
     context.route_web_socket(re.compile(".*"), route_socket)
 
     def on_page(page: Any) -> None:
+        inflight = _INFLIGHT.setdefault(page, set())
+        page.on("request", lambda r: inflight.add(r))
+        page.on("requestfinished", lambda r: inflight.discard(r))
+        page.on("requestfailed", lambda r: inflight.discard(r))
+        page.on("close", lambda _: _INFLIGHT.pop(page, None))
         page.on("console", lambda m: m.type == "error" and watch.console_errors.append(f"{m.text} @ {m.location}"))
         page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
         page.on(
@@ -175,6 +181,40 @@ def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]
 
     context.on("page", on_page)
     return context, watch
+
+
+_INFLIGHT: dict[Any, set[Any]] = {}  # each open page's requests not yet finished or failed (see open_context)
+# Promises a page's own scripts expose while they finish drawing after the load event (the live model fetches
+# its weights, then runs the model); settle() waits for each one present.
+READY_JS = "async () => { if (document.querySelector('[data-live-model]')) await window.liveModel.ready; }"
+
+
+def settle(page: Any, timeout_s: float = 30.0) -> None:
+    """Wait until the page's scripts are ready and none of its requests is in flight after two animation frames.
+
+    The condition Playwright's "networkidle" approximates with a fixed 500 ms of quiet, checked directly: each
+    round trip to the page lets the browser's events (request started, finished, failed) arrive. For pages of
+    a context made by open_context.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.evaluate(READY_JS)
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        if not _INFLIGHT.get(page):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{page.url}: requests still in flight after {timeout_s} s: {_INFLIGHT.get(page)}")
+
+
+def goto(page: Any, url: str) -> None:
+    """Open `url` and wait for the load event, then for the page to settle (see settle)."""
+    page.goto(url, wait_until="load")
+    settle(page)
+
+
+def reload(page: Any) -> None:
+    page.reload(wait_until="load")
+    settle(page)
 
 
 def pages_with(marker: str) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from browser_support import ROOT, Watch, open_context, page_file, site_pages
+from browser_support import ROOT, Watch, goto, open_context, page_file, site_pages
 from playwright.sync_api import expect
 from test_widgets import open_by_navigation
 from views import run_axe
@@ -42,7 +42,7 @@ def assert_clean(watch: Watch) -> None:
 
 
 def open_page(page: Any, url: str) -> None:
-    page.goto(url, wait_until="networkidle")
+    goto(page, url)
     page.wait_for_function("() => window.liveModel && document.querySelector('.lm-summary').textContent !== ''")
     page.evaluate("() => window.liveModel.ready")
 
@@ -188,7 +188,7 @@ def test_a_shared_url_restores_the_view(browser: Any, server: str, model: Any) -
 
 def test_a_lesson_links_to_a_matching_preset(page: Any, context: tuple[Any, Watch], server: str) -> None:
     """The ablation lesson's link arrives (by instant navigation) with its preset applied."""
-    page.goto(server + "lessons/ablation/", wait_until="networkidle")
+    goto(page, server + "lessons/ablation/")
     page.evaluate("window.__not_reloaded = true")
     link = page.locator("article a[href*='live-model/?preset=']").first
     preset = re.search(r"preset=([\w-]+)", link.get_attribute("href") or "")
@@ -261,7 +261,7 @@ def test_bad_input_gets_an_inline_message(
 
 def test_a_bad_shared_url_gets_a_message(page: Any, context: tuple[Any, Watch], server: str) -> None:
     open_page_url = server + PATH + "?tokens=1,2,480&off=L9H9"
-    page.goto(open_page_url, wait_until="networkidle")
+    goto(page, open_page_url)
     page.wait_for_function("() => document.querySelector('.lm-message').textContent.includes('cannot run')")
     assert "outside the vocabulary" in page.locator(".lm-message").inner_text()
     assert_clean(context[1])

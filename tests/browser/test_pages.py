@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from browser_support import ROOT, Watch, open_context, page_file, site_pages
+from browser_support import ROOT, Watch, goto, open_context, page_file, site_pages
 from views import View, per_page
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def test_dark_mode_toggles_and_persists(page: Any, context: tuple[Any, Watch], s
 def test_instant_navigation_keeps_the_page_and_renders_math(page: Any, context: tuple[Any, Watch], server: str) -> None:
     """Clicking a nav link swaps the content without a reload, and the new page is complete (math included)."""
     start = next(p for p in PAGES if p)
-    page.goto(server + start, wait_until="networkidle")
+    goto(page, server + start)
     page.evaluate("window.__not_reloaded = true")
     click_nav_link(page, server)
     page.wait_for_url(server)

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 import pytest
-from browser_support import Watch, open_context, page_file, site_pages
+from browser_support import Watch, goto, open_context, page_file, reload, settle, site_pages
 from views import run_axe
 
 
@@ -28,7 +28,7 @@ def widget_page(hook: str) -> str:
 
 def open_by_navigation(page: Any, server: str, path: str) -> None:
     """Open the home page, then click the nav link to `path`; assert the page was swapped in, not reloaded."""
-    page.goto(server, wait_until="networkidle")
+    goto(page, server)
     page.evaluate("window.__not_reloaded = true")
     target = server + path
     links = page.locator("nav.md-nav--primary a.md-nav__link")
@@ -42,7 +42,7 @@ def open_by_navigation(page: Any, server: str, path: str) -> None:
     page.wait_for_url(target)
     # The URL changes before the new content is swapped in; the title changes with the content.
     page.wait_for_function("t => document.title === t", arg=html.unescape(title.group(1)))
-    page.wait_for_load_state("networkidle")
+    settle(page)
     assert page.evaluate("window.__not_reloaded === true"), "the navigation reloaded the page"
 
 
@@ -127,7 +127,7 @@ def test_flashcard_marks_survive_a_reload_and_drive_the_study_mode(
     mark(page, ids[3], "known")  # pressing a pressed mark takes it back
     expected = {ids[0]: "again", ids[1]: "known", ids[2]: "again"}
     assert pressed_marks(page) == expected
-    page.reload(wait_until="networkidle")
+    reload(page)
     assert pressed_marks(page) == expected, "the marks did not survive a reload"
     assert "1 marked “knew it”, 2 marked “again”" in page.locator("[data-flashcards-status]").inner_text()
 
@@ -142,7 +142,7 @@ def test_flashcard_marks_survive_a_reload_and_drive_the_study_mode(
     page.locator("[data-reset-marks]").click()
     assert pressed_marks(page) == {}
     assert page.evaluate("localStorage.getItem('mha-flashcards-marks')") is None
-    page.reload(wait_until="networkidle")
+    reload(page)
     assert pressed_marks(page) == {}
     assert_clean(context[1])
 
@@ -169,7 +169,7 @@ def click_nav(page: Any, server: str, path: str) -> None:
     title = re.search(r"<title>(.*?)</title>", page_file(path).read_text(encoding="utf-8"), re.S)
     assert title is not None
     page.wait_for_function("t => document.title === t", arg=html.unescape(title.group(1)))
-    page.wait_for_load_state("networkidle")
+    settle(page)
 
 
 def test_widgets_survive_instant_navigation_between_pages(
@@ -286,24 +286,24 @@ def test_quiz_options_are_shuffled_per_visit_with_a_replayable_seed(
     page: Any, context: tuple[Any, Watch], server: str
 ) -> None:
     path = widget_page("data-quiz")
-    page.goto(server + path + "?quiz-seed=1", wait_until="networkidle")
+    goto(page, server + path + "?quiz-seed=1")
     assert page.locator("[data-quiz]").get_attribute("data-seed") == "1"
     seed1 = option_orders(page)
-    page.reload(wait_until="networkidle")
+    reload(page)
     assert option_orders(page) == seed1, "the same seed gave another order"
-    page.goto(server + path + "?quiz-seed=2", wait_until="networkidle")
+    goto(page, server + path + "?quiz-seed=2")
     seed2 = option_orders(page)
     assert [sorted(o) for o in seed2] == [sorted(o) for o in seed1] and seed2 != seed1
     # Without a seed each visit draws its own.
-    page.goto(server + path, wait_until="networkidle")
+    goto(page, server + path)
     visit1 = (page.locator("[data-quiz]").get_attribute("data-seed"), option_orders(page))
-    page.goto(server + path, wait_until="networkidle")
+    goto(page, server + path)
     visit2 = (page.locator("[data-quiz]").get_attribute("data-seed"), option_orders(page))
     assert visit1[0] != visit2[0] and visit1[1] != visit2[1]
     # Over a few seeds the right answer moves for every question, and lands in each place about as often.
     places: list[list[int]] = [[] for _ in seed1]
     for seed in range(3, 11):
-        page.goto(server + path + f"?quiz-seed={seed}", wait_until="networkidle")
+        goto(page, server + path + f"?quiz-seed={seed}")
         for q, place in enumerate(correct_places(page)):
             places[q].append(place)
     assert all(len(set(p)) >= 2 for p in places), places
@@ -406,7 +406,7 @@ def test_widgets_in_use_are_axe_clean(browser: Any, server: str, hook: str, sche
                                   color_scheme=scheme, is_mobile=width < 600)
     try:
         page = context.new_page()
-        page.goto(server + path, wait_until="networkidle")
+        goto(page, server + path)
         use_widgets(page)
         violations = run_axe(page)
         assert violations == [], f"{path} ({scheme}, {width} px): {json.dumps(violations, indent=1)}"

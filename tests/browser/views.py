@@ -20,12 +20,11 @@ every check the view's watch must be clean: no console error, page error, failed
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from browser_support import AXE, Watch, open_context, site_pages
+from browser_support import AXE, Watch, goto, open_context, site_pages
 
 WIDTHS = (375, 1280)
 HEIGHT = {375: 667, 1280: 800}  # a small phone's screen; a laptop's
@@ -67,11 +66,6 @@ FACTS_JS = """async () => {
     return facts;
 }"""
 
-# Promises a page's own scripts expose while they finish drawing after the load event (the live model
-# fetches its weights, then runs the model); the view waits for each one present before measuring.
-READY_JS = "async () => { if (document.querySelector('[data-live-model]')) await window.liveModel.ready; }"
-
-
 def run_axe(page: Any) -> list[dict[str, Any]]:
     """axe-core's violations of serious or critical impact on the open page (axe injected once per page)."""
     if not page.evaluate("typeof window.axe === 'object'"):
@@ -107,7 +101,6 @@ class View:
     watch: Watch
     facts: dict[str, Any] = field(default_factory=dict)
     _axe: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _inflight: set[Any] = field(default_factory=set)
 
     @property
     def path(self) -> str:
@@ -128,28 +121,9 @@ class View:
         )
         page = context.new_page()
         view = cls(key, context, page, watch)
-        page.on("request", lambda r: view._inflight.add(r))
-        page.on("requestfinished", lambda r: view._inflight.discard(r))
-        page.on("requestfailed", lambda r: view._inflight.discard(r))
-        page.goto(server + key.path, wait_until="load")
-        view.settle()
+        goto(page, server + key.path)
         view.facts = page.evaluate(FACTS_JS)
         return view
-
-    def settle(self, timeout_s: float = 30.0) -> None:
-        """Wait until the page's scripts are ready and no request is in flight after two animation frames.
-
-        The condition Playwright's "networkidle" approximates with a fixed 500 ms of quiet, checked directly:
-        each round trip to the page lets the browser's events (request started, finished, failed) arrive.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.page.evaluate(READY_JS)
-            self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-            if not self._inflight:
-                return
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.name}: requests still in flight after {timeout_s} s: {self._inflight}")
 
     def axe(self, scheme: str = "light") -> list[dict[str, Any]]:
         """axe-core's serious and critical violations in Material's light (``default``) or dark (``slate``) scheme.
