@@ -69,12 +69,13 @@ browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromiu
 	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. The two builds first, side by side; then the browser tests (they need site/) beside the unit
-# tests, lint, and the site checks (they compare site/ with the second build). Each step's output is printed
-# when it ends; the first failure stops `make test` (the steps already running finish).
+# reads exists. The two builds first, side by side; then the browser tests (they need site/, and take longest)
+# beside the unit tests, lint, and the site checks (they compare site/ with the second build). Each step's
+# output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
+# steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (~10 min)
 	@rm -rf $(SITE_AGAIN) $(CHECKS)
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-steps
+	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
 test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check
 	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
@@ -86,7 +87,7 @@ test-build-again:
 	$(call TIMED,build-again) build-again
 test-browser: test-build
 	$(call TIMED,browser) browser
-test-unit:
+test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
 	$(call TIMED,unit) unit
 test-lint:
 	$(call TIMED,lint) lint

@@ -469,3 +469,31 @@ def test_tensor_parallel_and_ulysses_apply_the_modules_dropout_in_training() -> 
         assert_close(run(), expected, msg=lambda m, n=name: f"{n}: {m}")
     torch.manual_seed(1)
     assert not torch.allclose(tp.eval()(x, is_causal=True), expected)  # eval: no dropout
+
+
+def test_launch_tries_again_when_the_group_does_not_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure inside init_process_group (gloo's mesh refused on a loaded machine) starts every process again;
+    a failure of the function itself is reported at once (test_launch_reports_the_failing_rank_and_its_error)."""
+    import lessons_src.lab.launch as launch_module
+    from lessons_src.lab.parallel_runs import ranks_and_sizes
+
+    tries: list[int] = []
+
+    def flaky(*args: object) -> list[object]:
+        tries.append(1)
+        if len(tries) < launch_module._ATTEMPTS:
+            raise launch_module._NoGroupError("Gloo connectFullMesh failed: Connection closed by peer")
+        return ["ran"]
+
+    monkeypatch.setattr(launch_module, "_run", flaky)
+    assert launch(ranks_and_sizes, 2) == ["ran"] and len(tries) == launch_module._ATTEMPTS
+    tries.clear()
+
+    def never_forms(*args: object) -> list[object]:
+        tries.append(1)
+        raise launch_module._NoGroupError("Gloo connectFullMesh failed: Connection closed by peer")
+
+    monkeypatch.setattr(launch_module, "_run", never_forms)
+    with pytest.raises(RuntimeError, match=r"the process group did not form in 3 tries: Gloo connectFullMesh"):
+        launch(ranks_and_sizes, 2)
+    assert len(tries) == 3

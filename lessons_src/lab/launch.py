@@ -123,7 +123,12 @@ def _child(rank: int, world_size: int, job_dir: str) -> None:
     try:
         if backend == "nccl":  # one GPU per process (not run here: no GPU)
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"file://{job / 'rendezvous'}", rank=rank, world_size=world_size)
+        try:
+            rendezvous = f"file://{job / 'rendezvous'}"
+            dist.init_process_group(backend, init_method=rendezvous, rank=rank, world_size=world_size)
+        except RuntimeError as err:  # the group never formed: the parent may try again with a new rendezvous
+            torch.save({"ok": False, "rendezvous": True, "error": str(err), "trace": f"{err}"}, out)
+            raise
         try:
             fn = getattr(importlib.import_module(module), name)
             result = fn(CountingCollectives(), *args)
@@ -133,6 +138,8 @@ def _child(rank: int, world_size: int, job_dir: str) -> None:
     except BaseException as err:  # reported by the parent, with the rank
         import traceback
 
+        if out.exists():  # already reported (the rendezvous failed)
+            raise
         torch.save({"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()}, out)
         raise
 
@@ -144,8 +151,9 @@ def launch(
 
     Each process gets one CPU thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``), joins a
     ``backend`` process group through a rendezvous file in a fresh temporary folder, and receives a
-    :class:`CountingCollectives`. Results travel back through ``torch.save`` files (tensors, numbers,
-    lists and dicts of them).
+    :class:`CountingCollectives`. If the group fails to form (gloo's TCP connections between the processes
+    can be refused on a loaded machine), all processes are started again, up to three tries in all. Results
+    travel back through ``torch.save`` files (tensors, numbers, lists and dicts of them).
 
     Args:
         fn: a module-level function ``fn(comm, *args)`` of an importable module.
@@ -171,6 +179,24 @@ def launch(
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int of at least 1 (processes to start); got {world_size!r}")
     module, name = _target(fn)
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return _run(module, name, args, world_size, backend, timeout_s)
+        except _NoGroupError as err:  # gloo's TCP mesh did not form (seen on a loaded machine): start afresh
+            if attempt == _ATTEMPTS:
+                raise RuntimeError(f"launch: the process group did not form in {_ATTEMPTS} tries: {err}") from None
+    raise AssertionError("unreachable")
+
+
+_ATTEMPTS = 3
+
+
+class _NoGroupError(Exception):
+    """A rank failed inside init_process_group, before running anything of the caller's."""
+
+
+def _run(module: str, name: str, args: tuple[Any, ...], world_size: int, backend: str, timeout_s: float) -> list[Any]:
+    """One try of :func:`launch`: start the processes in a fresh folder, wait, collect their reports."""
     with tempfile.TemporaryDirectory(prefix="lessons-launch-") as job_dir:
         job = Path(job_dir)
         (job / "job.pkl").write_bytes(pickle.dumps((module, name, args, backend)))
@@ -200,6 +226,8 @@ def launch(
         for r in range(world_size):
             out = job / f"rank{r}.pt"
             reports.append(torch.load(out, weights_only=False) if out.exists() else None)
+        if any(report is not None and report.get("rendezvous") for report in reports):
+            raise _NoGroupError(next(report["error"] for report in reports if report and report.get("rendezvous")))
         for r, report in enumerate(reports):
             if report is not None and not report["ok"]:
                 raise RuntimeError(
@@ -212,5 +240,4 @@ def launch(
                     f"launch: rank {r} of {world_size} running {module}.{name} did not finish within {timeout_s} s "
                     f"or exited with code {p.returncode}:\n{log}"
                 )
-        results = [report["result"] for report in reports if report is not None]
-        return results
+        return [report["result"] for report in reports if report is not None]

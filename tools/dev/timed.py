@@ -3,7 +3,9 @@
     python tools/dev/timed.py NAME LOG -- COMMAND ...
 
 Prints one line, ``NAME: 84.2 s wall, 79.0 s CPU (user 71.3 + sys 7.7), load 1.02 -> 1.96``, and appends it to
-LOG, so `make test` leaves .cache/checks/timings.txt with a line per step. Exits with the command's status.
+LOG, so `make test` leaves .cache/checks/timings.txt with a line per step. With $MAKE_TEST_START (seconds since
+the epoch, set by `make test`), the line also says when the step started and ended, counted from then.
+Exits with the command's status.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ def main() -> int:
     status = subprocess.call(command)
     wall, load_after = time.monotonic() - start, os.getloadavg()[0]
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = float(os.environ.get("MAKE_TEST_START", "nan"))
+    since = "" if t0 != t0 else f" (from {time.time() - wall - t0:.0f} s to {time.time() - t0:.0f} s)"
+    user, sys_ = usage.ru_utime, usage.ru_stime
     line = (
-        f"{name}: {wall:.1f} s wall, {usage.ru_utime + usage.ru_stime:.1f} s CPU (user {usage.ru_utime:.1f} + sys "
-        f"{usage.ru_stime:.1f}), load {load_before:.2f} -> {load_after:.2f}{'' if status == 0 else f', exit {status}'}"
+        f"{name}{since}: {wall:.1f} s wall, {user + sys_:.1f} s CPU (user {user:.1f} + sys {sys_:.1f}), "
+        f"load {load_before:.2f} -> {load_after:.2f}{'' if status == 0 else f', exit {status}'}"
     )
     print(line, flush=True)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
