@@ -4,7 +4,8 @@ A reader pastes a snippet into a fresh interpreter. A forked child is as fresh a
 see: its ``__main__`` namespace is new and empty, nothing another snippet did is there, and the only work done
 before the fork is ``import lessons_src`` (torch and the core modules: no tensor made, no seed drawn, no thread
 pool started), which the snippet imports again by name anyway. Only the import time (about 3 CPU seconds a
-snippet) is saved. A snippet that leans on a name it did not import still fails with NameError (tests/site/test_snippets.py checks that the harness catches it).
+snippet) is saved. A snippet that leans on a name it did not import still fails with NameError
+(tests/site/test_snippets.py checks that the harness catches it).
 
 Protocol: one JSON request per line on stdin, ``{"code": "...", "timeout": 60}`` (code is a script,
 or ``-m package.module``); one JSON reply per line on stdout, ``{"returncode": n, "stdout": "...", "stderr": "..."}``.
