@@ -65,3 +65,30 @@ def test_bad_optional_fields_are_rejected() -> None:
         _parse({**entry, "sliding_window": 0})
     with pytest.raises(ValueError, match="params_billions=-1"):
         _parse({**entry, "params_billions": -1})
+
+
+@pytest.mark.parametrize("name", list(load_configs()))
+def test_card_names_are_the_sources_own_with_their_values(name: str) -> None:
+    # "card_names" claims to be what the source calls each field: the source text must name it beside its value
+    # (BERT's paper says H=768, A=12; Gemma 2's table says head size 128; a config.json says hidden_size=4096).
+    import re
+
+    cfg = load_configs()[name]
+    assert {"d_model", "num_heads", "num_layers"} <= set(cfg.card_names)
+    for field, card_name in cfg.card_names.items():
+        value = cfg.mla[field] if cfg.mla and field in cfg.mla else getattr(cfg, field)
+        named = re.search(rf"(?<!\w){re.escape(card_name)}\s*[=: ]\s*{value}\b", cfg.source)
+        assert named, f"{name}: the source does not name {card_name!r} = {value}: {cfg.source}"
+    if cfg.head_dim_published is not None and not cfg.mla:
+        assert "head_dim" in cfg.card_names, f"{name} states its own head size: the card must show that field"
+
+
+def test_context_lengths_are_published_and_sourced() -> None:
+    c = load_configs()
+    # Touvron et al. 2023 (Llama 2), Table 1: LLaMA 1 2k, Llama 2 4k; the Llama 3 configs: 8192; DeepSeek-V2: 128K.
+    expected = {"LLaMA 7B": 2048, "Llama 2 70B": 4096, "Mistral 7B": 8192, "Llama 3 8B": 8192, "Llama 3 70B": 8192,
+                "Gemma 2 27B": 8192, "Gemma 3 27B": 131072, "DeepSeek-V2": 131072}
+    assert {name: c[name].context_length for name in expected} == expected
+    for cfg in c.values():
+        if cfg.context_length is not None:
+            assert str(cfg.context_length) in cfg.source, cfg.name

@@ -102,17 +102,27 @@ def test_dimension_exercise_outcomes_come_from_the_code() -> None:
     assert "d_model=768, h=10 -> d_model=768 is not divisible by num_heads=10" in text
 
 
-def test_config_exercise_lists_every_model_with_computed_head_size() -> None:
+def test_config_exercise_prints_a_card_per_model_under_its_sources_names() -> None:
+    # Each card lists the fields under the names the source uses, the head size (stated, or width / heads), and a
+    # star where heads x head size is not the width: Gemma 2 and 3 state head_dim 128 with widths 4608 and 5376.
     text = text_of("questions")
+    starred = []
     for cfg in load_configs().values():
         if cfg.mla:
             continue
-        row = re.search(rf"{re.escape(cfg.name)}\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\w+)", text)
-        assert row is not None, cfg.name
-        fields, d_model, heads, kv, head_dim, n_rep, kind = row.groups()
-        assert fields.split("/")[0] == cfg.card_names["d_model"]
-        assert (int(d_model), int(heads), int(kv)) == (cfg.d_model, cfg.num_heads, cfg.num_kv_heads)
-        assert (int(head_dim), int(n_rep), kind) == (cfg.head_dim, cfg.n_rep, cfg.attention_kind)
+        pattern = rf"{re.escape(cfg.name)} \((\w+)\)\n(.*?)\n  {cfg.num_heads} x (\d+) = (\d+)( \*)?"
+        card = re.search(pattern, text, re.S)
+        assert card is not None, cfg.name
+        kind, fields, head_dim, product, star = card.groups()
+        assert kind == cfg.attention_kind
+        for field, name in cfg.card_names.items():
+            if field in ("d_model", "num_heads", "num_kv_heads", "head_dim"):
+                assert re.search(rf"^  {re.escape(name)} +{getattr(cfg, field)}$", fields, re.M), (cfg.name, name)
+        assert (int(head_dim), int(product)) == (cfg.head_dim, cfg.num_heads * cfg.head_dim)
+        if star:
+            starred.append(cfg.name)
+    assert starred == ["Gemma 2 27B", "Gemma 3 27B"]
+    assert "4608 / 32" not in text and "5376 / 32" not in text  # the instructed sum is not applied to them
     bert = load_configs()["BERT-base"]
     assert f"= {bert.num_layers * bert.num_heads} attention maps" in text
 
