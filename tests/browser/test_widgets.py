@@ -188,6 +188,8 @@ def test_widgets_survive_instant_navigation_between_pages(
     assert pressed_marks(page) == {first: "again"}
     page.locator("[data-study-again]").click()
     assert card_ids(page, visible_only=True) == [first]
+    status = page.locator("[data-flashcards-status]").inner_text()
+    assert "Studying the 1 card marked “again”" in status, status  # singular: it said "the 1 cards"
     page.locator("[data-flashcards] button.flashcard").first.click()
     assert page.locator("[data-flashcards] button.flashcard").first.get_attribute("aria-pressed") == "true"
     assert page.evaluate("window.__not_reloaded === true"), "a navigation reloaded the page"

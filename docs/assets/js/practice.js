@@ -67,6 +67,10 @@
 
   /* ---------- flashcards ---------- */
 
+  function cardCount(n) {
+    return n + (n === 1 ? " card" : " cards");
+  }
+
   var MARKS_KEY = "mha-flashcards-marks";
 
   function loadMarks() {
@@ -133,8 +137,8 @@
     var status = deck.querySelector("[data-flashcards-status]");
     if (status) {
       var total = items(deck).length;
-      var text = total + " cards: " + counts.known + " marked “knew it”, " + counts.again + " marked “again”.";
-      if (studying) text = "Studying the " + shown.length + " cards marked “again” (of " + total + ").";
+      var text = cardCount(total) + ": " + counts.known + " marked “knew it”, " + counts.again + " marked “again”.";
+      if (studying) text = "Studying the " + cardCount(shown.length) + " marked “again” (of " + total + ").";
       status.textContent = text;
     }
   }
