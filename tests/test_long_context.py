@@ -63,6 +63,24 @@ def test_sinks_page_claims_hold() -> None:
     assert [row[0] for row in r["windowed"]] == [0, 1]  # type: ignore[attr-defined]
 
 
+def test_weight_outside_the_window_is_measured_on_the_hidden_keys_only() -> None:
+    # The toy model's induction layer spreads weight over keys older than the window; the lesson explains its
+    # windowed loss with this number. A window as long as the sequence hides nothing; a window of 1 hides every
+    # key but the query's own, so all the weight that is not on the diagonal counts.
+    from lessons_src.lab.long_context import toy_window_eviction
+
+    model = toy_models.load_induction_model()
+    n = 8
+    assert toy_window_eviction(model, n=n, window=2 * n, sinks=[0])["outside_window"].abs().max() == 0  # type: ignore[attr-defined]
+    r = toy_window_eviction(model, n=n, window=1, sinks=[0])
+    tokens = toy_models.repeated_random_tokens(n, model.cfg.vocab_size, seed=1, batch=32)
+    with torch.no_grad():
+        weights = model(tokens, need_weights=True)[1]  # (L, B, H, T, T)
+    off_diagonal = 1 - weights.diagonal(dim1=-2, dim2=-1)[..., n:].mean(dim=(1, 2, 3))  # (L,)
+    torch.testing.assert_close(r["outside_window"], off_diagonal)
+    assert 0.1 < float(toy_window_eviction(model, n=24, window=28, sinks=[0])["outside_window"][1]) < 1  # type: ignore[index]
+
+
 def test_quiz_receptive_field_answer_is_computed() -> None:
     quiz = json.loads((ROOT / "docs" / "_data" / "quiz.json").read_text())["questions"]
     q = next(q for q in quiz if q["id"] == "window-receptive-field")

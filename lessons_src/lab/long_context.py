@@ -180,8 +180,10 @@ def toy_window_eviction(
 
     Returns ``first_token`` (``(L, H)`` mean weight on position 0 from queries at position 8 or later),
     ``uniform`` (the share uniform attention would give it), ``full_loss`` (next-token loss on the repeated
-    segment with full attention), and for each ``s`` in ``sinks`` a row ``(s, relative change of the logits
-    from full attention, loss on the repeat)`` with ``causal_mask(2n, window=window, sinks=s)``.
+    segment with full attention), ``outside_window`` (``(L,)``: with full attention, the mean weight the
+    second copy's queries put on keys the window would hide, over heads and queries), and for each ``s`` in
+    ``sinks`` a row ``(s, relative change of the logits from full attention, loss on the repeat)`` with
+    ``causal_mask(2n, window=window, sinks=s)``.
     """
     import torch.nn.functional as F
 
@@ -199,8 +201,12 @@ def toy_window_eviction(
     for s in sinks:
         logits = toy_logits_with_mask(model, tokens, causal_mask(T, window=window, sinks=s))
         rows.append((s, float((logits - full).norm() / full.norm()), repeat_loss(logits)))
+    pos = torch.arange(T)
+    hidden = (pos[None, :] <= pos[:, None] - window) & (pos[:, None] >= n)  # (T, T): second-copy query, old key
+    outside = (weights * hidden).sum(-1).sum(-1) / (pos >= n).sum()  # (L, B, H): mean over the second copy
     return {
         "first_token": first_token_mass(weights, from_query=8),
+        "outside_window": outside.mean(dim=(1, 2)),
         "uniform": float((1 / torch.arange(9, T + 1).float()).mean()),
         "full_loss": repeat_loss(full),
         "windowed": rows,
