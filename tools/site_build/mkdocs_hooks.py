@@ -3,6 +3,9 @@
 * ``pymdownx.arithmatex`` (generic mode) wraps ``$...$`` and ``$$...$$`` in ``arithmatex`` elements; this
   hook renders them with the pinned KaTeX from ``node_modules`` (one ``node`` call per page), so a page
   shows typeset math with no JavaScript, and a formula KaTeX rejects fails the build.
+* KaTeX writes each formula three times: as MathML, as its TeX source (an annotation inside the MathML) and
+  as the HTML that is drawn. The search index keeps only the TeX: the other two are marked
+  ``data-search-exclude``, which Material's search plugin honours and then strips from the page.
 * KaTeX's stylesheet and its ``woff2`` fonts are copied into ``site/assets/katex/``.
 * Scripts that plugins point at third-party hosts (mkdocs-jupyter adds MathJax from a CDN) are removed.
 """
@@ -20,6 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 KATEX = ROOT / "node_modules" / "katex" / "dist"
 _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+_MATHML_BODY = re.compile(r"<semantics><(\w+)")  # the MathML presentation, before the TeX annotation
+_KATEX_HTML = '<span class="katex-html"'
+_SEARCH_EXCLUDE = ' data-search-exclude="math"'  # a value: the plugin removes only valued data-search-* attributes
 _REMOTE_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.S)
 _MATHJAX_CONFIG = re.compile(r'<script type="text/x-mathjax-config">.*?</script>', re.S)
 
@@ -48,6 +54,12 @@ def _strip_delimiters(raw: str) -> tuple[str, bool]:
     return tex, False
 
 
+def _index_tex_only(rendered: str) -> str:
+    """Mark KaTeX's MathML presentation and drawn HTML for the search plugin to skip, leaving the TeX."""
+    rendered = _MATHML_BODY.sub(lambda m: f"<semantics><{m.group(1)}{_SEARCH_EXCLUDE}", rendered, count=1)
+    return rendered.replace(_KATEX_HTML, _KATEX_HTML + _SEARCH_EXCLUDE, 1)
+
+
 def on_page_content(content: str, **kwargs: Any) -> str:
     matches = list(_MATH.finditer(content))
     if not matches:
@@ -60,7 +72,7 @@ def on_page_content(content: str, **kwargs: Any) -> str:
 
     def sub(m: re.Match[str]) -> str:
         tag = m.group(1)
-        return f'<{tag} class="math">{next(rendered)}</{tag}>'
+        return f'<{tag} class="math">{_index_tex_only(next(rendered))}</{tag}>'
 
     return _MATH.sub(sub, content)
 
