@@ -76,3 +76,11 @@ def test_every_printed_line_fits_a_phone(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 4
     assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_checks_print_with_the_callers_print():
+    """markdown-exec captures a page block's output by giving the block its own print: the checks must use it."""
+    captured: list[str] = []
+    block = {"print": lambda *args: captured.append(" ".join(map(str, args))), "close": close, "torch": torch}
+    exec('close("a == b", torch.ones(2), torch.ones(2))', block)  # what markdown-exec does with a block
+    assert captured[0] == "a == b: yes"

@@ -10,7 +10,9 @@ show a failed check.
 nothing and raises :class:`ClaimFailed` when the data stops supporting the sentence. Every claim id is
 listed with its sentence in ``tests/site/claims.yml``.
 
-Printed lines are at most :data:`WIDTH` characters, so they fit a 375-px phone column without scrolling.
+Printed lines are at most :data:`WIDTH` characters, so they fit a 375-px phone column without scrolling. They
+are printed with the ``print`` of the code that called the check: markdown-exec captures a block's output by
+giving the block its own ``print``, so a check called from a page's block prints onto the page.
 
 Example:
     >>> import torch
@@ -21,8 +23,10 @@ Example:
 
 from __future__ import annotations
 
+import builtins
+import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -38,11 +42,21 @@ class ClaimFailed(AssertionError):
     """A sentence a page says about a computed result no longer holds."""
 
 
+def _callers_print() -> Callable[..., None]:
+    """The ``print`` the code calling this module sees (a page's block has its own, which captures output)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    found = frame.f_globals.get("print", builtins.print)
+    return found if callable(found) else builtins.print
+
+
 def _say(what: str, verdict: str, detail: str = "") -> None:
+    out = _callers_print()
     for line in textwrap.wrap(f"{what}: {verdict}", WIDTH, subsequent_indent="  "):
-        print(line)
+        out(line)
     for line in textwrap.wrap(detail, WIDTH, initial_indent="  ", subsequent_indent="  "):
-        print(line)
+        out(line)
 
 
 def _pairs(got: object, want: object) -> list[tuple[torch.Tensor, torch.Tensor]]:

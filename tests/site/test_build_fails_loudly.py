@@ -29,6 +29,21 @@ _TolerantLoader.add_multi_constructor("", lambda loader, suffix, node: None)
 
 GOOD_MD = '# Fine\n\n$a^2$\n\n```python exec="on" source="above" result="text"\nprint(6 * 7)\n```\n'
 FAILING_MD = '# Broken\n\n```python exec="on" source="above" result="text"\nprint(1 / 0)\n```\n'
+CHECKS = "from lessons_src.lab.checks import claim, close\nimport torch\n"
+TRUE_CLAIM_MD = (  # a sentence backed by a claim that holds, and a comparison that holds
+    '# Claims\n\nSix sevens are more than forty.\n\n```python exec="on"\n' + CHECKS
+    + 'claim("t/more-than-forty", 6 * 7 > 40, "6 * 7 = 42")\n```\n\n'
+    '```python exec="on" result="text"\n' + CHECKS
+    + 'close("doubled == added", torch.ones(2) * 2, torch.ones(2) + 1)\n```\n'
+)
+FALSE_CLAIM_MD = (  # the planted false claim: the sentence says more than the data
+    '# Claims\n\nSix sevens are more than fifty.\n\n```python exec="on"\n' + CHECKS
+    + 'claim("t/more-than-fifty", 6 * 7 > 50, "6 * 7 = 42")\n```\n'
+)
+FAILING_CLOSE_MD = (  # a printed comparison that does not hold: the page must not print it
+    '# Close\n\n```python exec="on" result="text"\n' + CHECKS
+    + 'close("output == reference", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))\n```\n'
+)
 
 
 def notebook(source: str) -> str:
@@ -74,11 +89,33 @@ def build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedProcess[
 
 
 def test_the_tiny_project_builds_when_its_code_is_fine(tmp_path: Path) -> None:
-    proc = build(tmp_path, {"index.md": GOOD_MD, "nb.ipynb": notebook("print(6 * 7)")})
+    proc = build(tmp_path, {"index.md": GOOD_MD, "nb.ipynb": notebook("print(6 * 7)"), "claims.md": TRUE_CLAIM_MD})
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "42" in page and 'class="katex"' in page  # the block ran, the hooks rendered the math
     assert "42" in (tmp_path / "site" / "nb" / "index.html").read_text(encoding="utf-8")
+    claims = (tmp_path / "site" / "claims" / "index.html").read_text(encoding="utf-8")
+    assert "more than forty" in claims and "doubled == added: yes" in claims  # a true claim and a check that holds
+
+
+@pytest.fixture(scope="module")
+def failing_checks_build(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One build for both failing checks below: strict mode reports every failing block, then aborts."""
+    return build(tmp_path_factory.mktemp("checks"), {"index.md": FALSE_CLAIM_MD, "close.md": FAILING_CLOSE_MD})
+
+
+def test_a_false_claim_fails_the_build(failing_checks_build: subprocess.CompletedProcess[str]) -> None:
+    proc = failing_checks_build
+    assert proc.returncode != 0
+    assert "ClaimFailed: claim 't/more-than-fifty' no longer holds: 6 * 7 = 42" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_failing_close_fails_the_build(failing_checks_build: subprocess.CompletedProcess[str]) -> None:
+    proc = failing_checks_build
+    assert proc.returncode != 0
+    assert "CheckFailed: output == reference: max |diff| 5.00e-01 exceeds the tolerance" in proc.stderr, (
+        proc.stderr[-3000:]
+    )
 
 
 def test_a_failing_exec_block_fails_the_build(tmp_path: Path) -> None:

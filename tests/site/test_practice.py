@@ -154,8 +154,8 @@ def test_interview_advanced_answers_are_printed_by_the_code() -> None:
         total = per_layer * cfg.num_layers * 32_768
         line = f"{per_layer:6,} B/token/layer x {cfg.num_layers} layers x 32,768 tokens = {total / 2**30:5.2f} GiB"
         assert line in text, name
-    for line in ("formula == bytes a real cache holds: True", "bottom-right matches the full pass: True",
-                 "is_causal=True matches the full pass: False", "translated back: True"):
+    for line in ("formula == bytes a cache holds: yes", "bottom-right == the full pass: yes",
+                 "is_causal=True differs from it: yes", "translated back: yes"):
         assert line in text
     for T in (64, 128, 256):
         assert f"T={T}: {attention_flops(64, 4, T)['attention'] / 1e6:4.1f} MFLOPs either way" in text
@@ -265,12 +265,11 @@ def test_head_explorer_shows_the_trained_toy_model() -> None:
 
 def test_lab_notebook_was_executed_and_can_be_downloaded() -> None:
     text = text_of("lab")
-    assert "by hand == MultiHeadAttention: True" in text
-    assert "same as PyTorch's kernel: True" in text
+    for line in ("by hand == MultiHeadAttention: yes", "same as PyTorch's kernel: yes",
+                 "values differ from concat: yes", "outputs == nn.MultiheadAttention: yes",
+                 "weights == nn.MultiheadAttention: yes"):
+        assert line in text, line  # printed by lessons_src.lab.checks, which raises instead of printing a failure
     assert f"parameters={4 * 768**2:,}" in text
-    for label in ("largest output difference", "largest weight difference"):
-        m = re.search(rf"{label}:\s+([0-9.e+-]+)", text)
-        assert m is not None and float(m.group(1)) < 1e-5, label
     assert (SITE / "practice" / "lab" / "lab.ipynb").exists()
     assert 'href="lab.ipynb"' in html_of("lab")
     nb = json.loads((ROOT / "docs" / "practice" / "lab.ipynb").read_text(encoding="utf-8"))

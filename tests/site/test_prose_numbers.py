@@ -8,10 +8,15 @@ left out), unless it is one of these kinds, recognised by rule:
 * a year (1900-2099), an arXiv id, or a reference into a source ("section 3.2.1", "Table 1", "footnote 4",
   "Figure 4", "algorithm 2", "chapter 3", "row (A)") or into this course ("part 2", "pitfall 1");
 * a list, heading or exercise number ("## 3.", "1. ", "??? question \"2."), a number in an exercise's
-  question (the exercise's given, which its answer's code then uses), or in a model's name ("Llama 3 8B");
-* 0 or 1 (an index, or a probability's total), or an index naming a head, token, key or feature in an
-  example ("head 2", "tokens 2 and 3");
+  question (the exercise's given, which its answer's code then uses), in a model's name ("Llama 3 8B",
+  "Gemma 2 and 3"), in a number format's name ("16-bit"), or a series' length ("Part 4 of 5", checked
+  against the navigation below);
+* 0 or 1 (an index, or a probability's total), or an index naming a head, layer, token, key, slot or
+  feature in an example ("head 2", "tokens 2 and 3");
 * a number in a paragraph that cites its source (an "et al.", an arXiv id, or a reference list).
+
+The front matter's title and description are prose too (they become the page's meta description and
+search snippet), and are read by the same rules.
 
 What remains must be on the short, reviewed ALLOWED list below (each entry says why it is not printed by
 code), or be replaced by a number the page's code prints.
@@ -33,7 +38,6 @@ DOCS = ROOT / "docs"
 ALLOWED: dict[str, dict[str, str]] = {
     "lessons/why-multiple-heads.md": {"At 45°": "names a row of the sweep's table above, which prints it"},
     "lessons/parameters-and-compute.md": {"multiply-add as 2": "a counting convention (PyTorch's counter's)"},
-    "lessons/inference-variants.md": {"16-bit numbers": "the name of a number format"},
     "practice/questions.md": {
         "d_model = 1024": "the exercise's given (the seeds' dimension-arithmetic exercise)",
         "to 32 and keep": "the exercise's given",
@@ -54,11 +58,14 @@ ALLOWED: dict[str, dict[str, str]] = {
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})")
 _NUMBER = re.compile(r"(?<![\w.\-/:#])(?>\d+(?:[.,]\d+)*)(?![\w])")
 _INDEX_LABEL = re.compile(  # "head 2", "tokens 2 and 3", "features 3-5", '"token" 2': a name in an example
-    r"\b(?:head|heads|token|tokens|query|queries|key|keys|feature|features|coordinate|coordinates|index)\"?\s+"
+    r"\b(?:head|heads|token|tokens|query|queries|key|keys|feature|features|coordinate|coordinates|index|layer|layers|"
+    r"slot|slots)\"?\s+"
     r"(?:\d+\s+(?:and|or|to)\s+)?$",
     re.I,
 )
-_MODEL_NAME = re.compile(r"\b(?:Llama|LLaMA|Gemma|Mistral|Qwen|Phi|T5|GPT)\s*$")
+_MODEL_NAME = re.compile(r"\b(?:Llama|LLaMA|Gemma|Mistral|Qwen|Phi|T5|GPT)\s*(?:\d+\s+(?:and|or)\s+)?$")
+_PART_OF = re.compile(r"\bparts?\s+\d+\s+of\s*$", re.I)  # "Part 4 of 5": test_part_counts_match_the_series
+_FORMAT = re.compile(r"^-bit\b")  # "16-bit numbers", "JavaScript's 64-bit": the name of a number format
 _SOURCE_REF = re.compile(
     r"\b(?:section|sections|§|table|tables|figure|figures|fig\.|footnote|algorithm|chapter|eq\.|equation|row|rows|"
     r"part|parts|pitfall|pitfalls|step|lesson)\s*$",
@@ -125,6 +132,28 @@ def paragraphs(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def front_matter(text: str) -> tuple[dict[str, object], list[str]]:
+    """The page's front matter, and its lines (empty when it has none)."""
+    lines = text.split("\n")
+    if not lines or lines[0] != "---":
+        return {}, []
+    head = lines[: lines.index("---", 1)]
+    return yaml.safe_load("\n".join(head[1:])) or {}, head
+
+
+def front_matter_prose(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of the front matter's title and description: the page's meta description and
+    search snippet, prose a reader sees before the page."""
+    meta, head = front_matter(text)
+    out = []
+    for key in ("title", "description"):
+        value = meta.get(key)
+        if isinstance(value, str):
+            line_no = next(i + 1 for i, line in enumerate(head) if line.startswith(f"{key}:"))
+            out.append((line_no, " ".join(value.split())))
+    return out
+
+
 def strip_markup(text: str) -> str:
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
     text = re.sub(r"(?<!\\)\$[^$]+\$", " ", text)
@@ -141,7 +170,7 @@ def typed_numbers(src: str) -> list[tuple[int, str, str]]:
     text = (DOCS / src).read_text(encoding="utf-8")
     found = []
     exercises = _exercise_lines(text)
-    for line_no, para in paragraphs(text):
+    for line_no, para in front_matter_prose(text) + paragraphs(text):
         if line_no in exercises and re.match(r"^\d+\. ", para):
             continue  # an exercise's statement ("1. With d_model = 1024, ..."): its numbers are the givens
         if _CITES.search(para) or re.match(r"^\s*[-*] [A-Z][\w'-]+, [A-Z]\.", para):
@@ -158,6 +187,8 @@ def typed_numbers(src: str) -> list[tuple[int, str, str]]:
                     continue
                 before = line[: m.start()]
                 if _SOURCE_REF.search(before) or _MODEL_NAME.search(before) or _INDEX_LABEL.search(before):
+                    continue
+                if _PART_OF.search(before) or _FORMAT.match(line[m.end() :]):
                     continue
                 context = line[max(0, m.start() - 40) : m.end() + 30].strip()
                 found.append((line_no + offset, number, context))
@@ -214,3 +245,22 @@ def test_the_lint_flags_a_typed_number(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(sys.modules[__name__], "DOCS", tmp_path)
     found = [(n, line) for line, n, _ in typed_numbers("lesson.md")]
     assert found == [("12", 7), ("64", 7)]  # not head 2, tokens 3 and 4, the source's 8, the question's 1024
+
+
+def test_part_counts_match_the_series() -> None:
+    """ "Part 4 of 5" in a description: the page is the 4th in the navigation of a series of 5 titled alike."""
+    series: dict[str, list[tuple[str, str]]] = {}
+    for src in nav_pages():
+        text = (DOCS / src).read_text(encoding="utf-8")
+        meta = front_matter(text)[0]
+        m = re.match(r"(.+), part (\d+):", str(meta.get("title", "")))
+        if m:
+            series.setdefault(m.group(1), []).append((m.group(2), str(meta.get("description", ""))))
+    assert series, "no page titled '<series>, part N: ...'"
+    for name, parts in series.items():
+        assert [p for p, _ in parts] == [str(i) for i in range(1, len(parts) + 1)], f"{name}: parts out of order"
+        for part, description in parts:
+            stated = re.search(r"\bPart (\d+) of (\d+)\.", description)
+            assert stated is None or stated.groups() == (part, str(len(parts))), (
+                f"{name}, part {part}: the description says {stated.group()!r}, the navigation has {len(parts)} parts"
+            )

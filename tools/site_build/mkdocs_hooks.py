@@ -3,6 +3,12 @@
 * ``pymdownx.arithmatex`` (generic mode) wraps ``$...$`` and ``$$...$$`` in ``arithmatex`` elements; this
   hook renders them with the pinned KaTeX from ``node_modules`` (one ``node`` call per page), so a page
   shows typeset math with no JavaScript, and a formula KaTeX rejects fails the build.
+* KaTeX writes each formula three times: as MathML, as its TeX source (an annotation inside the MathML) and
+  as the HTML that is drawn. The search index keeps only the TeX: the other two are wrapped in a
+  ``<search-skip data-search-exclude>`` element, which Material's search parser skips, and the wrappers are
+  removed from the page once it is indexed. (A wrapper of its own, because the parser matches elements by tag
+  name: ``data-search-exclude`` on a ``<span>`` or ``<mrow>`` ends at the first nested ``</span>`` or
+  ``</mrow>``.)
 * KaTeX's stylesheet and its ``woff2`` fonts are copied into ``site/assets/katex/``.
 * Scripts that plugins point at third-party hosts (mkdocs-jupyter adds MathJax from a CDN) are removed.
 """
@@ -20,6 +26,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 KATEX = ROOT / "node_modules" / "katex" / "dist"
 _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+_MATHML_BODY = re.compile(r'<semantics>(.*?)(?=<annotation encoding="application/x-tex">)', re.S)
+_KATEX_HTML = '<span class="katex-html"'
+_SKIP_OPEN, _SKIP_CLOSE = '<search-skip data-search-exclude="math">', "</search-skip>"
+_SKIP = re.compile(r"</?search-skip\b[^>]*>")
 _REMOTE_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.S)
 _MATHJAX_CONFIG = re.compile(r'<script type="text/x-mathjax-config">.*?</script>', re.S)
 
@@ -48,6 +58,17 @@ def _strip_delimiters(raw: str) -> tuple[str, bool]:
     return tex, False
 
 
+def _index_tex_only(rendered: str) -> str:
+    """Wrap KaTeX's MathML presentation and drawn HTML for the search parser to skip, leaving the TeX."""
+    rendered = _MATHML_BODY.sub(lambda m: f"<semantics>{_SKIP_OPEN}{m.group(1)}{_SKIP_CLOSE}", rendered, count=1)
+    start = rendered.index(_KATEX_HTML)
+    wrappers = 2 if rendered.startswith('<span class="katex-display">') else 1  # .katex(-display) close after it
+    end = len(rendered) - wrappers * len("</span>")
+    if rendered[end:] != "</span>" * wrappers:
+        raise RuntimeError(f"KaTeX's output changed shape: {rendered[-80:]!r}")
+    return rendered[:start] + _SKIP_OPEN + rendered[start:end] + _SKIP_CLOSE + rendered[end:]
+
+
 def on_page_content(content: str, **kwargs: Any) -> str:
     matches = list(_MATH.finditer(content))
     if not matches:
@@ -60,12 +81,13 @@ def on_page_content(content: str, **kwargs: Any) -> str:
 
     def sub(m: re.Match[str]) -> str:
         tag = m.group(1)
-        return f'<{tag} class="math">{next(rendered)}</{tag}>'
+        return f'<{tag} class="math">{_index_tex_only(next(rendered))}</{tag}>'
 
     return _MATH.sub(sub, content)
 
 
 def on_post_page(output: str, **kwargs: Any) -> str:
+    output = _SKIP.sub("", output)  # indexed by now (the search plugin reads the page in on_page_context)
     output = _MATHJAX_CONFIG.sub("", output)
     return _REMOTE_SCRIPT.sub("", output)
 

@@ -1,0 +1,82 @@
+"""The search index holds each formula once, as its TeX.
+
+KaTeX writes a formula three times: MathML, its TeX source (an annotation inside the MathML) and the HTML
+that is drawn. Indexed whole, a search snippet read "W=4096W = 4096W=4096". The math hook
+(tools/site_build/mkdocs_hooks.py) marks the MathML and the drawn HTML ``data-search-exclude``, so Material's
+search plugin indexes only the TeX.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "site"
+if not (SITE / "search" / "search_index.json").exists():
+    pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
+
+_FORMULA = re.compile(r'<semantics>(.*?)<annotation encoding="application/x-tex">(.*?)</annotation>', re.S)
+
+
+def _text(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def index_text_by_page() -> dict[str, str]:
+    docs = json.loads((SITE / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    pages: dict[str, list[str]] = {}
+    for doc in docs:
+        pages.setdefault(doc["location"].split("#")[0], []).append(_text(doc["title"] + " " + doc["text"]))
+    return {page: " ".join(texts) for page, texts in pages.items()}
+
+
+def formulas(page_html: str) -> list[tuple[str, str]]:
+    """(drawn text, TeX) of each formula on a built page."""
+    return [(_text(m.group(1)), html.unescape(m.group(2))) for m in _FORMULA.finditer(page_html)]
+
+
+def test_no_formula_is_indexed_beside_its_rendering() -> None:
+    index = index_text_by_page()
+    checked, repeated = 0, []
+    for location, text in index.items():
+        page = SITE / location / "index.html" if location else SITE / "index.html"
+        if not page.exists():
+            continue
+        for drawn, tex in formulas(page.read_text(encoding="utf-8")):
+            if " ".join(drawn.split()) == " ".join(tex.split()) or not drawn.strip():
+                continue  # the same text either way ("h"): nothing to tell apart
+            checked += 1
+            if drawn + tex in text or tex + drawn in text:
+                repeated.append(f"{location or 'home'}: {drawn + tex + drawn!r}")
+    assert checked > 100, f"only {checked} formulas found: is the math hook still rendering?"
+    assert repeated == [], "formulas indexed with their rendering:\n  " + "\n  ".join(sorted(set(repeated))[:20])
+
+
+def test_a_known_formula_is_indexed_once_as_tex() -> None:
+    text = index_text_by_page()["lessons/mla-modes/"]
+    assert text.count("H(2C + R)") == 1, "mla-modes' $H(2C + R)$ should be indexed once, as its TeX"
+    assert "H(2C+R)" not in text, "the drawn form of $H(2C + R)$ is in the index"
+
+
+def test_the_hook_leaves_only_the_tex_to_the_search_parser() -> None:
+    """The mechanism, on one formula: without the hook's marks the parser indexes it three times."""
+    sys.path.insert(0, str(ROOT / "tools" / "site_build"))
+    import mkdocs_hooks
+    from material.plugins.search.plugin import Parser
+
+    rendered = mkdocs_hooks._render([{"tex": "W = 4096", "display": False}])[0]
+
+    def indexed(markup: str) -> str:
+        parser = Parser()
+        parser.feed(f"<p>A window {markup} wide.</p>")
+        parser.close()
+        return "".join("".join(section.text) for section in parser.data)
+
+    assert "W=4096W = 4096W=4096" in indexed(rendered)
+    assert _text(indexed(mkdocs_hooks._index_tex_only(rendered))) == "A window W = 4096 wide."
