@@ -23,7 +23,6 @@ import html
 import json
 import math
 import struct
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -255,14 +254,6 @@ def render_widget() -> str:
         f'<div class="lm-data" hidden>{payload}</div>'
         "</div>"
     )
-
-
-def on_config(config: Any, **kwargs: Any) -> None:
-    """The live-model page prints ``BROWSER_ATOL`` with ``from tools.site_build import live_model``: that needs the
-    project root on ``sys.path``, which ``python -m mkdocs`` has and the ``mkdocs`` script (``make build``) has not."""
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in sys.path:
-        sys.path.append(root)
 
 
 def on_page_content(html: str, page: Any, **kwargs: Any) -> str:
