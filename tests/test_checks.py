@@ -76,3 +76,13 @@ def test_every_printed_line_fits_a_phone(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 4
     assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_lines_go_to_the_callers_print(capsys):
+    """markdown-exec puts its own ``print`` (into the page) in an executed block's globals: the checks use it."""
+    page: list[str] = []
+    block = {"print": page.append, "torch": torch, "close": close, "equal": equal, "holds": holds}
+    exec('close("a == b", torch.ones(2), torch.ones(2))\nequal("n", 3, 3)\nholds("h", True, "d")', block)
+    assert page[0] == "a == b: yes" and page[1].startswith("  max |diff| ")
+    assert page[2:] == ["n: yes", "h: yes", "  d"]
+    assert capsys.readouterr().out == ""  # nothing went to the build log instead

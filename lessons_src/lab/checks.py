@@ -11,6 +11,9 @@ nothing and raises :class:`ClaimFailed` when the data stops supporting the sente
 listed with its sentence in ``tests/site/claims.yml``.
 
 Printed lines are at most :data:`WIDTH` characters, so they fit a 375-px phone column without scrolling.
+They go through the ``print`` the calling code sees: markdown-exec gives each executed block a ``print`` of
+its own (into the page) in the block's globals, which a plain ``print`` here would bypass (into the build
+log instead of the page).
 
 Example:
     >>> import torch
@@ -21,8 +24,10 @@ Example:
 
 from __future__ import annotations
 
+import builtins
+import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -38,11 +43,21 @@ class ClaimFailed(AssertionError):
     """A sentence a page says about a computed result no longer holds."""
 
 
+def _callers_print() -> Callable[..., None]:
+    """The ``print`` of the first frame outside this module: the caller's own, if its globals define one."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    say: Callable[..., None] = frame.f_globals.get("print", builtins.print)
+    return say
+
+
 def _say(what: str, verdict: str, detail: str = "") -> None:
+    say = _callers_print()
     for line in textwrap.wrap(f"{what}: {verdict}", WIDTH, subsequent_indent="  "):
-        print(line)
+        say(line)
     for line in textwrap.wrap(detail, WIDTH, initial_indent="  ", subsequent_indent="  "):
-        print(line)
+        say(line)
 
 
 def _pairs(got: object, want: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
