@@ -32,7 +32,13 @@ from . import artifact
 if TYPE_CHECKING:
     from pathlib import Path
 
+BROWSER_ATOL = 1e-4
+"""How far the live model page's logits and weights may be from PyTorch's (docs/practice/live-model.md prints
+it; tests/browser/test_live_model.py checks it): the page computes in JavaScript's 64-bit floats from the float32
+weights, PyTorch in float32, so the two differ by float32 rounding, far below this."""
+
 __all__ = [
+    "BROWSER_ATOL",
     "INDUCTION_CHECKPOINT",
     "TinyConfig",
     "TinyTransformer",

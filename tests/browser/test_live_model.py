@@ -2,7 +2,7 @@
 
 * Exactness: on fixed inputs, with and without switched-off heads, the browser's logits and attention weights
   equal PyTorch's through ``lessons_src`` (``TinyTransformer`` + ``ablate_heads``) within
-  ``live_model.BROWSER_ATOL`` (the tolerance the page prints). The reference is computed here, at test time;
+  ``BROWSER_ATOL`` (the tolerance the page prints). The reference is computed here, at test time;
   the site ships no reference numbers.
 * The widget as a reader drives it: reached from the menu (instant navigation) and from a shared URL; presets
   reproduce the lessons' findings (the numbers the page printed at build, recomputed here with torch);
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_model
 
 from lessons_src.lab.heads import ablate_heads
-from lessons_src.lab.toy_models import load_induction_model
+from lessons_src.lab.toy_models import BROWSER_ATOL, load_induction_model
 
 PATH = "practice/live-model/"
 
@@ -91,8 +91,8 @@ def test_browser_equals_pytorch(page: Any, context: tuple[Any, Watch], server: s
         logits, weights = reference(model, tokens, off)
         got_logits = torch.tensor(got["logits"], dtype=torch.float64)
         got_weights = torch.tensor(got["attention"], dtype=torch.float64)
-        torch.testing.assert_close(got_logits, logits.double(), atol=live_model.BROWSER_ATOL, rtol=0)
-        torch.testing.assert_close(got_weights, weights.double(), atol=live_model.BROWSER_ATOL, rtol=0)
+        torch.testing.assert_close(got_logits, logits.double(), atol=BROWSER_ATOL, rtol=0)
+        torch.testing.assert_close(got_weights, weights.double(), atol=BROWSER_ATOL, rtol=0)
     # The names the page uses ("L0H1") mean the same heads as [layer, head] pairs.
     by_name = page.evaluate("t => window.liveModel.run(t, ['L0H1', 'L1H3'])", segment)
     by_pair = page.evaluate("t => window.liveModel.run(t, [[0, 1], [1, 3]])", segment)

@@ -29,10 +29,6 @@ from typing import Any
 
 MODEL_DIR = "assets/models"
 MODEL_URL_PLACEHOLDER = "@live-model-json@"
-BROWSER_ATOL = 1e-4
-"""How far the browser's logits and weights may be from PyTorch's (tests/browser/test_live_model.py, shown on the
-page): the page computes in JavaScript's 64-bit floats from the float32 weights, PyTorch in float32, so the two
-differ by float32 rounding, far below this."""
 
 
 @cache
