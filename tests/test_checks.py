@@ -78,9 +78,11 @@ def test_every_printed_line_fits_a_phone(capsys):
     assert max(len(line) for line in lines) <= WIDTH
 
 
-def test_checks_print_with_the_callers_print():
-    """markdown-exec captures a page block's output by giving the block its own print: the checks must use it."""
-    captured: list[str] = []
-    block = {"print": lambda *args: captured.append(" ".join(map(str, args))), "close": close, "torch": torch}
-    exec('close("a == b", torch.ones(2), torch.ones(2))', block)  # what markdown-exec does with a block
-    assert captured[0] == "a == b: yes"
+def test_lines_go_to_the_callers_print(capsys):
+    """markdown-exec puts its own ``print`` (into the page) in an executed block's globals: the checks use it."""
+    page: list[str] = []
+    block = {"print": page.append, "torch": torch, "close": close, "equal": equal, "holds": holds}
+    exec('close("a == b", torch.ones(2), torch.ones(2))\nequal("n", 3, 3)\nholds("h", True, "d")', block)
+    assert page[0] == "a == b: yes" and page[1].startswith("  max |diff| ")
+    assert page[2:] == ["n: yes", "h: yes", "  d"]
+    assert capsys.readouterr().out == ""  # nothing went to the build log instead
