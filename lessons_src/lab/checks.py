@@ -74,7 +74,7 @@ def _pairs(got: object, want: object) -> list[tuple[torch.Tensor, torch.Tensor]]
                     f"and {type(want).__name__}")
 
 
-def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: float = 1e-6) -> float:
+def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Print that ``got`` matches ``want`` within a tolerance, or raise :class:`CheckFailed`.
 
     The tolerance is ``atol + rtol * max|want|``: relative to the size of the values compared, so a check
@@ -87,8 +87,7 @@ def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: flo
         rtol: tolerance relative to the largest magnitude in ``want``.
         atol: absolute tolerance, for references near zero.
 
-    Returns:
-        The largest absolute difference.
+    It returns nothing, so a notebook cell that ends with it shows only the printed lines (no ``Out[]``).
 
     Raises:
         CheckFailed: the shapes differ, a value is NaN or infinite where the reference is not, or the largest
@@ -112,7 +111,6 @@ def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: flo
         raise CheckFailed(f"{what}: max |diff| {worst:.2e} exceeds the tolerance {tol:.2e} "
                           f"(atol {atol:g} + rtol {rtol:g} × max|want| {scale:.3g})")
     _say(what, "yes", f"max |diff| {worst:.1e} ≤ {tol:.1e}")
-    return worst
 
 
 def equal(what: str, got: object, want: object) -> None:
