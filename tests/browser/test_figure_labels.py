@@ -64,7 +64,7 @@ LABELS_JS = """() => {
   const labels = [];
   for (const t of svg.querySelectorAll('text')) {
     if (!t.textContent.trim()) continue;
-    const b = t.getBBox(), m = t.getScreenCTM(), dy = b.height * %s;
+    const b = t.getBBox(), m = t.getScreenCTM(), dy = b.height * TRIM;
     const corners = [[b.x, b.y + dy], [b.x + b.width, b.y + dy], [b.x + b.width, b.y + b.height - dy],
                      [b.x, b.y + b.height - dy]];
     const group = t.closest('g[id^="text_"]');
@@ -76,7 +76,7 @@ LABELS_JS = """() => {
   }
   return {left: root.left, top: root.top, width: root.width, height: root.height, labels,
           categories: svg.getAttribute('data-category-labels')};
-}""" % TRIM
+}""".replace("TRIM", str(TRIM))
 
 Quad = list[list[float]]
 
@@ -175,7 +175,8 @@ def test_wide_figures_fill_the_desktop_column(svg_page: Any, server: str) -> Non
     widths = svg_page.evaluate(
         """() => ({column: (() => { const c = document.querySelector('.md-content__inner'), s = getComputedStyle(c);
                      return c.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight); })(),
-                   figures: [...document.querySelectorAll('.lesson-figure img')].map(i => i.getBoundingClientRect().width)})"""
+                   figures: [...document.querySelectorAll('.lesson-figure img')]
+                     .map(i => i.getBoundingClientRect().width)})"""
     )
     assert abs(widths["column"] - DESKTOP_COLUMN_PX) < 1, f"{page}: the column is {widths['column']} px at 1280"
     assert widths["figures"], f"{page}: no figure"

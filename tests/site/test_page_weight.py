@@ -1,4 +1,5 @@
-"""Light pages, figures as files, legible figures on a phone and a laptop: checks on the built site/ that hold on any machine.
+"""Light pages, figures as files, figures legible on a phone and a laptop: checks on the built site/ that hold
+on any machine.
 
 * DOM size: at most 1,500 elements per page outside code blocks (<pre>) and 6,000 in all, counted from the
   HTML the server sends (the theme's script adds a few dozen more in the browser).
