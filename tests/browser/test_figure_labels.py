@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -128,12 +129,12 @@ def problems(facts: dict[str, Any]) -> list[str]:
             found.append(f"{a['text']!r} is cut by the figure's edge ({out:.1f} px outside)")
     drawn: dict[str, str] = {}
     for lab in labels:
-        key = lab["group"] or id(lab)
+        key = lab["group"] or str(id(lab))
         drawn[key] = drawn.get(key, "") + lab["text"]
-    shown = {normalized(t) for t in drawn.values()}
-    for name in json.loads(facts["categories"] or "[]"):
-        if normalized(name) and normalized(name) not in shown:
-            found.append(f"category label {name!r} is not drawn")
+    shown = Counter(normalized(t) for t in drawn.values())
+    for name, wanted in Counter(normalized(n) for n in json.loads(facts["categories"] or "[]")).items():
+        if name and shown[name] < wanted:
+            found.append(f"category label {name!r} is drawn {shown[name]} times, of {wanted}")
     return found
 
 
