@@ -10,6 +10,8 @@ quadrilateral, so rotated labels are compared as drawn, not by their axis-aligne
 * Overlap: two <text> elements of different labels (matplotlib wraps each label, all its lines, in one
   ``<g id="text_N">``) whose quadrilaterals intersect more than 1 px deep fail.
 * Clipping: a label whose quadrilateral leaves the SVG's drawn area by more than 1 px fails.
+* Covered: a filled shape drawn after a label (a box, a legend's frame) that covers at least 3 of 21
+  points spread over the label's trimmed box (SVGGeometryElement.isPointInFill) fails.
 * Dropped labels: ``lessons_src.lab.plotting.svg`` records the tick labels each figure asked for on its
   axes (``data-category-labels`` on the root <svg>, JSON); each one must be drawn as some label's text.
 
@@ -75,7 +77,33 @@ LABELS_JS = """() => {
       quad: corners.map(([x, y]) => { const p = new DOMPoint(x, y).matrixTransform(m); return [p.x, p.y]; }),
     });
   }
-  return {left: root.left, top: root.top, width: root.width, height: root.height, labels,
+  // filled shapes drawn after a label (later in the document) that cover part of its glyph box
+  const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim());
+  const shapes = [...svg.querySelectorAll('path, rect, circle, ellipse, polygon')].filter(e => {
+    if (e.closest('defs, clipPath, mask, marker, pattern')) return false;
+    const s = getComputedStyle(e);
+    return s.fill !== 'none' && parseFloat(s.fillOpacity) * parseFloat(s.opacity) >= 0.3;
+  });
+  const covered = [];
+  texts.forEach((t, i) => {
+    const own = t.closest('g[id^="text_"]');
+    const box = t.getBoundingClientRect();
+    const b = t.getBBox(), m = t.getScreenCTM(), dy = b.height * TRIM;
+    const points = [];
+    for (let a = 1; a < 8; a++) for (let c = 1; c < 4; c++)
+      points.push(new DOMPoint(b.x + b.width * a / 8, b.y + dy + (b.height - 2 * dy) * c / 4).matrixTransform(m));
+    for (const e of shapes) {
+      if (!(t.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING)) continue;
+      if (own && own.contains(e)) continue;
+      const r = e.getBoundingClientRect();
+      if (r.right < box.left || r.left > box.right || r.bottom < box.top || r.top > box.bottom) continue;
+      const inv = e.getScreenCTM().inverse();
+      const inside = points.filter(p => { const q = p.matrixTransform(inv);
+        return e.isPointInFill(new DOMPoint(q.x, q.y)); }).length;
+      if (inside >= 3) { covered.push([labels[i].text, inside, points.length]); break; }
+    }
+  });
+  return {left: root.left, top: root.top, width: root.width, height: root.height, labels, covered,
           categories: svg.getAttribute('data-category-labels')};
 }""".replace("TRIM", str(TRIM))
 
@@ -127,6 +155,8 @@ def problems(facts: dict[str, Any]) -> list[str]:
         out = max(-min(xs), max(xs) - facts["width"], -min(ys), max(ys) - facts["height"])
         if out > DEPTH_TOLERANCE_PX:
             found.append(f"{a['text']!r} is cut by the figure's edge ({out:.1f} px outside)")
+    for text, inside, of in facts["covered"]:
+        found.append(f"{text!r} is covered by a shape drawn over it ({inside} of {of} points of its box)")
     drawn: dict[str, str] = {}
     for lab in labels:
         key = lab["group"] or str(id(lab))
