@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from lessons_src.lab.plotting import attention_heatmaps, figure, svg
+from lessons_src.lab.plotting import (
+    DESKTOP_COLUMN_PX,
+    MIN_TEXT_PX,
+    attention_heatmaps,
+    category_labels,
+    figure,
+    svg,
+)
 
 
 def test_svg_is_reproducible_and_named() -> None:
@@ -19,11 +26,14 @@ def test_svg_is_reproducible_and_named() -> None:
     assert "dc:date" not in first
 
 
-def test_narrow_variant_fits_a_phone_column_with_legible_type_and_leaves_the_figure_alone() -> None:
+def test_both_variants_have_legible_type_and_the_figure_is_left_alone() -> None:
     import re
+
+    from matplotlib.text import Text
 
     fig = attention_heatmaps(torch.rand(4, 6, 6).softmax(-1), [f"tok{i}" for i in range(6)], cols=4)
     size = tuple(fig.get_size_inches())
+    fonts = [t.get_fontsize() for t in fig.findobj(Text)]
     out = svg(fig, title="four heads")
     narrow = out[out.index('<svg class="lesson-figure-narrow"') :]
     width_pt = float(re.search(r'width="([\d.]+)pt"', narrow).group(1))  # type: ignore[union-attr]
@@ -31,8 +41,31 @@ def test_narrow_variant_fits_a_phone_column_with_legible_type_and_leaves_the_fig
     sizes = [float(f) for f in re.findall(r"font-size: ([\d.]+)px", narrow)]
     assert sizes and min(sizes) >= 9.0  # 9 pt at natural size is 12 CSS px
     wide = out[: out.index('<svg class="lesson-figure-narrow"')]
-    assert min(float(f) for f in re.findall(r"font-size: ([\d.]+)px", wide)) == 8.0  # the figure as drawn
-    assert tuple(fig.get_size_inches()) == size
+    view_width = float(re.search(r'viewBox="0 0 ([\d.]+)', wide).group(1))  # type: ignore[union-attr]
+    smallest = min(float(f) for f in re.findall(r"font-size: ([\d.]+)px", wide))
+    assert smallest * DESKTOP_COLUMN_PX / view_width >= MIN_TEXT_PX  # as drawn in the laptop's column
+    assert tuple(fig.get_size_inches()) == size and [t.get_fontsize() for t in fig.findobj(Text)] == fonts
+
+
+def test_named_tick_labels_are_recorded_and_all_drawn_on_a_phone() -> None:
+    import html
+    import json
+    import re
+
+    words = ["The", "animal", "didn't", "cross", "the", "street", "because", "it", "was", "too", "tired", "."]
+    fig = figure(figsize=(7.0, 3.0))
+    axes = fig.subplots(1, 2)
+    for ax in axes:
+        ax.bar(range(len(words)), torch.rand(len(words)).tolist())
+        ax.set_xticks(range(len(words)), labels=words)
+    axes[1].set_ylim(0, 1)
+    assert category_labels(fig) == words * 2  # the y axes' numbers are not named
+    out = svg(fig, title="two bar charts")
+    narrow = out[out.index('<svg class="lesson-figure-narrow"') :]
+    recorded = re.search(r'data-category-labels="([^"]*)"', narrow).group(1)  # type: ignore[union-attr]
+    assert json.loads(html.unescape(recorded)) == words * 2
+    drawn = re.findall(r"<text [^>]*>([^<]*)</text>", narrow)
+    assert all(drawn.count(html.escape(w, quote=False)) >= 2 for w in words), drawn  # none thinned out
 
 
 def test_svg_rejects_what_is_not_a_figure() -> None:

@@ -550,7 +550,7 @@ def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Fig
 
     def box(x: float, y: float, w: float, h: float, text: str, color: str) -> None:
         ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.6", fc=color, ec="#333333", lw=0.8))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7.5, color="#111111")
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5, color="#111111")
 
     def arrow(x0: float, y0: float, x1: float, y1: float) -> None:
         ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=8, lw=0.8, color="#333333"))
@@ -571,7 +571,7 @@ def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Fig
         arrow(35.6, 32, 41.4, y + 0.2)
         arrow(64.6, y + 0.2, 70.4, 32)
     if num_heads > drawn:
-        ax.text(53, (ys[-2] + ys[-1]) / 2 + 0.3, f"… {num_heads - drawn} more heads …", ha="center", fontsize=7)
+        ax.text(53, (ys[-2] + ys[-1]) / 2 + 0.3, f"… {num_heads - drawn} more heads …", ha="center", fontsize=8.5)
     box(71, 28, 11, 8, f"concat\n{fmt('concatenated heads')}", "#ffe8cc")
     box(87, 28, 11, 8, f"W_O\n{fmt('output (after W_O)')}", "#f3d9fa")
     arrow(82.6, 32, 86.4, 32)
@@ -581,7 +581,7 @@ def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Fig
         f"d_model = {shapes['input x'][-1]} is split into {num_heads} heads of d_k = {E}; "
         f"every head has its own ({T} x {T}) attention weights.",
         ha="center",
-        fontsize=7.5,
+        fontsize=8.5,
     )
     return fig
 

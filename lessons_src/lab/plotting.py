@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import pickle
 import re
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,11 @@ def figure(**kwargs: Any) -> Figure:
 NARROW_WIDTH_PX = 343
 # The smallest type in a figure drawn for that column, in points: 9 pt is 12 CSS px at natural size.
 NARROW_MIN_FONT_PT = 9.0
+# Material's content column on a 1280-px laptop screen: from 45em up the site's stylesheet draws a figure's wide
+# variant this wide (docs/assets/site.css), whatever its own width.
+DESKTOP_COLUMN_PX = 688
+# The smallest type a reader should meet, in CSS px as drawn (on the phone and on the laptop).
+MIN_TEXT_PX = 11.0
 # Panels narrower than this (inches) are moved to more rows in the narrow variant.
 _MIN_PANEL_IN = 1.7
 
@@ -72,11 +78,14 @@ def svg(fig: Figure, *, title: str | None = None, narrow: Figure | None = None) 
         if value is not None and not isinstance(value, Figure):
             raise TypeError(f"{name} must be a matplotlib Figure (from plotting.figure()), got {type(value).__name__}")
     derived = narrow is None and getattr(fig, "_lesson_narrow", None) is None
+    categories = category_labels(fig)
     if narrow is None:
         narrow = getattr(fig, "_lesson_narrow", None) or _narrow_copy(fig)
-    wide_svg = _svg_text(fig, title=title, css_class="lesson-figure-wide", salt="lessons")
+    wide_svg = _svg_text(_desktop_copy(fig), title=title, css_class="lesson-figure-wide", salt="lessons",
+                         categories=categories)
     # a derived variant is given room to spare (its panels' heights are a guess); the blank margin is cut off
-    narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow", tight=derived)
+    narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow", tight=derived,
+                           categories=categories if derived else category_labels(narrow))
     return f'<figure class="lesson-figure">{wide_svg}{narrow_svg}</figure>'
 
 
@@ -86,7 +95,97 @@ def set_narrow(fig: Figure, narrow: Figure) -> Figure:
     return fig
 
 
-def _svg_text(fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False) -> str:
+def category_labels(fig: Figure) -> list[str]:
+    """The tick labels ``fig`` names on its axes (set with ``set_xticks(..., labels=...)`` or drawn from strings),
+    within each axis's view: what a reader must find drawn in every variant. Numbers a locator picks are not
+    named (a variant may show fewer of them)."""
+    names: list[str] = []
+    for ax in fig.axes:
+        if not ax.axison:
+            continue
+        for axis in (ax.xaxis, ax.yaxis):
+            if not _named(axis):
+                continue
+            lo, hi = sorted(axis.get_view_interval())
+            slack = 1e-9 * max(1.0, hi - lo)
+            for loc, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=False):
+                if lo - slack <= loc <= hi + slack and label.get_visible() and label.get_text().strip():
+                    names.append(label.get_text())
+    return names
+
+
+def _named(axis: Any) -> bool:
+    """Whether ``axis`` shows labels the figure names (fixed ticks with given labels, or categories)."""
+    from matplotlib.category import StrCategoryLocator
+    from matplotlib.ticker import FixedLocator, LogFormatter, ScalarFormatter
+
+    formatter, locator = axis.get_major_formatter(), axis.get_major_locator()
+    return isinstance(locator, FixedLocator | StrCategoryLocator) and not isinstance(
+        formatter, ScalarFormatter | LogFormatter
+    )
+
+
+def _desktop_copy(fig: Figure) -> Figure:
+    """``fig``, or a copy whose type is at least :data:`MIN_TEXT_PX` as drawn in the desktop column.
+
+    From 45em up the site draws the wide variant :data:`DESKTOP_COLUMN_PX` wide, so a figure drawn wider than
+    that shrinks and one drawn narrower grows: its smallest type must be ``MIN_TEXT_PX`` at that scale.
+    Hand-placed drawings (no layout engine) are returned as they are: their type is sized by hand.
+    """
+    width_px = float(fig.get_size_inches()[0]) * 96
+    least_pt = MIN_TEXT_PX * 72 / 96 * width_px / DESKTOP_COLUMN_PX * 1.01
+    if fig.get_layout_engine() is None:
+        return fig
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    if all(float(t.get_fontsize()) * _math_scale(t) >= least_pt for t in fig.findobj(Text) if t.get_text()):
+        return fig
+    copy: Figure = pickle.loads(pickle.dumps(fig))
+    FigureCanvasAgg(copy)
+    _enlarge_type(copy, least_pt)
+    return copy
+
+
+def _math_scale(t: Any) -> float:
+    # mathtext draws super- and subscripts at 0.7 of the size (2^3 on a log axis)
+    return 0.7 if re.search(r"\$.*[\^_].*\$", t.get_text()) else 1.0
+
+
+def _enlarge_type(copy: Figure, least_pt: float) -> None:
+    """Raise every visible text of ``copy`` to ``least_pt`` points; wrap what then outgrows the figure or its axes."""
+    import textwrap
+
+    from matplotlib.text import Text
+
+    for ax in copy.axes:
+        for axis in ("x", "y"):
+            labels = getattr(ax, f"get_{axis}ticklabels")()
+            if labels and labels[0].get_fontsize() < least_pt:
+                ax.tick_params(axis=axis, labelsize=least_pt)
+    for _ in range(2):
+        copy.draw_without_rendering()
+        renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
+        for t in copy.findobj(Text):
+            if not t.get_visible() or not t.get_text():
+                continue
+            least = least_pt / _math_scale(t)
+            if float(t.get_fontsize()) < least:
+                t.set_fontsize(least)
+            limit = copy.bbox.width * 0.98
+            axes = t.axes
+            titles = [getattr(axes, n, None) for n in ("title", "_left_title", "_right_title")] if axes else []
+            if axes is not None and t in titles:
+                limit = max(axes.bbox.width * 1.15, 60.0)
+            extent = t.get_window_extent(renderer).width
+            if extent > limit and len(t.get_text()) > 8:
+                chars = max(8, int(max(len(line) for line in t.get_text().split("\n")) * limit / extent * 0.9))
+                t.set_text("\n".join(textwrap.fill(line, chars) for line in t.get_text().split("\n")))
+
+
+def _svg_text(
+    fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False, categories: Sequence[str] = ()
+) -> str:
     import matplotlib
 
     buf = io.StringIO()
@@ -96,15 +195,14 @@ def _svg_text(fig: Figure, *, title: str | None, css_class: str, salt: str, tigh
     text = buf.getvalue()
     body = text[text.index("<svg") :]
     label = f' role="img" aria-label="{html.escape(title, quote=True)}"' if title is not None else ""
-    return body.replace("<svg ", f'<svg class="{css_class}"{label} ', 1)
+    # the tick labels the figure names, for the site's tests (tests/browser/test_figure_labels.py)
+    names = f' data-category-labels="{html.escape(json.dumps(list(categories)), quote=True)}"' if categories else ""
+    return body.replace("<svg ", f'<svg class="{css_class}"{label}{names} ', 1)
 
 
 def _narrow_copy(fig: Figure) -> Figure:
     """A copy of ``fig`` laid out for a phone's column (see :func:`svg`)."""
-    import textwrap
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Text
 
     copy: Figure = pickle.loads(pickle.dumps(fig))
     FigureCanvasAgg(copy)  # measures text while laying out; savefig picks its own canvas for SVG
@@ -140,30 +238,7 @@ def _narrow_copy(fig: Figure) -> Figure:
     copy.set_size_inches(width_in, min(height_in, 4 * width_in))
     if copy.get_layout_engine() is None:
         return copy  # hand-placed drawings: enlarging type would break them; see set_narrow
-    for ax in copy.axes:
-        for axis in ("x", "y"):
-            labels = getattr(ax, f"get_{axis}ticklabels")()
-            if labels and labels[0].get_fontsize() < NARROW_MIN_FONT_PT:
-                ax.tick_params(axis=axis, labelsize=NARROW_MIN_FONT_PT)
-    for _ in range(2):
-        copy.draw_without_rendering()
-        renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
-        for t in copy.findobj(Text):
-            if not t.get_visible() or not t.get_text():
-                continue
-            # mathtext draws super- and subscripts at 0.7 of the size (2^3 on a log axis)
-            least = NARROW_MIN_FONT_PT / (0.7 if re.search(r"\$.*[\^_].*\$", t.get_text()) else 1.0)
-            if float(t.get_fontsize()) < least:
-                t.set_fontsize(least)
-            limit = copy.bbox.width * 0.98
-            axes = t.axes
-            titles = [getattr(axes, n, None) for n in ("title", "_left_title", "_right_title")] if axes else []
-            if axes is not None and t in titles:
-                limit = max(axes.bbox.width * 1.15, 60.0)
-            extent = t.get_window_extent(renderer).width
-            if extent > limit and len(t.get_text()) > 8:
-                chars = max(8, int(max(len(line) for line in t.get_text().split("\n")) * limit / extent * 0.9))
-                t.set_text("\n".join(textwrap.fill(line, chars) for line in t.get_text().split("\n")))
+    _enlarge_type(copy, NARROW_MIN_FONT_PT)
     good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
     for _ in range(4):  # panels with a fixed aspect (images) leave blank bands: take the height back
         copy.draw_without_rendering()
@@ -186,13 +261,16 @@ def _narrow_copy(fig: Figure) -> Figure:
             labels = [lab for lab in getattr(ax, f"get_{axis}ticklabels")() if lab.get_visible()]
             if len(labels) != len(ticks) or len(labels) < 3:
                 continue
+            named = _named(getattr(ax, f"{axis}axis"))
             boxes = [lab.get_window_extent(renderer) for lab in labels]
             step = 1
             while step < len(labels) and any(
                 boxes[i].overlaps(boxes[i + step]) for i in range(0, len(boxes) - step, step)
             ):
                 step += 1
-            if step > 1:
+            if step > 1 and named and axis == "x":  # every named label stays: stand them on end instead
+                ax.tick_params(axis="x", labelrotation=90)
+            elif step > 1 and not named:  # numbers: every step-th is enough
                 texts = [lab.get_text() if i % step == 0 else "" for i, lab in enumerate(labels)]
                 style = {"rotation": labels[0].get_rotation(), "fontsize": labels[0].get_fontsize()}
                 getattr(ax, f"set_{axis}ticks")(ticks, labels=texts, **style)

@@ -1,4 +1,5 @@
-"""Light pages, figures as files, legible figures on a phone: checks on the built site/ that hold on any machine.
+"""Light pages, figures as files, figures legible on a phone and a laptop: checks on the built site/ that hold
+on any machine.
 
 * DOM size: at most 1,500 elements per page outside code blocks (<pre>) and 6,000 in all, counted from the
   HTML the server sends (the theme's script adds a few dozen more in the browser).
@@ -8,6 +9,8 @@
   <img>) is drawn at min(its width, 343 px) (Material's content column on that screen, 375 px less two
   16-px margins; tests/browser/test_page_length.py checks it in a browser), so a text of font size f in
   a viewBox w wide shows at f x rendered width / w CSS px: at least 11.
+* Legible at 1280 px: from 45em up the wide file fills Material's content column (docs/assets/site.css),
+  688 px at 1280; its text, scaled the same way, is at least 11 px too.
 * Render-blocking CSS: the stylesheets every page links in its <head> weigh at most the stock theme's
   (Material's main and palette CSS, read from the installed package) plus a 12 kB margin.
 * Assets: every file under site/assets/ that the project (not the theme) ships is referenced by a page or
@@ -36,6 +39,10 @@ MAX_ELEMENTS_OUTSIDE_CODE = 1_500
 MAX_ELEMENTS = 6_000
 PHONE_WIDTH_PX = 375
 PHONE_COLUMN_PX = 343
+# Material's content column on a 1280x800 screen (.md-content__inner's content box, measured in Chromium with
+# both sidebars shown; tests/browser/test_figure_labels.py checks that the figures are drawn this wide).
+DESKTOP_WIDTH_PX = 1280
+DESKTOP_COLUMN_PX = 688
 MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
@@ -168,22 +175,36 @@ def test_smallest_text_px_scales_with_the_rendered_width() -> None:
     assert smallest_text_px(svg, 200) == 4.0 and smallest_text_px(svg, 600) == 12.0
 
 
-def test_figure_text_is_legible_on_a_375px_phone() -> None:
+def drawn_width(fig: str, screen_px: int) -> tuple[str, float]:
+    """The figure file a screen `screen_px` wide shows, and its drawn width in CSS px, as docs/assets/site.css
+    draws it: on a phone (the narrow <source> matches) the file at its own width, at most the 343-px column;
+    from 45em up the wide <img> fills the desktop column (688 px at 1280)."""
+    chosen = next((s for s in tag_attrs(fig, "source") if media_matches(s.get("media", ""), screen_px)), None)
+    if chosen is not None:
+        return chosen["srcset"], min(float(chosen["width"]), PHONE_COLUMN_PX)
+    img = tag_attrs(fig, "img")[0]
+    if screen_px == PHONE_WIDTH_PX:
+        return img["src"], min(float(img["width"]), PHONE_COLUMN_PX)
+    return img["src"], DESKTOP_COLUMN_PX
+
+
+def small_figure_text(screen_px: int) -> list[str]:
     small = []
     for page in PAGES:
         for n, fig in enumerate(figures(page.read_text(encoding="utf-8"))):
-            chosen = next((s for s in tag_attrs(fig, "source") if media_matches(s.get("media", ""), PHONE_WIDTH_PX)),
-                          None)
-            img = tag_attrs(fig, "img")[0]
-            url, width = (chosen["srcset"], chosen["width"]) if chosen else (img["src"], img["width"])
+            url, width = drawn_width(fig, screen_px)
             svg = asset_path(page, url).read_text(encoding="utf-8")
-            px = smallest_text_px(svg, min(float(width), PHONE_COLUMN_PX))
+            px = smallest_text_px(svg, width)
             if px < MIN_FIGURE_TEXT_PX:
-                alt = img["alt"][:70]
+                alt = tag_attrs(fig, "img")[0]["alt"][:70]
                 small.append(f"{page_id(page)} figure {n} ({alt}): smallest text {px:.1f} px")
-    assert small == [], f"figure text under {MIN_FIGURE_TEXT_PX} px on a {PHONE_WIDTH_PX}-px screen:\n" + "\n".join(
-        small
-    )
+    return small
+
+
+@pytest.mark.parametrize("screen_px", [PHONE_WIDTH_PX, DESKTOP_WIDTH_PX], ids=["375", "1280"])
+def test_figure_text_is_legible_on_a_phone_and_a_laptop(screen_px: int) -> None:
+    small = small_figure_text(screen_px)
+    assert small == [], f"figure text under {MIN_FIGURE_TEXT_PX} px on a {screen_px}-px screen:\n" + "\n".join(small)
 
 
 def stock_css_bytes() -> int:
