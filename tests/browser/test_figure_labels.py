@@ -18,8 +18,8 @@ quadrilateral, so rotated labels are compared as drawn, not by their axis-aligne
 The last test checks the premise of tests/site/test_page_weight.py's 1280 check: on a 1280x800 screen every
 lesson figure's <img> fills the 688-px content column.
 
-Figures on pages another branch owns are listed in KNOWN with the reason; they are expected to fail
-(strictly: once such a figure passes, its entry must go).
+A figure another issue is still fixing can be listed in KNOWN with that reason; it is expected to fail
+(strictly: once it passes, its entry must go).
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from browser_support import SITE, open_context
 
+from lessons_src.lab.plotting import DESKTOP_COLUMN_PX  # the column the wide variants are drawn for
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-DESKTOP_COLUMN_PX = 688  # tests/site/test_page_weight.py: Material's content column at 1280x800
 DEPTH_TOLERANCE_PX = 1.0
 TRIM = 0.18
-OWNED = "page owned by the issue-31 branch; fixed after merge"
 KNOWN: dict[str, str] = {}  # figure id (below) -> reason: strict xfails
 
 _FIGURE = re.compile(r'<figure class="lesson-figure">(.*?)</figure>', re.S)

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 import material
 import pytest
 
+from lessons_src.lab.plotting import DESKTOP_COLUMN_PX
+
 SITE = Path(__file__).resolve().parents[2] / "site"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
@@ -39,10 +41,9 @@ MAX_ELEMENTS_OUTSIDE_CODE = 1_500
 MAX_ELEMENTS = 6_000
 PHONE_WIDTH_PX = 375
 PHONE_COLUMN_PX = 343
-# Material's content column on a 1280x800 screen (.md-content__inner's content box, measured in Chromium with
-# both sidebars shown; tests/browser/test_figure_labels.py checks that the figures are drawn this wide).
+# Material's content column on a 1280x800 screen is lessons_src.lab.plotting.DESKTOP_COLUMN_PX (.md-content__inner's
+# content box, measured in Chromium with both sidebars shown; tests/browser/test_figure_labels.py checks it).
 DESKTOP_WIDTH_PX = 1280
-DESKTOP_COLUMN_PX = 688
 MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
