@@ -169,8 +169,7 @@ def render_exercise(name: str) -> str:
            _fence(solution, indent="    ", kind="exercise-solution"), _fence(printed, "text", indent="    ")]
     for dotted in ex.package_code:
         path, source = _package_source(dotted)
-        sol.append(f"    The package's own `{dotted.rsplit('.', 1)[-1]}`, which the checker's answer calls (an excerpt "
-                   "of its file):\n")
+        sol.append(f"    The same step in the package, `{dotted.rsplit('.', 1)[-1]}` (an excerpt of its file):\n")
         sol.append(_fence(source, indent="    ", kind="package-excerpt", title=path))
     out.append("\n".join(sol))
     return "\n".join(out)
