@@ -8,7 +8,10 @@ that never changes). The command line is run as a learner runs it, on files with
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import math
 import re
 import signal
 import subprocess
@@ -20,14 +23,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, check, check_file, solutions, stubs
+from lessons_src.lab.exercises import (
+    EXERCISES,
+    MISCONCEPTIONS,
+    VARIANTS,
+    check,
+    check_file,
+    shown,
+    solutions,
+    stubs,
+)
 from lessons_src.lab.exercises.__main__ import main
-from lessons_src.lab.exercises.checker import LearnerFileError, check_function, load_learner_file
+from lessons_src.lab.exercises.checker import WRAP, LearnerFileError, check_function, load_learner_file
 
 ROOT = Path(__file__).resolve().parents[1]
+MISTAKE_TABLE = json.loads((ROOT / "docs" / "_data" / "exercise_mistakes.json").read_text(encoding="utf-8"))["pairs"]
+SHOWN_IMPORTS = {"math", "torch"}  # all a shown solution may import (from torch: Tensor)
 REQUIRED_MISCONCEPTIONS = {  # the issue's list: each must be in the catalogue with a real wrong function
     "view_without_transpose", "scale_by_d_model", "inverted_polarity", "top_left_causal", "repeat_not_interleave",
-    "softmax_over_queries", "forgot_w_o", "nan_rows", "off_by_one_cache", "no_rescale",
+    "softmax_over_queries", "forgot_w_o", "nan_rows", "off_by_one_cache", "no_rescale", "missing_scale", "scale_by_e",
+    "heads_not_head_major",
 }
 REQUIRED_EXERCISES = {
     "split_heads", "merge_heads", "attention_scores", "causal_mask", "padding_mask", "masked_softmax",
@@ -49,6 +64,74 @@ def test_the_stub_fails_and_says_it_is_not_written(name: str) -> None:
     assert result.status == "not written" and "NotImplementedError" in result.message
 
 
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_shown_solution_is_plain_torch_short_and_passes(name: str) -> None:
+    """What the pages show a stuck learner: plain torch, at most 15 lines, checked against the package's answer."""
+    fn = getattr(shown, name)
+    source = inspect.getsource(fn)
+    assert len(source.rstrip("\n").splitlines()) <= shown.MAX_LINES == 15, f"{name}'s shown solution:\n{source}"
+    names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    assert names.isdisjoint({"solutions", "lessons_src"} | set(vars(solutions)) - set(vars(shown)))
+    namespace: dict[str, object] = {}
+    exec(compile(SHOWN_HEADER + "\n" + textwrap.dedent(source), f"<shown {name}>", "exec"), namespace)
+    result = check_function(name, namespace[name])  # runs alone after the module's imports, as the page prints it
+    assert result.passed, result.message
+    assert getattr(shown, name) is not getattr(solutions, name)
+
+
+SHOWN_HEADER = "import math\n\nimport torch\nfrom torch import Tensor\n"
+
+
+def test_the_shown_solutions_import_only_math_and_torch() -> None:
+    tree = ast.parse(Path(str(shown.__file__)).read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import: shown.py must import nothing from lessons_src"
+            imported.add(node.module or "")
+    assert imported == SHOWN_IMPORTS, imported
+    assert SHOWN_HEADER.strip() in Path(str(shown.__file__)).read_text(encoding="utf-8")
+
+
+def _mistaken(name: str, changes: list[list[str]]) -> object:
+    """The shown solution of ``name`` with a learner's mistake in it: each ``[old, new]`` replaces ``old``."""
+    source = textwrap.dedent(inspect.getsource(getattr(shown, name)))
+    for old, new in changes:
+        assert old in source, f"{name}'s shown solution has no {old!r} to change"
+        source = source.replace(old, new)
+    namespace: dict[str, object] = {"math": math, "torch": torch, "Tensor": torch.Tensor}
+    exec(compile(source, f"<{name} with a mistake>", "exec"), namespace)
+    return namespace[name]
+
+
+def test_the_mistake_table_is_every_exercise_and_mistake_the_catalogue_pairs() -> None:
+    pairs = [(row["exercise"], row["mistake"]) for row in MISTAKE_TABLE]
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == {(v.exercise, v.misconception) for v in VARIANTS}
+    order = list(EXERCISES)
+    assert [order.index(e) for e, _ in pairs] == sorted(order.index(e) for e, _ in pairs), "sorted by exercise"
+    # the scale mistakes and the interleaved split in every exercise where they can occur
+    for mistake in ("missing_scale", "scale_by_e", "scale_by_d_model"):
+        assert {e for e, m in pairs if m == mistake} == {"attention_scores", "mha_forward", "gqa_attention",
+                                                       "decode_step"}
+    assert {e for e, m in pairs if m == "heads_not_head_major"} == {"split_heads", "merge_heads", "mha_forward",
+                                                                    "absorb_query"}
+
+
+@pytest.mark.parametrize("row", MISTAKE_TABLE, ids=[f"{r['exercise']}-{r['mistake']}" for r in MISTAKE_TABLE])
+def test_each_exercise_and_mistake_pair_is_named(row: dict[str, object]) -> None:
+    """A learner's version of the shown solution with the mistake in it is named as that mistake, and only it."""
+    name, mistake = str(row["exercise"]), str(row["mistake"])
+    fn = _mistaken(name, row["learner_change"])  # type: ignore[arg-type]
+    result = check_function(name, fn)
+    assert result.status == "wrong", result.message
+    named = {v.misconception for v in VARIANTS if v.key in result.diagnosis}
+    assert named == {mistake}, f"{name} with {mistake} named as {named}:\n{result.message}"
+    assert f"Known mistake: {MISCONCEPTIONS[mistake].name}." in result.message
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.key for v in VARIANTS])
 def test_each_known_mistake_is_diagnosed_as_itself(variant: object) -> None:
     from lessons_src.lab.exercises.mistakes import Variant
@@ -58,7 +141,15 @@ def test_each_known_mistake_is_diagnosed_as_itself(variant: object) -> None:
     assert result.status == "wrong", result.message
     assert result.diagnosis == (variant.key,), f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}"
     m = MISCONCEPTIONS[variant.misconception]
-    assert m.name in result.message and m.lesson.path in result.message and variant.what in result.message
+    flat = " ".join(result.message.split())  # the "Known mistake" and "Why" paragraphs are wrapped
+    assert m.name in flat and m.lesson.path in result.message and variant.what in flat
+    assert f"\n  Known mistake: {m.name}." in result.message
+    lines = result.message.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  Known mistake: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("  Read: "))
+    for line in lines[start:end]:  # wrapped at 72 columns, never inside a `code span`
+        assert len(line) <= WRAP or line.split()[-1].endswith(("`", "`.")), f"{len(line)} columns: {line!r}"
+        assert line.count("`") % 2 == 0, f"a code span broken across lines: {line!r}"
 
 
 def test_the_catalogue_holds_the_exercises_and_mistakes_the_issue_lists() -> None:
@@ -102,12 +193,15 @@ def test_an_answer_from_scratch_passes_and_a_wrong_unknown_one_shows_the_first_d
     assert check(split_heads, quiet=True).passed
 
     def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        return q @ k.transpose(-2, -1) / q.shape[-1]  # divides by E, not sqrt(E): not a catalogued mistake
+        return q @ k.transpose(-2, -1) / k.shape[-2] ** 0.5  # divides by sqrt(S), the key count: not catalogued
 
     result = check(attention_scores, quiet=True)
     assert result.status == "wrong" and result.diagnosis == ()
     assert "first differs at index [0, 0, 0, 0]: yours" in result.message and "expected" in result.message
     assert "hints attention_scores" in result.message
+    # an unknown constant factor is still recognised as one: case 1 has E = 4, S = 5, so yours = expected * 2 / sqrt(5)
+    flat = " ".join(result.message.split())
+    assert f"Every value of yours is the expected one times {2 / 5**0.5:.4g}: a constant factor" in flat
 
 
 def test_wrong_shape_dtype_signature_type_and_exceptions_get_messages() -> None:

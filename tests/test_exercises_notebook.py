@@ -1,14 +1,16 @@
-"""The exercises notebook: the committed copy is what the package generates, and, with the answers swapped
-into its tagged stub cells, it runs top to bottom and every check passes."""
+"""The exercises notebook: the committed copy is what the package generates, and, with the pages' solutions
+(plain torch, from lessons_src/lab/exercises/shown.py) swapped into its tagged stub cells, it runs top to
+bottom and every check passes."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import nbclient
 import nbformat
 
-from lessons_src.lab.exercises import EXERCISES
+from lessons_src.lab.exercises import EXERCISES, shown
 from lessons_src.lab.exercises.notebook import STUB_TAG, notebook_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +40,7 @@ def test_notebook_with_the_answers_filled_in_passes_every_check(tmp_path: Path) 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:
         if STUB_TAG in cell.metadata.get("tags", []):
-            cell.source = f"from lessons_src.lab.exercises.solutions import {cell.metadata['exercise']}"
+            cell.source = inspect.getsource(getattr(shown, cell.metadata["exercise"]))  # the pages' solution
     nbclient.NotebookClient(
         nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
     ).execute()

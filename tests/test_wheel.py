@@ -77,7 +77,8 @@ def test_wheel_name_and_contents(wheel: Path) -> None:
     for name in DATA_FILES:
         assert f"lessons_src/lab/data/{name}" in names
     assert "lessons_src/py.typed" in names
-    for module in ("__init__", "__main__", "catalogue", "checker", "mistakes", "notebook", "solutions", "stubs"):
+    exercises = ("__init__", "__main__", "catalogue", "checker", "mistakes", "notebook", "shown", "solutions", "stubs")
+    for module in exercises:
         assert f"lessons_src/lab/exercises/{module}.py" in names  # the exercises' checker ships in the wheel
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     meta = zipfile.ZipFile(wheel).read(f"mha_computed-{lessons_src.__version__}.dist-info/METADATA").decode()

@@ -281,3 +281,79 @@ def test_axe_with_the_widget_in_use(browser: Any, server: str, scheme: str) -> N
         assert_clean(watch)
     finally:
         context.close()
+
+
+HEADER_BOTTOM = "() => document.querySelector('.md-header').getBoundingClientRect().bottom"
+CANVASES = "() => Array.from(document.querySelectorAll('.lm-maps canvas')).map(c => c.toDataURL())"
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_a_switch_changes_what_is_in_view(browser: Any, server: str, width: int) -> None:
+    """Scrolled down to the heads (their group's top just under the header), a reader who switches a head off
+    sees every change it makes: the summary, the head's own map and the maps of the layer that reads it, all
+    measured inside the viewport after the click, which scrolls nothing."""
+    height = 667 if width == 375 else 800
+    context, watch = open_context(browser, server, viewport={"width": width, "height": height}, is_mobile=width < 600)
+    try:
+        page = context.new_page()
+        open_page(page, server + PATH + "?preset=induction")
+        top = page.evaluate("() => document.querySelector('.lm-heads').getBoundingClientRect().top")
+        page.evaluate("y => window.scrollBy(0, y)", top - page.evaluate(HEADER_BOTTOM) - 8)
+        before = {"summary": page.locator(".lm-summary").inner_text(), "maps": page.evaluate(CANVASES)}
+        scrolled = page.evaluate("() => window.scrollY")
+        head = f"L0H{live_model.findings()['previous'][0]}"
+        page.locator(f".lm-heads input[data-head='{head}']").click()
+        page.wait_for_function("s => document.querySelector('.lm-summary').textContent !== s", arg=before["summary"])
+        assert page.evaluate("() => window.scrollY") == scrolled, "the switch scrolled the page"
+        maps = page.evaluate(CANVASES)
+        redrawn = [i for i, (a, b) in enumerate(zip(before["maps"], maps, strict=True)) if a != b]
+        changed = [".lm-summary", f".lm-map:has(canvas[data-head='{head}'])"] + [
+            f".lm-maps figure:nth-child({i + 1}) canvas" for i in redrawn
+        ]
+        assert len(changed) > 2, "switching the previous-token head off changed no map"
+        top_edge = page.evaluate(HEADER_BOTTOM)
+        for selector in changed:
+            box = page.locator(selector).bounding_box()
+            assert box is not None
+            assert top_edge - 1 <= box["y"] and box["y"] + box["height"] <= height + 1, (
+                f"at {width} px, {selector} changed out of view: {box}, viewport {top_edge:.0f} to {height}"
+            )
+        assert_clean(watch)
+    finally:
+        context.close()
+
+
+def test_the_legends_come_before_what_they_explain(page: Any, context: tuple[Any, Watch], server: str) -> None:
+    open_page(page, server + PATH + "?preset=induction")
+    order = page.evaluate(
+        """() => {
+          const find = words => Array.from(document.querySelectorAll('article p'))
+            .find(p => p.textContent.includes(words));
+          const before = (a, b) => Boolean(a && b && (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING));
+          const maps = find('darker = more weight'), tokens = find('Green tokens were predicted right');
+          return {maps: before(maps, document.querySelector('.lm-maps canvas')),
+                  tokens: before(tokens, document.querySelector('.lm-tokens .lm-token'))};
+        }"""
+    )
+    assert order == {"maps": True, "tokens": True}
+    assert_clean(context[1])
+
+
+def test_off_without_tokens_is_applied_and_said(page: Any, context: tuple[Any, Watch], server: str) -> None:
+    """A link with ?off= and no tokens= switches those heads off in the first preset's sequence and says so."""
+    first = live_model.presets()[0]
+    open_page(page, server + PATH + "?off=L1H2,L1H0")
+    off = page.locator(".lm-heads input:not(:checked)").evaluate_all("els => els.map(e => e.dataset.head)")
+    assert sorted(off) == ["L1H0", "L1H2"]
+    assert page.locator(".lm-token").evaluate_all("els => els.map(e => Number(e.textContent))") == first["tokens"]
+    message = page.locator(".lm-message").inner_text()
+    assert "Switched off L1H0, L1H2 as the link asks" in message and "no tokens=" in message, message
+    expected = live_model._outcome(tuple(first["tokens"]), ("L1H0", "L1H2"))  # PyTorch through lessons_src
+    n, loss, hits = summary_numbers(page)
+    assert (n, hits) == (expected["n"], expected["hits"]) and loss == pytest.approx(expected["loss"], abs=0.006)
+    page.wait_for_function("() => location.search.includes('tokens=') && location.search.includes('off=L1H0,L1H2')")
+    # an unknown head in such a link is named, as an error
+    open_page(page, server + PATH + "?off=L1H0,L9H9")
+    message = page.locator(".lm-message")
+    assert "L9H9" in message.inner_text() and "is-error" in (message.get_attribute("class") or "")
+    assert_clean(context[1])

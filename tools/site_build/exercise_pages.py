@@ -2,9 +2,10 @@
 
 Called from the pages' hidden blocks (``docs/practice/exercises*.md``): each exercise's statement is its
 stub from ``lessons_src/lab/exercises/stubs.py``, its hints and lesson come from the catalogue, and its
-solution is the package's answer, shown as a snippet that runs alone (imports, the function, ``check``)
-and run here, in a fresh namespace, when the page is built: a check that does not pass fails the build.
-Where the answer is the package's own function, its source is shown too.
+solution is the plain-torch one of ``lessons_src/lab/exercises/shown.py``, shown as a snippet that runs
+alone (imports, the function, ``check``) and run here, in a fresh namespace, when the page is built: the
+checker compares it with the package's answer, and a check that does not pass fails the build. Where the
+answer is the package's own function, its source is shown too.
 
 As a MkDocs hook (listed in ``mkdocs.yml``), ``on_files`` publishes ``docs/practice/exercises.ipynb``
 (which mkdocs-jupyter is told to leave alone: it is a download, not a page) with its first cell's
@@ -17,7 +18,6 @@ import ast
 import contextlib
 import html
 import importlib
-import importlib.util
 import inspect
 import io
 import json
@@ -29,7 +29,7 @@ from typing import Any
 
 import site_links  # this folder is on sys.path for the hooks and the pages' blocks
 
-from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, solutions, stubs
+from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, shown, stubs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = "practice/exercises.ipynb"
@@ -72,32 +72,32 @@ def _rel(target: str, page: str, anchor: str = "") -> str:
 # ---- snippets --------------------------------------------------------------------------------------------
 
 
-def _solution_imports() -> dict[str, tuple[int, str]]:
-    """``name -> (group, import line)`` for every name solutions.py imports (relative imports made absolute)."""
-    tree = ast.parse(Path(str(solutions.__file__)).read_text(encoding="utf-8"))
+def _shown_imports() -> dict[str, tuple[int, str]]:
+    """``name -> (group, import line)`` for every name shown.py imports (``math`` first, then ``torch``)."""
+    tree = ast.parse(Path(str(shown.__file__)).read_text(encoding="utf-8"))
     found: dict[str, tuple[int, str]] = {}
     for node in tree.body:
         if isinstance(node, ast.Import):
             for a in node.names:
-                found[a.asname or a.name] = (0, f"import {a.name}" + (f" as {a.asname}" if a.asname else ""))
-        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
-            module = importlib.util.resolve_name("." * node.level + (node.module or ""), solutions.__package__ or "")
-            group = 2 if module.startswith("lessons_src") else (0 if module == "math" else 1)
+                group = 0 if a.name == "math" else 1
+                found[a.asname or a.name] = (group, f"import {a.name}" + (f" as {a.asname}" if a.asname else ""))
+        elif isinstance(node, ast.ImportFrom):
             for a in node.names:
-                line = f"from {module} import {a.name}" + (f" as {a.asname}" if a.asname else "")
-                found[a.asname or a.name] = (group, line)
+                line = f"from {node.module} import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                found[a.asname or a.name] = (1, line)
     return found
 
 
 def solution_snippet(name: str) -> str:
-    """The answer as a script that runs alone: the imports it needs, the function, and ``check``."""
-    source = textwrap.dedent(inspect.getsource(getattr(solutions, name))).rstrip("\n")
-    used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
-    imports = _solution_imports()
-    lines = sorted({imports[n] for n in used if n in imports} | {(2, "from lessons_src.lab.exercises import check")})
-    groups = ["\n".join(line for g, line in lines if g == k) for k in (0, 1, 2)]
+    """The shown solution (plain torch) as a script that runs alone: its imports, the function, then ``check``."""
+    source = textwrap.dedent(inspect.getsource(getattr(shown, name))).rstrip("\n")
+    used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)} | {"torch"}  # as the stubs
+    imports = _shown_imports()
+    lines = sorted({imports[n] for n in used if n in imports}, key=lambda gl: (gl[0], gl[1].startswith("from"), gl[1]))
+    groups = ["\n".join(line for g, line in lines if g == k) for k in (0, 1)]
     header = "\n\n".join(g for g in groups if g)
-    return f"{header}\n\n\n{source}\n\n\ncheck({name})\n"
+    return (f"{header}\n\n\n{source}\n\n\n# the course's checker compares it with the package's answer\n"
+            f"from lessons_src.lab.exercises import check\n\ncheck({name})\n")
 
 
 def stub_snippet(name: str) -> str:
@@ -165,11 +165,11 @@ def render_exercise(name: str) -> str:
         m = MISCONCEPTIONS[v.misconception]
         known.append(f"    - **{m.name}**: you {v.what} ([why]({_rel(m.lesson.page, page, m.lesson.anchor)})).")
     out.append('??? bug "The mistakes the checker names here"\n\n' + "\n".join(known) + "\n")
-    sol = ['??? success "Solution, checked when this page was built"\n',
+    sol = ['??? success "Solution in plain torch, checked when this page was built"\n',
            _fence(solution, indent="    ", kind="exercise-solution"), _fence(printed, "text", indent="    ")]
     for dotted in ex.package_code:
         path, source = _package_source(dotted)
-        sol.append(f"    The package's code it comes from, `{dotted.rsplit('.', 1)[-1]}` (an excerpt of its file):\n")
+        sol.append(f"    The same step in the package, `{dotted.rsplit('.', 1)[-1]}` (an excerpt of its file):\n")
         sol.append(_fence(source, indent="    ", kind="package-excerpt", title=path))
     out.append("\n".join(sol))
     return "\n".join(out)

@@ -222,12 +222,16 @@ def render_widget() -> str:
             return " (induction)"
         return ""
 
-    toggles = "".join(
-        f'<label class="lm-head"><input type="checkbox" data-head="{head_name(layer, h)}" checked> '
-        f"{head_name(layer, h)}{role(layer, h)}</label>"
-        for layer in range(cfg.num_layers)
-        for h in range(cfg.num_heads)
-    )
+    def figure(layer: int, h: int) -> str:  # one head: its map (drawn by the page's script) and its switch
+        name = head_name(layer, h)
+        return (
+            f'<figure class="lm-map"><div class="lm-map-wrap"><canvas data-head="{name}" role="img" '
+            f'aria-label="Attention of {name}"></canvas><div class="lm-map-row" aria-hidden="true"></div></div>'
+            f'<figcaption><label class="lm-head"><input type="checkbox" data-head="{name}" checked> {name}'
+            f'<span class="lm-role">{role(layer, h)}</span></label></figcaption></figure>'
+        )
+
+    maps = "".join(figure(layer, h) for layer in range(cfg.num_layers) for h in range(cfg.num_heads))
     return (
         f'<div class="live-model" data-live-model data-model-src="{MODEL_URL_PLACEHOLDER}">'
         '<div class="lm-input">'
@@ -240,12 +244,18 @@ def render_widget() -> str:
         "</div>"
         f'<div class="lm-presets" role="group" aria-label="Presets">{buttons}</div>'
         '<p class="lm-preset-text" aria-live="polite"></p>'
-        '<fieldset class="lm-heads"><legend>Heads switched on (uncheck a head to switch it off)</legend>'
-        f'{toggles}<button type="button" class="md-button lm-restore">Restore all heads</button></fieldset>'
-        '<p class="lm-summary" aria-live="polite" aria-atomic="true"></p>'
+        '<p class="lm-legend">Green tokens were predicted right (the model\'s top guess at the position '
+        "before); underlined tokens can be copied from earlier in the sequence. Point at a token, or tab to "
+        "the sequence and use the arrow keys, to see where each head looks from there.</p>"
         '<div class="lm-tokens" role="group" aria-label="Query position: focus or point at a token"></div>'
         '<p class="lm-readout" aria-live="polite" aria-atomic="true"></p>'
-        '<div class="lm-maps"></div>'
+        '<fieldset class="lm-heads"><legend>The heads: untick one to switch it off</legend>'
+        '<p class="lm-summary" aria-live="polite" aria-atomic="true"></p>'
+        '<p class="lm-legend lm-map-legend">Each map is one head, a row of maps per layer: row <var>i</var> '
+        "of a map is query position <var>i</var>, a column the position it attends to, darker = more weight; "
+        "the outlined row is the position you point at, and a head switched off is faded.</p>"
+        f'<div class="lm-maps" style="--lm-heads: {cfg.num_heads}">{maps}</div>'
+        '<button type="button" class="md-button lm-restore">Restore all heads</button></fieldset>'
         '<details class="lm-table-box"><summary>The attention weights as a table</summary>'
         '<label>Head <select class="lm-table-head"></select></label>'
         '<div class="lm-table"></div></details>'

@@ -17,8 +17,10 @@
  * as plain arrays; window.liveModel.parse(text) returns {tokens} or {error}.
  * DOM hooks: [data-live-model] with data-model-src; .lm-data (hidden JSON: presets, findings);
  * textarea.lm-tokens-input; .lm-message (aria-live); button.lm-preset[data-preset];
- * .lm-heads input[type=checkbox][data-head] (checked = head on); button.lm-restore; .lm-summary;
- * .lm-tokens .lm-token[data-index]; .lm-readout; .lm-maps canvas[data-head]; details.lm-table-box.
+ * .lm-tokens .lm-token[data-index]; .lm-readout; .lm-summary; fieldset.lm-heads holding .lm-maps, whose
+ * figure.lm-map each hold a canvas[data-head] and, in the caption, that head's switch
+ * input[type=checkbox][data-head] (checked = head on), so a switch sits beside what it changes;
+ * button.lm-restore; details.lm-table-box. A link's ?off= applies to ?tokens=, else to the preset.
  * Initialised on every page Material's instant navigation shows (document$), and on a full load.
  */
 (function () {
@@ -251,24 +253,14 @@
       message.classList.toggle("is-error", Boolean(isError));
     }
 
-    function buildMaps() {
-      var cfg = model.cfg;
-      mapsBox.innerHTML = "";
+    function buildMaps() {  // the maps are in the page (each beside its head's switch): find them
       canvases = [];
-      for (var l = 0; l < cfg.num_layers; l++) {
-        for (var h = 0; h < cfg.num_heads; h++) {
-          var fig = el("figure", { class: "lm-map" });
-          var wrap = el("div", { class: "lm-map-wrap" });
-          var canvas = el("canvas", { "data-head": headName(l, h), role: "img" });
-          var mark = el("div", { class: "lm-map-row", "aria-hidden": "true" });
-          wrap.appendChild(canvas);
-          wrap.appendChild(mark);
-          fig.appendChild(wrap);
-          fig.appendChild(el("figcaption", {}, headName(l, h)));
-          mapsBox.appendChild(fig);
-          canvases.push({ canvas: canvas, mark: mark, layer: l, head: h, fig: fig });
-        }
-      }
+      mapsBox.querySelectorAll("figure.lm-map").forEach(function (fig) {
+        var canvas = fig.querySelector("canvas[data-head]");
+        var hd = parseHead(canvas.getAttribute("data-head"), model.cfg);
+        if (!hd) throw new Error("a map for an unknown head: " + canvas.getAttribute("data-head"));
+        canvases.push({ canvas: canvas, mark: fig.querySelector(".lm-map-row"), layer: hd[0], head: hd[1], fig: fig });
+      });
       tableHead.innerHTML = "";
       canvases.forEach(function (m) {
         tableHead.appendChild(el("option", { value: m.layer + "," + m.head }, headName(m.layer, m.head)));
@@ -434,39 +426,60 @@
       update({ tokensChanged: true });
     }
 
-    function applyPreset(id) {
+    function applyPreset(id, off) {  // off: the link's switched-off heads instead of the preset's own
       var p = data.presets.filter(function (x) { return x.id === id; })[0];
       if (!p) return false;
       state.query = p.tokens.length - 1;
       presetText.textContent = p.text;
       setMessage(p.tokens.length + " tokens, valid.", false);
-      setTokens(p.tokens.slice(), p.off.slice(), p.tokens.join(" "));
+      setTokens(p.tokens.slice(), (off || p.off).slice(), p.tokens.join(" "));
       return true;
+    }
+
+    function linkHeads(params) {  // the heads a link's ?off= names: {off: known ones, ignored: the rest}
+      var off = [], ignored = [];
+      (params.get("off") || "").split(",").filter(Boolean).forEach(function (name) {
+        var hd = parseHead(name, model.cfg);
+        if (!hd) ignored.push(name);
+        else if (off.indexOf(headName(hd[0], hd[1])) < 0) off.push(headName(hd[0], hd[1]));
+      });
+      off.sort();
+      return { off: off, ignored: ignored };
+    }
+
+    function ignoredText(heads) {
+      return heads.ignored.length ? " Ignored unknown heads in the link: " + heads.ignored.join(", ") + "." : "";
     }
 
     function fromUrl() {
       var params = new URLSearchParams(location.search);
-      if (params.has("preset") && applyPreset(params.get("preset"))) return;
-      if (!params.has("tokens")) { applyPreset(data.presets[0].id); return; }
+      var heads = linkHeads(params), hasOff = (params.get("off") || "") !== "";
+      if (!params.has("tokens") || (params.has("preset") && hasPreset(params.get("preset")))) {
+        var id = params.has("preset") && hasPreset(params.get("preset")) ? params.get("preset") : data.presets[0].id;
+        if (!hasOff) { applyPreset(id); return; }
+        // ?off= without tokens= (or with a preset): those heads off in the preset's sequence, and say so
+        applyPreset(id, heads.off);
+        var label = data.presets.filter(function (x) { return x.id === id; })[0].label;
+        setMessage("Switched off " + (heads.off.length ? heads.off.join(", ") : "no head") + " as the link asks, in " +
+          "the preset “" + label + "”" + (params.has("tokens") ? "" : " (the link gives no tokens=)") + "." +
+          ignoredText(heads), heads.ignored.length > 0);
+        return;
+      }
       var text = params.get("tokens").replace(/,/g, " ");
       input.value = text;
       var parsed = parseTokens(text, model.cfg);
-      var off = [], ignored = [];
-      (params.get("off") || "").split(",").filter(Boolean).forEach(function (name) {
-        var hd = parseHead(name, model.cfg);
-        if (hd) off.push(headName(hd[0], hd[1])); else ignored.push(name);
-      });
       if (parsed.error) {
         setMessage("The link’s sequence cannot run: " + parsed.error, true);
-        state.off = off;
+        state.off = heads.off;
         return;
       }
       state.query = parsed.tokens.length - 1;
-      setMessage(parsed.tokens.length + " tokens from the link." +
-        (ignored.length ? " Ignored unknown heads in the link: " + ignored.join(", ") + "." : ""), ignored.length > 0);
+      setMessage(parsed.tokens.length + " tokens from the link." + ignoredText(heads), heads.ignored.length > 0);
       presetText.textContent = "";
-      setTokens(parsed.tokens, off);
+      setTokens(parsed.tokens, heads.off);
     }
+
+    function hasPreset(id) { return data.presets.some(function (x) { return x.id === id; }); }
 
     input.addEventListener("input", function () {
       if (!model) return;

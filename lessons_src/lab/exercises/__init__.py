@@ -5,7 +5,8 @@ stub's docstring in :mod:`.stubs`), progressive hints and a lesson section (:mod
 checker (:mod:`.checker`) runs your function on cases chosen to tell the common mistakes apart and compares
 it with the package's own code (:mod:`.solutions`); when it is wrong, it runs a catalogue of known-wrong
 variants (:mod:`.mistakes`) on the same inputs and names the one your answer matches, with the lesson
-that explains it. It needs only ``torch``.
+that explains it. It needs only ``torch``. The solutions the course's pages show, written in plain torch
+for a learner who is stuck, are in :mod:`.shown`.
 
 From a shell::
 

@@ -20,8 +20,10 @@ import importlib.util
 import inspect
 import json
 import linecache
+import re
 import signal
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -314,6 +316,26 @@ def _difference(got: Any, want: Any) -> tuple[str, str] | None:
     return None if got == want else ("values", f"is {got!r}, expected {want!r}")
 
 
+def _constant_ratio(got: Any, want: Any) -> float | None:
+    """``c`` when ``got`` is ``c * want`` at every entry (within the tolerances), else None: the signature of a
+    wrong scale, found without knowing the mistake. Entries near zero say nothing about the ratio, so ``c`` is
+    the median ratio over the others, and then every entry must agree with it."""
+    if not (isinstance(got, Tensor) and isinstance(want, Tensor)) or got.shape != want.shape:
+        return None
+    if not (got.is_floating_point() and want.is_floating_point()):
+        return None
+    g, w = got.detach().double().flatten(), want.detach().double().flatten()
+    if not (torch.isfinite(g).all() and torch.isfinite(w).all()):
+        return None
+    big = w.abs() > 1e-3 * float(w.abs().max())
+    if int(big.sum()) < 2:
+        return None
+    c = float((g[big] / w[big]).median())
+    if c == 0 or abs(c - 1) < RTOL or not torch.allclose(g, c * w, rtol=RTOL, atol=ATOL):
+        return None
+    return c
+
+
 def _same(a: Any, b: Any) -> bool:
     """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does)."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
@@ -338,6 +360,20 @@ def _matching_variants(ex: Exercise, cases: list[Case], learner: list[list[tuple
         if all(_same(a[1], b[1]) for a, b in pairs):
             found.append(variant)
     return found
+
+
+WRAP = 72  # columns of the "Known mistake" and "Why" paragraphs (a terminal's width, less a margin)
+_CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+def _wrap(text: str) -> str:
+    """``text`` as a paragraph indented by two spaces (four after its first line), at most ``WRAP`` columns
+    wide; a line breaks only between words and never inside a `code span` (one longer than a line stays
+    whole)."""
+    glued = _CODE_SPAN.sub(lambda m: m.group(0).replace(" ", "\x00"), text)
+    filled = textwrap.fill(glued, WRAP, initial_indent="  ", subsequent_indent="    ",
+                           break_long_words=False, break_on_hyphens=False)
+    return filled.replace("\x00", " ")
 
 
 def _params(fn: Callable[..., Any]) -> str:
@@ -399,8 +435,11 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
             matches = _matching_variants(ex, cases, learner)
             for v in matches:
                 m = MISCONCEPTIONS[v.misconception]
-                lines += [f"  Known mistake: {m.name}. You {v.what}.", f"  Why: {m.why}",
+                lines += [_wrap(f"Known mistake: {m.name}. You {v.what}."), _wrap(f"Why: {m.why}"),
                           f"  Read: {m.lesson.title} (on the course site: {m.lesson.path})"]
+            if not matches and (ratio := _constant_ratio(got, expected_value)) is not None:
+                lines.append(_wrap(f"Every value of yours is the expected one times {ratio:.4g}: a constant factor "
+                                   "is wrong (a scale, say)."))
             if not matches:
                 lines.append(f"  Stuck? Hints: python -m lessons_src.lab.exercises hints {name}; the lesson: "
                              f"{ex.lesson.title} ({ex.lesson.path})")

@@ -22,7 +22,10 @@ from . import solutions
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MISCONCEPTIONS", "VARIANTS", "Link", "Misconception", "Variant"]
+__all__ = [
+    "MISCONCEPTIONS", "SCALED_EXERCISES", "SCALE_MISTAKES", "VARIANTS", "Link", "Misconception", "ScaleMistake",
+    "ScaledExercise", "Variant",
+]
 
 _NEG_INF = float("-inf")
 
@@ -61,6 +64,9 @@ class Variant:
 
 
 _PITFALLS = "lessons/pitfalls-in-code.md"
+_SCALE_ANCHOR = "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k"
+_SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_model")
+_SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -76,7 +82,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "scale_by_d_model", "scaling by √d_model instead of √d_head",
             "Each head's dot product has E = d_model / H terms, so its scores are divided by sqrt(E), the head "
             "size; dividing by sqrt(d_model) shrinks them by a further sqrt(H) and flattens every softmax.",
-            Link(_PITFALLS, "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k", "Pitfalls 2: scaling by √d_model"),
+            _SCALE_LESSON,
         ),
         Misconception(
             "inverted_polarity", "inverted mask polarity",
@@ -147,10 +153,26 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             Link("lessons/gqa-mqa.md", "grouped-query-and-multi-query-attention", "GQA and MQA"),
         ),
         Misconception(
-            "heads_not_head_major", "a projection's rows split into heads in the wrong order",
-            "A projection's output features are head-major: head `h` owns rows `h * E .. h * E + E - 1` of "
-            "the weight, so the weight is viewed as `(H, E, ...)`, never `(E, H, ...)`.",
+            "heads_not_head_major", "an interleaved head split",
+            "Features are head-major: head `h` owns features `h * E .. h * E + E - 1` (of each position, and "
+            "so rows `h * E .. h * E + E - 1` of a projection's weight). Split the width as `(H, E)`, never "
+            "`(E, H)`, which deals the features out to the heads in turn: head `h` gets features `h`, `h + H`, "
+            "`h + 2H`, ... The shapes are right and the heads are silently wrong.",
             Link(_PITFALLS, "9-reshaping-with-the-wrong-axis-order", "Pitfalls 2: reshaping with the wrong axis order"),
+        ),
+        Misconception(
+            "missing_scale", "no 1/√E scale",
+            "Scores are q·k / sqrt(E): a dot product of E terms has a spread about sqrt(E) times that of one "
+            "term, and dividing by sqrt(E) brings it back. Without it your scores are sqrt(E) times the "
+            "expected ones, and the softmax saturates as E grows (Vaswani et al. 2017, section 3.2.1).",
+            _SCALE_WHY,
+        ),
+        Misconception(
+            "scale_by_e", "dividing by E instead of √E",
+            "The scale is 1/sqrt(E), the square root of the head size: it undoes the sqrt(E) spread of a dot "
+            "product of E terms. Dividing by E itself shrinks every score by a further sqrt(E) (yours are "
+            "expected / sqrt(E)) and flattens the softmax.",
+            _SCALE_WHY,
         ),
     )
 }
@@ -169,9 +191,14 @@ def _merge_view_only(y: Tensor) -> Tensor:
     return y.reshape(B, T, H * E)  # no transpose back
 
 
-def _scores_d_model(q: Tensor, k: Tensor) -> Tensor:
-    d_model = q.shape[1] * q.shape[-1]  # H * E
-    return (q @ k.transpose(-2, -1)) / math.sqrt(d_model)
+def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
+    B, T, D = x.shape
+    return x.view(B, T, D // num_heads, num_heads).permute(0, 3, 1, 2)  # head h gets features h, h + H, ...
+
+
+def _merge_interleaved(y: Tensor) -> Tensor:
+    B, H, T, E = y.shape
+    return y.permute(0, 2, 3, 1).reshape(B, T, E * H)  # the inverse of _split_interleaved
 
 
 def _causal_top_left(T: int, S: int) -> Tensor:
@@ -201,12 +228,10 @@ def _masked_softmax_queries(scores: Tensor, mask: Tensor) -> Tensor:
 
 def _mha(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor | None, num_heads: int, *,
          split: Callable[[Tensor, int], Tensor] = solutions.split_heads,
-         merge: Callable[[Tensor], Tensor] = solutions.merge_heads,
-         scale_width: str = "head", softmax_dim: int = -1) -> Tensor:
+         merge: Callable[[Tensor], Tensor] = solutions.merge_heads, softmax_dim: int = -1) -> Tensor:
     """Multi-head attention by hand, with one part swappable for a wrong one."""
     q, k, v = (split(x @ w.T, num_heads) for w in (w_q, w_k, w_v))  # (B, H, T, E)
-    width = q.shape[-1] if scale_width == "head" else x.shape[-1]
-    weights = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(width), dim=softmax_dim)  # (B, H, T, T)
+    weights = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), dim=softmax_dim)  # (B, H, T, T)
     y = merge(weights @ v)  # (B, T, D)
     return y if w_o is None else y @ w_o.T
 
@@ -219,8 +244,8 @@ def _mha_view_only(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor
     return _mha(x, w_q, w_k, w_v, w_o, num_heads, split=_split_view_only, merge=_merge_view_only)
 
 
-def _mha_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
-    return _mha(x, w_q, w_k, w_v, w_o, num_heads, scale_width="model")
+def _mha_interleaved(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    return _mha(x, w_q, w_k, w_v, w_o, num_heads, split=_split_interleaved, merge=_merge_interleaved)
 
 
 def _mha_queries(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
@@ -324,14 +349,81 @@ def _absorb_wrong_order(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     return torch.einsum("bhte,hec->bhtc", q_nope, w)
 
 
+# --------------------------------------------------------------------------- the scale mistakes, as data
+
+
+@dataclass(frozen=True)
+class ScaleMistake:
+    """A wrong score scale, as the factor it multiplies every right score by, given the head size E and the
+    head count H: for the scores themselves, yours / expected is that factor at every entry."""
+
+    misconception: str
+    suffix: str  # of the variants' keys
+    factor: Callable[[int, int], float]
+    what: str
+
+
+@dataclass(frozen=True)
+class ScaledExercise:
+    """An exercise whose scores can be scaled wrongly: ``query_arg`` is the argument (the query, or ``W_Q``)
+    that the scores are linear in, ``sizes`` reads ``(E, H)`` from the arguments."""
+
+    exercise: str
+    prefix: str  # of the variants' keys
+    query_arg: int
+    sizes: Callable[..., tuple[int, int]]
+
+
+SCALE_MISTAKES: tuple[ScaleMistake, ...] = (
+    ScaleMistake("missing_scale", "no_scale", lambda E, H: math.sqrt(E),
+                 "left the scores unscaled (`q @ k.transpose(-2, -1)`): yours are `sqrt(E)` times the right ones"),
+    ScaleMistake("scale_by_e", "div_e", lambda E, H: 1 / math.sqrt(E),
+                 "divided the scores by `E` instead of `sqrt(E)`: yours are the right ones divided by `sqrt(E)`"),
+    ScaleMistake("scale_by_d_model", "sqrt_d_model", lambda E, H: 1 / math.sqrt(H),
+                 "divided the scores by `sqrt(H * E) = sqrt(d_model)` instead of `sqrt(E)`"),
+)
+SCALED_EXERCISES: tuple[ScaledExercise, ...] = (
+    ScaledExercise("attention_scores", "scores", 0, lambda q, k: (q.shape[-1], q.shape[1])),
+    ScaledExercise("mha_forward", "mha", 1, lambda x, w_q, w_k, w_v, w_o, h: (x.shape[-1] // h, h)),
+    ScaledExercise("gqa_attention", "gqa", 0, lambda q, k, v: (q.shape[-1], q.shape[1])),
+    ScaledExercise("decode_step", "decode", 0, lambda q, *rest: (q.shape[-1], q.shape[1])),
+)
+
+
+def _wrongly_scaled(where: ScaledExercise, mistake: ScaleMistake) -> Callable[..., object]:
+    """The answer computed with the wrong scale: the package's answer with the query (or ``W_Q``) multiplied
+    by the mistake's factor, which multiplies every score by it. Outputs after a softmax are not the right
+    ones times a constant, so the checker compares with this, never with a ratio."""
+    reference = getattr(solutions, where.exercise)
+
+    def wrong(*args: object) -> object:
+        E, H = where.sizes(*args)
+        scaled = list(args)
+        scaled[where.query_arg] = args[where.query_arg] * mistake.factor(E, H)  # type: ignore[operator]
+        return reference(*scaled)
+
+    wrong.__name__ = f"_{where.prefix}_{mistake.suffix}"
+    return wrong
+
+
+_SCALE_VARIANTS = tuple(
+    Variant(where.exercise, f"{where.prefix}_{m.suffix}", m.misconception, m.what, _wrongly_scaled(where, m))
+    for where in SCALED_EXERCISES
+    for m in SCALE_MISTAKES
+)
+
 VARIANTS: tuple[Variant, ...] = (
     Variant("split_heads", "split_reshape_only", "view_without_transpose",
             "reshaped `(B, T, D)` straight to `(B, H, T, E)`, without `view(B, T, H, E)` then `transpose(1, 2)`",
             _split_view_only),
+    Variant("split_heads", "split_interleaved", "heads_not_head_major",
+            "split the last dim as `view(B, T, E, H)`: head `h` got features `h`, `h + H`, `h + 2H` and so on "
+            "instead of the block `h * E .. h * E + E - 1`", _split_interleaved),
     Variant("merge_heads", "merge_reshape_only", "view_without_transpose",
             "reshaped `(B, H, T, E)` straight to `(B, T, H * E)`, without `transpose(1, 2)` first", _merge_view_only),
-    Variant("attention_scores", "scores_sqrt_d_model", "scale_by_d_model",
-            "divided the scores by `sqrt(H * E) = sqrt(d_model)` instead of `sqrt(E)`", _scores_d_model),
+    Variant("merge_heads", "merge_interleaved", "heads_not_head_major",
+            "put feature `e` of head `h` at `e * H + h` (the heads interleaved) instead of at `h * E + e`",
+            _merge_interleaved),
     Variant("causal_mask", "causal_top_left", "top_left_causal",
             "used `tril()` without the offset `S - T`: the triangle starts at the top left", _causal_top_left),
     Variant("causal_mask", "causal_inverted", "inverted_polarity",
@@ -350,8 +442,9 @@ VARIANTS: tuple[Variant, ...] = (
             _mha_no_w_o),
     Variant("mha_forward", "mha_reshape_only", "view_without_transpose",
             "split and merged the heads with a reshape alone, no transpose", _mha_view_only),
-    Variant("mha_forward", "mha_sqrt_d_model", "scale_by_d_model", "divided the scores by `sqrt(d_model)`",
-            _mha_d_model),
+    Variant("mha_forward", "mha_interleaved", "heads_not_head_major",
+            "split the width as `(E, H)` and merged it back the same way: head `h` got features `h`, `h + H` and so on",
+            _mha_interleaved),
     Variant("mha_forward", "mha_softmax_queries", "softmax_over_queries", "took the softmax over the queries",
             _mha_queries),
     Variant("mha_param_count", "params_no_w_o", "forgot_w_o", "counted `W_Q`, `W_K` and `W_V` but not `W_O`",
@@ -379,4 +472,5 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
             "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
             _absorb_wrong_order),
+    *_SCALE_VARIANTS,
 )

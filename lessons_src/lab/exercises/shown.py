@@ -1,0 +1,132 @@
+"""The solutions the exercise pages show: plain ``torch``, at most 15 lines each, nothing from ``lessons_src``.
+
+A learner who is stuck reads these, so each is written out in full where :mod:`.solutions` (the checker's
+reference) calls the package. They are checked against that reference, by the checker, when the pages are
+built and in ``tests/test_exercises.py``, which also holds them to the line limit and to importing only
+``math`` and ``torch``. Each function runs alone after this module's imports: the pages print it with them.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "absorb_query",
+    "attention_scores",
+    "causal_mask",
+    "decode_step",
+    "dimension_arithmetic",
+    "gqa_attention",
+    "masked_softmax",
+    "merge_heads",
+    "mha_forward",
+    "mha_param_count",
+    "online_softmax",
+    "padding_mask",
+    "split_heads",
+]
+
+MAX_LINES = 15  # the longest a shown solution may be, its `def` line included
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    B, T, D = x.shape
+    E = D // num_heads
+    return x.view(B, T, num_heads, E).transpose(1, 2)  # (B, T, H, E) -> (B, H, T, E)
+
+
+def merge_heads(y: Tensor) -> Tensor:
+    B, H, T, E = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * E)  # (B, T, H, E) -> (B, T, H * E)
+
+
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    E = q.shape[-1]  # the head size
+    return q @ k.transpose(-2, -1) / math.sqrt(E)  # (B, H, T, S)
+
+
+def mha_param_count(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    E = d_model // num_heads
+    q_out, kv_out = num_heads * E, num_kv_heads * E  # output features of W_Q; of W_K and of W_V each
+    outs = [q_out, kv_out, kv_out, d_model]  # W_Q, W_K, W_V, W_O
+    ins = [d_model, d_model, d_model, q_out]  # W_O reads the heads side by side
+    return sum(i * o + (o if bias else 0) for i, o in zip(ins, outs, strict=True))
+
+
+def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
+    head_dim = d_model // num_heads
+    return {
+        "head_dim": head_dim,
+        "w_q_one_head": d_model * head_dim,  # D inputs, head_dim outputs
+        "w_q_all_heads": num_heads * d_model * head_dim,  # = d_model * d_model
+        "concat_width": num_heads * head_dim,
+        "w_o": num_heads * head_dim * d_model,
+    }
+
+
+def causal_mask(T: int, S: int) -> Tensor:
+    return torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # query i sees keys j <= i + S - T
+
+
+def padding_mask(lengths: list[int], S: int) -> Tensor:
+    positions = torch.arange(S)  # (S,)
+    real = positions < torch.tensor(lengths)[:, None]  # (B, S): True at the real tokens
+    return real[:, None, None, :]  # (B, 1, 1, S)
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    scores = scores.masked_fill(~mask, float("-inf"))  # a hidden key gets exp(-inf) = 0
+    m = scores.amax(dim=-1, keepdim=True)  # (B, H, T, 1): each row's maximum
+    m = torch.where(m == float("-inf"), 0.0, m)  # a row that sees nothing: shift by 0, not by -inf
+    e = torch.exp(scores - m)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, 1.0)  # a row that sees nothing: 0 / 1 = 0
+
+
+def mha_forward(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int) -> Tensor:
+    B, T, D = x.shape
+    E = D // num_heads
+    q, k, v = ((x @ w.T).view(B, T, num_heads, E).transpose(1, 2) for w in (w_q, w_k, w_v))  # (B, H, T, E)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E), dim=-1)  # (B, H, T, T)
+    y = (weights @ v).transpose(1, 2).reshape(B, T, D)  # the heads side by side
+    return y @ w_o.T
+
+
+def gqa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    n_rep = q.shape[1] // k.shape[1]  # query heads per KV head
+    k = k.repeat_interleave(n_rep, dim=1)  # (B, H, S, E): query head h reads KV head h // n_rep
+    v = v.repeat_interleave(n_rep, dim=1)
+    E = q.shape[-1]
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E), dim=-1)  # (B, H, T, S)
+    return weights @ v  # (B, H, T, E)
+
+
+def decode_step(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor, position: int) -> Tensor:
+    T = q.shape[2]
+    k_cache[:, :, position : position + T] = k_new  # in place
+    v_cache[:, :, position : position + T] = v_new
+    k, v = k_cache[:, :, : position + T], v_cache[:, :, : position + T]  # (B, H, S, E): the filled slots
+    S, E = k.shape[2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)  # (B, H, T, S)
+    mask = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # bottom-right: the queries are the last T
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v  # (B, H, T, E)
+
+
+def online_softmax(x: Tensor, block_size: int) -> Tensor:
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)  # running maximum of each row
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)  # running sum of exp(x - m)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)  # only -inf so far: shift by 0
+        l = l * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+    shift = torch.where(m == float("-inf"), 0.0, m)
+    return torch.exp(x - shift[..., None]) / torch.where(l > 0, l, 1.0)[..., None]
+
+
+def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
+    H = q_nope.shape[1]
+    w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): head h owns rows h * E .. h * E + E - 1
+    return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C): q . (W c) = (W^T q) . c
