@@ -59,6 +59,39 @@ FACTS_JS = """async () => {
         elements: [...document.querySelectorAll('*')].filter(e => !e.closest('pre, code')).length,
         scheme: document.body.getAttribute('data-md-color-scheme'),
     };
+    // Readability, measured with every collapsible open (as a reader who opens them sees it): printed results
+    // (markdown-exec's output blocks, class "result", and the lab notebook's outputs) and tables that scroll
+    // sideways, and visible text under 12 px.
+    const closed = [...document.querySelectorAll('article details:not([open])')];
+    closed.forEach(d => { d.open = true; });
+    const where = e => { const h = [...document.querySelectorAll('article h1, article h2, article h3')]
+        .filter(x => x.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
+        return h ? h.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50) : '(top)'; };
+    const widest = c => c.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+    facts.codeBlocks = [...document.querySelectorAll('article pre > code, article .jp-OutputArea-output pre')].map(c => ({
+        result: c.closest('.result, .jp-OutputArea-output') !== null, highlighted: c.querySelector('span[class]') !== null,
+        over: c.scrollWidth - c.clientWidth, where: where(c), line: widest(c).slice(0, 100)}));
+    facts.tables = [...document.querySelectorAll('article table')].map(t => {
+        const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
+        return {over: Math.max(wrap.scrollWidth - wrap.clientWidth, t.getBoundingClientRect().width - wrap.clientWidth),
+                head: [...t.querySelectorAll('th')].map(h => h.textContent.trim()).join(' | ').slice(0, 100),
+                where: where(t)}; });
+    const small = new Map();
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        const e = n.parentElement;
+        if (!e || !n.textContent.trim() || e.closest('script, style, noscript, svg, .md-search')) continue;
+        const size = parseFloat(getComputedStyle(e).fontSize);
+        if (size >= 12 || small.has(e) || !e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) continue;
+        const r = e.getBoundingClientRect();
+        if (r.width === 0 || r.height === 0 || r.right <= 0 || r.left >= innerWidth) continue;
+        small.set(e, {size: Math.round(size * 10) / 10, text: n.textContent.trim().slice(0, 40),
+                      at: e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '')
+                          + ' in ' + [...new Set([e.closest('.katex') && 'katex', e.closest('details') && 'details',
+                                                  e.closest('pre') && 'pre', e.closest('article') ? 'article' : 'chrome'])].filter(Boolean).join(',')});
+    }
+    facts.smallText = [...small.values()];
+    closed.forEach(d => { d.open = false; });
     const open = [...document.querySelectorAll('details[open]')];
     open.forEach(d => { d.open = false; });
     facts.closedHeight = document.documentElement.scrollHeight;
