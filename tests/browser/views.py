@@ -68,12 +68,15 @@ FACTS_JS = """async () => {
         .filter(x => x.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
         return h ? h.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50) : '(top)'; };
     const widest = c => c.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
-    facts.codeBlocks = [...document.querySelectorAll('article pre > code, article .jp-OutputArea-output pre')].map(c => ({
-        result: c.closest('.result, .jp-OutputArea-output') !== null, highlighted: c.querySelector('span[class]') !== null,
+    const blocks = document.querySelectorAll('article pre > code, article .jp-OutputArea-output pre');
+    facts.codeBlocks = [...blocks].map(c => ({
+        result: c.closest('.result, .jp-OutputArea-output') !== null,
+        highlighted: c.querySelector('span[class]') !== null,
         over: c.scrollWidth - c.clientWidth, where: where(c), line: widest(c).slice(0, 100)}));
     facts.tables = [...document.querySelectorAll('article table')].map(t => {
         const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
-        return {over: Math.max(wrap.scrollWidth - wrap.clientWidth, t.getBoundingClientRect().width - wrap.clientWidth),
+        const over = Math.max(wrap.scrollWidth, t.getBoundingClientRect().width) - wrap.clientWidth;
+        return {over,
                 head: [...t.querySelectorAll('th')].map(h => h.textContent.trim()).join(' | ').slice(0, 100),
                 where: where(t)}; });
     const small = new Map();
@@ -85,10 +88,10 @@ FACTS_JS = """async () => {
         if (size >= 12 || small.has(e) || !e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) continue;
         const r = e.getBoundingClientRect();
         if (r.width === 0 || r.height === 0 || r.right <= 0 || r.left >= innerWidth) continue;
+        const cls = typeof e.className === 'string' && e.className ? '.' + e.className.split(' ')[0] : '';
+        const inside = ['.katex', 'pre', 'details', 'table', 'article'].filter(s => e.closest(s)).join(' ');
         small.set(e, {size: Math.round(size * 10) / 10, text: n.textContent.trim().slice(0, 40),
-                      at: e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '')
-                          + ' in ' + [...new Set([e.closest('.katex') && 'katex', e.closest('details') && 'details',
-                                                  e.closest('pre') && 'pre', e.closest('article') ? 'article' : 'chrome'])].filter(Boolean).join(',')});
+                      at: e.tagName.toLowerCase() + cls + ' in ' + (inside || 'the page outside the article')});
     }
     facts.smallText = [...small.values()];
     closed.forEach(d => { d.open = false; });
