@@ -221,6 +221,27 @@ def test_fmt_table_aligns_columns_and_formats_cells() -> None:
         "name       n", "one head   1", "two       -2"]
 
 
+def test_fmt_table_narrow_form_puts_each_key_on_its_own_line() -> None:
+    from lessons_src.lab.lesson_tools import PHONE_COLUMNS, fmt_table
+
+    rows = [["one head", 0.5, 0.25, 0.75], ["two heads: attribute head", 0.125, 0.5, 0.625]]
+    headers = ['weights of the query "it"', "animal", "tired", "sum"]
+    assert max(len(line) for line in fmt_table(headers, rows).split("\n")) > PHONE_COLUMNS
+    narrow = fmt_table(headers, rows, width=PHONE_COLUMNS).split("\n")
+    assert narrow == [
+        'weights of the query "it"',
+        "  animal  tired    sum",
+        "one head",
+        "   0.500  0.250  0.750",
+        "two heads: attribute head",
+        "   0.125  0.500  0.625",
+    ]
+    assert max(len(line) for line in narrow) <= PHONE_COLUMNS
+    assert fmt_table(["heads", "d_k"], [[8, 128]], width=PHONE_COLUMNS) == fmt_table(["heads", "d_k"], [[8, 128]])
+    with pytest.raises(ValueError, match="width must be a positive int"):
+        fmt_table(["a"], [[1]], width=0)
+
+
 @pytest.mark.parametrize(
     ("rows", "message"),
     [

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FEATURES",
+    "PHONE_COLUMNS",
     "SEED_WORKED_EXAMPLE",
     "TOKENS",
     "AttentionStack",
@@ -615,33 +616,59 @@ def _cell(value: object, digits: int) -> str:
     raise TypeError(f"a table cell is a number or a string; got {type(value).__name__}: {value!r}")
 
 
-def fmt_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, digits: int = 3) -> str:
+def fmt_table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, digits: int = 3, width: int | None = None
+) -> str:
     """Rows as a text table, columns as wide as their widest cell: no f-string widths to get right.
 
     Integers get thousands separators, floats ``digits`` decimals, strings (e.g. ``f"{share:.1%}"``) stay
     as they are. Columns of numbers are right-aligned, columns of words (no cell starting with a digit or a
     sign) left-aligned; two spaces separate the columns.
 
+    ``width`` (e.g. :data:`PHONE_COLUMNS`): when the table is wider than that, its narrow form is printed
+    instead, each row's first cell (its key) on a line of its own and the other cells on the line below,
+    under their own header, so the table reads on a phone without scrolling or wrapping.
+
     Example:
         >>> print(fmt_table(["heads", "d_k"], [[8, 128], [16, 64]]))
         heads  d_k
             8  128
            16   64
+        >>> print(fmt_table(["model", "heads", "d_k"], [["GPT-2 small", 12, 64]], width=16))
+        model
+          heads  d_k
+        GPT-2 small
+             12   64
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
         raise ValueError(f"digits must be a non-negative int, got {digits!r}")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise ValueError(f"width must be a positive int (columns of text) or None, got {width!r}")
     head = [str(h) for h in headers]
     body = [[_cell(v, digits) for v in row] for row in rows]
     for i, row in enumerate(body):
         if len(row) != len(head):
             raise ValueError(f"row {i} has {len(row)} cells; the table has {len(head)} columns: {head}")
-    widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
-    words = [not any(r[c][:1].isdigit() or r[c][:1] in "+-" for r in body) for c in range(len(head))]
+    wide = _aligned([head, *body])
+    if width is None or len(head) < 2 or max(len(line) for line in wide) <= width:
+        return "\n".join(wide)
+    rest = ["  " + line for line in _aligned([r[1:] for r in [head, *body]])]
+    keyed = [line for r, values in zip(body, rest[1:], strict=True) for line in (r[0], values)]
+    return "\n".join([head[0], rest[0], *keyed])
 
-    def line(r: list[str]) -> str:
-        return "  ".join(x.ljust(w) if w_ else x.rjust(w) for x, w, w_ in zip(r, widths, words, strict=True))
 
-    return "\n".join(line(r).rstrip() for r in [head, *body])
+PHONE_COLUMNS = 38
+"""Characters of printed output one line holds on a 375-px phone (monospace at Material's code size)."""
+
+
+def _aligned(table: list[list[str]]) -> list[str]:
+    """Each row as a line, columns padded to their widest cell: numbers right-aligned, words left-aligned."""
+    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
+    words = [not any(r[c][:1].isdigit() or r[c][:1] in "+-" for r in table[1:]) for c in range(len(table[0]))]
+    return [
+        "  ".join(x.ljust(w) if w_ else x.rjust(w) for x, w, w_ in zip(r, widths, words, strict=True)).rstrip()
+        for r in table
+    ]
 
 
 SEED_WORKED_EXAMPLE: dict[str, Any] = {

@@ -59,6 +59,42 @@ FACTS_JS = """async () => {
         elements: [...document.querySelectorAll('*')].filter(e => !e.closest('pre, code')).length,
         scheme: document.body.getAttribute('data-md-color-scheme'),
     };
+    // Readability, measured with every collapsible open (as a reader who opens them sees it): printed results
+    // (markdown-exec's output blocks, class "result", and the lab notebook's outputs) and tables that scroll
+    // sideways, and visible text under 12 px.
+    const closed = [...document.querySelectorAll('article details:not([open])')];
+    closed.forEach(d => { d.open = true; });
+    const where = e => { const h = [...document.querySelectorAll('article h1, article h2, article h3')]
+        .filter(x => x.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
+        return h ? h.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50) : '(top)'; };
+    const widest = c => c.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+    const blocks = document.querySelectorAll('article pre > code, article .jp-OutputArea-output pre');
+    facts.codeBlocks = [...blocks].map(c => ({
+        result: c.closest('.result, .jp-OutputArea-output') !== null,
+        highlighted: c.querySelector('span[class]') !== null,
+        over: c.scrollWidth - c.clientWidth, where: where(c), line: widest(c).slice(0, 100)}));
+    facts.tables = [...document.querySelectorAll('article table')].map(t => {
+        const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
+        const over = Math.max(wrap.scrollWidth, t.getBoundingClientRect().width) - wrap.clientWidth;
+        return {over,
+                head: [...t.querySelectorAll('th')].map(h => h.textContent.trim()).join(' | ').slice(0, 100),
+                where: where(t)}; });
+    const small = new Map();
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = innerWidth < 600 ? walk.nextNode() : null; n; n = walk.nextNode()) {  // checked on the phone
+        const e = n.parentElement;
+        if (!e || !n.textContent.trim() || e.closest('script, style, noscript, svg, .md-search')) continue;
+        const size = parseFloat(getComputedStyle(e).fontSize);
+        if (size >= 12 || small.has(e) || !e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) continue;
+        const r = e.getBoundingClientRect();
+        if (r.width === 0 || r.height === 0 || r.right <= 0 || r.left >= innerWidth) continue;
+        const cls = typeof e.className === 'string' && e.className ? '.' + e.className.split(' ')[0] : '';
+        const inside = ['.katex', 'pre', 'details', 'table', 'article'].filter(s => e.closest(s)).join(' ');
+        small.set(e, {size: Math.round(size * 10) / 10, text: n.textContent.trim().slice(0, 40),
+                      at: e.tagName.toLowerCase() + cls + ' in ' + (inside || 'the page outside the article')});
+    }
+    facts.smallText = [...small.values()];
+    closed.forEach(d => { d.open = false; });
     const open = [...document.querySelectorAll('details[open]')];
     open.forEach(d => { d.open = false; });
     facts.closedHeight = document.documentElement.scrollHeight;
