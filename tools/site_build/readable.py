@@ -59,9 +59,14 @@ def _label_table(m: re.Match[str]) -> str:
 
     def label_row(row: re.Match[str]) -> str:
         labels = iter(header)
-        return "<tr>" + _TD.sub(
-            lambda td: f'<td{td.group(1)} data-label="{html.escape(next(labels, ""))}">{td.group(2)}</td>', row.group(1)
-        ) + "</tr>"
+
+        def label_cell(td: re.Match[str]) -> str:
+            label = next(labels, "")
+            if not _text(td.group(2)):  # an empty cell: no "label:" with nothing after it (site.css hides it)
+                return td.group(0)
+            return f'<td{td.group(1)} data-label="{html.escape(label)}">{td.group(2)}</td>'
+
+        return "<tr>" + _TD.sub(label_cell, row.group(1)) + "</tr>"
 
     return '<table data-phone="cards">' + _ROW.sub(label_row, body) + "</table>"
 
