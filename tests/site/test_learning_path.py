@@ -223,8 +223,8 @@ def test_footer_links_name_the_section_of_a_numbered_part() -> None:
     problems = []
     for page in all_pages():
         raw = page.read_text(encoding="utf-8")
-        for m in re.finditer(r'class="md-footer__link[^"]*" aria-label="([^"]*)".*?<div class="md-ellipsis">\s*(.*?)\s*</div>',
-                             raw, re.S):
+        link = r'class="md-footer__link[^"]*" aria-label="([^"]*)".*?<div class="md-ellipsis">\s*(.*?)\s*</div>'
+        for m in re.finditer(link, raw, re.S):
             label, text = html.unescape(m.group(1)), html.unescape(m.group(2))
             if re.match(r"(Next|Previous): \d+\.", label) or re.match(r"\d+\.", text):
                 problems.append(f"{page.relative_to(SITE)}: {label!r} / {text!r}")

@@ -169,7 +169,8 @@ def test_the_check_tells_explained_from_unexplained() -> None:
     cited = Sentence("It reads the residual stream (Elhage et al., 2021).", "")
     bare = Sentence("Each layer reads the residual streams.", "")
     assert defines(bold, pattern) and defines(gloss, pattern)
-    acronym = Sentence("It uses multi-head latent attention (MLA).", "It uses ⟦b⟧multi-head latent attention⟦/b⟧ (MLA).")
+    acronym = Sentence("It uses multi-head latent attention (MLA).",
+                       "It uses ⟦b⟧multi-head latent attention⟦/b⟧ (MLA).")
     assert defines(acronym, term_pattern("MLA"))
     assert not defines(cited, pattern) and not defines(bare, pattern) and pattern.search(bare.text)
     assert not term_pattern("MLA").search("the mla of it") and term_pattern("all-reduce").search("two all-reduces")
