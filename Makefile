@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-heads ablate parallel
+.PHONY: deps help serve build lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -148,6 +148,9 @@ EXERCISE ?= all
 exercises: $(DEPS) ## Check your answers to the coding exercises: make exercises FILE=my_attention.py [EXERCISE=split_heads]
 	@[ -n "$(FILE)" ] || { echo "usage: make exercises FILE=path/to/your_answers.py [EXERCISE=name]" >&2; exit 2; }
 	$(BIN)/python -m lessons_src.lab.exercises check $(EXERCISE) "$(FILE)"
+
+lab-address: $(DEPS) ## Write the site's wheel address (from SITE_URL or the GitHub remote) into the lab notebook Colab opens
+	$(BIN)/python tools/site_build/mkdocs_code_hooks.py
 
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

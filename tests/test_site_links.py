@@ -7,6 +7,7 @@ notebook's install line).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_extras_and_their_comments_come_from_pyproject() -> None:
     extras = {name: (reqs, why) for name, reqs, why in site_links.extras()}
     assert set(extras) == {"plot", "toy", "minilm", "lab"}
     assert extras["plot"][0] == ["matplotlib"] and "plotting" in extras["plot"][1]
-    assert site_links.dependencies() == ["torch>=2.5"]
+    assert site_links.dependencies() == ["torch>=2.5", "numpy"]
 
 
 def test_module_summaries_cover_every_module() -> None:
@@ -168,5 +169,16 @@ def test_committed_notebook_has_no_outputs_and_names_this_wheel() -> None:
         assert cell["outputs"] == [] and cell["execution_count"] is None, "".join(cell["source"])[:80]
         assert "execution" not in cell["metadata"]
     first = "".join(code[0]["source"])
-    assert f'WHEEL = "mha_computed-{lessons_src.__version__}-py3-none-any.whl"' in first
+    # the copy Colab opens names the wheel's full address whenever the site's links know one (`make lab-address`)
+    links = resolve(os.environ, git_remote(ROOT))
+    target = mkdocs_code_hooks.repository_wheel_target(links, lessons_src.__version__)
+    assert f'WHEEL = "{target}"' in first, f"run `make lab-address`: the lab notebook must name {target}"
+    assert target.endswith(f"mha_computed-{lessons_src.__version__}-py3-none-any.whl")
     assert "find_spec(\"lessons_src\")" in first and "%pip install" in first
+
+
+def test_repository_copy_of_the_lab_names_the_sites_wheel_address() -> None:
+    known = resolve({}, "git@github.com:octo/mha.git")
+    assert (mkdocs_code_hooks.repository_wheel_target(known, "9.9")
+            == "https://octo.github.io/mha/downloads/mha_computed-9.9-py3-none-any.whl")
+    assert mkdocs_code_hooks.repository_wheel_target(resolve({}, None), "9.9") == "mha_computed-9.9-py3-none-any.whl"

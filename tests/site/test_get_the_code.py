@@ -67,6 +67,28 @@ def test_get_the_code_page_installs_the_published_wheel() -> None:
         for path, _ in modules:
             assert f"<code>{path}</code>" in page
     assert 'href="get-the-code/"' in text("index.html")
+    # the CPU-only torch line (pip's default torch on Linux is the CUDA build), and what [lab] pulls in
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in plain(page)
+    assert re.search(r"mha-computed\[lab\] adds \d+ distributions.*sentence-transformers.*transformers.*"
+                     r"scikit-learn", plain(page), re.S)
+    assert "numpy" in plain(page)  # a core dependency: `import torch` warns without it
+
+
+def test_get_the_code_is_early_in_the_reading_order_and_home_says_how_to_run() -> None:
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    flat: list[str] = []
+
+    def walk(items: list) -> None:  # type: ignore[type-arg]
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            walk(value) if isinstance(value, list) else flat.append(value)
+
+    walk(nav)
+    assert "get-the-code.md" in flat[:6], flat[:8]
+    home = plain(text("index.html"))
+    assert "To run it yourself" in home and "Get the code" in home
 
 
 def test_repository_links_exactly_when_known() -> None:

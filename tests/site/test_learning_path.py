@@ -216,3 +216,16 @@ def test_induction_page_probes_at_a_trained_length_and_its_claim_holds() -> None
     assert float(m.group(1)) == round(float(on_key.mean()), 2) and int(m.group(2)) == round(float(share) * 100)
     assert "most tokens of the" in prose("lessons/induction-heads.md")
     assert float(share) > 0.5 and float(on_key.mean()) > 0.5
+
+
+def test_footer_links_name_the_section_of_a_numbered_part() -> None:
+    """"Next: 3. Paged KV caches" says nothing of which series: the footer must name the section."""
+    problems = []
+    for page in all_pages():
+        raw = page.read_text(encoding="utf-8")
+        link = r'class="md-footer__link[^"]*" aria-label="([^"]*)".*?<div class="md-ellipsis">\s*(.*?)\s*</div>'
+        for m in re.finditer(link, raw, re.S):
+            label, text = html.unescape(m.group(1)), html.unescape(m.group(2))
+            if re.match(r"(Next|Previous): \d+\.", label) or re.match(r"\d+\.", text):
+                problems.append(f"{page.relative_to(SITE)}: {label!r} / {text!r}")
+    assert problems == [], "\n".join(problems)

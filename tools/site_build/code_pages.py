@@ -27,8 +27,28 @@ def _wheel_file() -> Path:
     return site_links.WHEEL_PATH
 
 
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only wheels
+
+
+def torch_cpu() -> str:
+    """The line that installs PyTorch's CPU-only build (pip's default torch on Linux is the CUDA build)."""
+    return (
+        "First PyTorch, in its CPU-only build, which runs every block of this site. On Linux a plain "
+        "`pip install torch` fetches the CUDA build, several gigabytes; skip this line if you already have "
+        "PyTorch or want the GPU build (macOS and Windows wheels are CPU-only anyway):\n\n"
+        "```bash\n"
+        f"pip install torch --index-url {TORCH_CPU_INDEX}\n"
+        "```\n\n"
+        "Then the package:\n\n"
+    )
+
+
 def install(page_depth: int = 0) -> str:
     """How to install the wheel: from the site's address when known, else from a downloaded copy."""
+    return torch_cpu() + _install_wheel(page_depth)
+
+
+def _install_wheel(page_depth: int) -> str:
     dist = site_links.distribution_name()
     name = site_links.wheel_name()
     wheel = _wheel_file()
@@ -75,6 +95,56 @@ def needs() -> str:
     for extra, reqs, why in site_links.extras():
         rows.append(f"| `{dist}[{extra}]` | {', '.join(f'`{r}`' for r in reqs)} | {why} |")
     return "\n".join(rows) + "\n"
+
+
+def _direct_requirements(name: str) -> list[str]:
+    """The installed distribution ``name``'s own requirements (no extras), canonical names."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found = []
+    for line in requires(name) or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            found.append(str(canonicalize_name(req.name)))
+    return found
+
+
+def _closure(names: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += _direct_requirements(name)
+    return seen
+
+
+def lab_extra() -> str:
+    """What ``[lab]`` pulls in, read from this build's installed distributions' metadata."""
+    dist = site_links.distribution_name()
+    extras = {name: reqs for name, reqs, _ in site_links.extras()}
+    core = [r.split(">")[0].split("=")[0].strip() for r in site_links.dependencies()]
+    lab = sorted({r for name in ("plot", "toy", "minilm") for r in extras[name]})
+    added = _closure(lab) - _closure(core)
+    small = _closure(sorted({r for name in ("plot", "toy") for r in extras[name]})) - _closure(core)
+    base = _closure(core)
+    heaviest = max(extras["minilm"], key=lambda r: len(_closure([r]) - base))  # the one that pulls in most
+    chain = []
+    for middle in _direct_requirements(heaviest):
+        brings = [r for r in _direct_requirements(middle) if r not in base and r not in lab]
+        named = [f"`{b}`" for b in brings]
+        chain.append(f"`{middle}`, which brings " + (", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1
+                                                      else "".join(named)))
+    return (
+        f"`{dist}[lab]` adds {len(added)} distributions to the core's (counted in this build's environment), "
+        f"{len(_closure([heaviest]) - base)} of them with `{heaviest}`, the packaged weights of "
+        f"all-MiniLM-L6-v2 that the lessons on trained heads load: it brings " + "; ".join(chain) + ". "
+        f"For the figures and the trained toy model alone, `{dist}[plot,toy]` adds {len(small)}.\n"
+    )
 
 
 def licence() -> str:

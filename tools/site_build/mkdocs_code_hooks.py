@@ -229,3 +229,33 @@ def on_post_build(config: Any, **kwargs: Any) -> None:
     if _state["tmp"] is not None:
         _state["tmp"].cleanup()
         _state["tmp"] = None
+
+
+# ---- the repository's copy of the lab (the one Colab opens) ------------------------------------------------
+
+
+def repository_wheel_target(links: site_links.Links, version: str) -> str:
+    """What the repository's copy of the lab names: the wheel's full address on the site when the site's address
+    is known (derived as the site's own links are: ``SITE_URL``, else the GitHub remote's Pages address), else the
+    wheel's file name (the notebook's first cell then says how to go on)."""
+    name = f"{site_links.distribution_name().replace('-', '_')}-{version}-py3-none-any.whl"
+    return f"{links.site_url}{site_links.DOWNLOADS}/{name}" if links.site_url else name
+
+
+def write_lab_address(path: Path = ROOT / "docs" / LAB) -> str:
+    """Write :func:`repository_wheel_target` into the lab notebook's ``WHEEL = "..."`` line; returns it."""
+    sys.path.insert(0, str(ROOT))
+    import lessons_src
+
+    target = repository_wheel_target(site_links.resolve(os.environ, site_links.git_remote(ROOT)),
+                                     lessons_src.__version__)
+    text = path.read_text(encoding="utf-8")
+    line = re.compile(r'"WHEEL = \\"[^"\\]*\\"\\n"')
+    if len(line.findall(text)) != 1:
+        raise ValueError(f"{path} needs exactly one line WHEEL = \"...\" in its first code cell")
+    path.write_text(line.sub(lambda _: f'"WHEEL = \\"{target}\\"\\n"', text), encoding="utf-8")
+    return target
+
+
+if __name__ == "__main__":  # `make lab-address`
+    print(f"docs/{LAB}: WHEEL = {write_lab_address()!r}")
