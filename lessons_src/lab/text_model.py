@@ -163,7 +163,7 @@ class TextGPT(nn.Module):
     @property
     def attentions(self) -> list[MultiHeadAttention]:
         """Every layer's attention module (for :func:`lessons_src.lab.heads.ablate_heads`)."""
-        return [b.attn for b in self.blocks]  # type: ignore[union-attr]
+        return [b.attn for b in self.blocks]  # type: ignore[misc]
 
     def forward(self, tokens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         if tokens.ndim != 2 or tokens.dtype != torch.long:
