@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-heads ablate parallel
+.PHONY: deps help serve build lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artif
 
 train-check: $(DEPS) ## Retrain the induction model from its seed in a temporary folder: the same heads as committed? (a minute)
 	FULL_RETRAIN=1 $(PYTEST) tests/test_toy_models.py -k retraining
+
+train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with head snapshots, into lessons_src/lab/artifacts/ (seeded, 1 thread, ~10 CPU min)
+	$(BIN)/python tools/train/train_text.py
 
 train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded, minutes)
 	$(BIN)/python tools/train/train_one_vs_many.py

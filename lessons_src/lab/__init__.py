@@ -12,7 +12,8 @@ the same from a wheel as from a checkout:
 
 * ``artifacts/``: results of the seeded training and ablation scripts in ``tools/train/`` (the
   induction model's checkpoint and training log, the one-vs-many-heads sweep, MiniLM's head ablations);
-* ``data/model_configs.json``: published attention configurations with their sources.
+* ``data/model_configs.json``: published attention configurations with their sources;
+* ``data/course_text.txt``: the course's own prose, the text model's corpus (``tools/train/text_corpus.py``).
 
 >>> sorted(ARTIFACT_FILES)[:2]
 ['induction_model.safetensors', 'induction_training.json']
@@ -36,10 +37,12 @@ ARTIFACT_FILES = (
     "induction_training.json",
     "minilm_ablation.json",
     "one_vs_many_heads.json",
+    "text_model.safetensors",
+    "text_training.json",
 )
 """Every committed artifact the package loads (a test loads each from an installed wheel)."""
 
-DATA_FILES = ("model_configs.json",)
+DATA_FILES = ("course_text.txt", "model_configs.json")
 """Every data file the package loads."""
 
 

@@ -1,0 +1,310 @@
+"""A tiny GPT trained here on the course's own text: bytes in, next byte out.
+
+:class:`TextGPT` is a decoder-only transformer built from this package's parts: each block's attention is a
+:class:`~lessons_src.attention.MultiHeadAttention` (its fused QKV projection and ``W_O``), with rotary
+position embeddings (:mod:`lessons_src.rope`) applied to the queries and keys between the projection and
+:func:`~lessons_src.attention.attention`; pre-LayerNorm residual blocks with a GELU MLP, as in GPT-2 and
+nanoGPT, and no learned positions (RoPE carries them).
+
+The tokenizer is UTF-8 itself: a token is a byte, ids 0-255 (:func:`encode`, :func:`decode`). In JavaScript
+that is ``new TextEncoder().encode(text)`` and ``new TextDecoder().decode(bytes)``.
+
+The model is trained by ``tools/train/train_text.py`` (``make train-text``) on the committed snapshot of the
+course's prose (``lessons_src/lab/data/course_text.txt``, made by ``tools/train/text_corpus.py``); its
+float16 checkpoint and its training log, with the attention statistics saved during training, ship in
+``lessons_src/lab/artifacts/`` and are read by :func:`load_text_model` and :func:`read_text_log`.
+
+References:
+    Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021 (arXiv:2104.09864).
+    Radford et al., "Language Models are Unsupervised Multitask Learners" (GPT-2), 2019.
+    Olsson et al., "In-context Learning and Induction Heads", Anthropic 2022 (arXiv:2209.11895).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention, attention
+from ..rope import apply_rope, rope_cos_sin
+from . import artifact, data_file, read_artifact_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "CORPUS_FILE",
+    "TEXT_CHECKPOINT",
+    "TEXT_LOG",
+    "TextConfig",
+    "TextGPT",
+    "corpus_bytes",
+    "decode",
+    "encode",
+    "load_text_model",
+    "probe_texts",
+    "read_text_log",
+    "repeated_text",
+    "spaced_windows",
+    "split_corpus",
+    "text_head_scores",
+    "text_loss",
+]
+
+TEXT_CHECKPOINT = "text_model.safetensors"
+TEXT_LOG = "text_training.json"
+CORPUS_FILE = "course_text.txt"
+
+
+def encode(text: str) -> Tensor:
+    """Text to token ids: its UTF-8 bytes.
+
+    Example:
+        >>> encode("hé").tolist()
+        [104, 195, 169]
+    """
+    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+
+
+def decode(ids: Tensor | list[int]) -> str:
+    """Token ids back to text; a byte sequence that is not valid UTF-8 shows U+FFFD.
+
+    Example:
+        >>> decode([104, 195, 169])
+        'hé'
+    """
+    values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    bad = [v for v in values if not 0 <= v <= 255]
+    if bad:
+        raise ValueError(f"token ids are bytes, 0..255; got {bad[:10]}")
+    return bytes(values).decode("utf-8", errors="replace")
+
+
+def corpus_bytes() -> Tensor:
+    """The committed corpus as token ids (its UTF-8 bytes). Shapes: returns ``(N,)``."""
+    return torch.frombuffer(bytearray(data_file(CORPUS_FILE).read_bytes()), dtype=torch.uint8).long()
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """Shape of a :class:`TextGPT`.
+
+    Attributes:
+        vocab_size: token ids (256: bytes).
+        d_model: residual stream width ``D``.
+        num_heads: heads per layer ``H``.
+        num_layers: blocks.
+        max_len: longest context ``T``.
+        d_ff: MLP hidden width.
+        rope_base: RoPE's wavelength base.
+        dropout: dropout on each block's two residual branches, in training mode only.
+    """
+
+    vocab_size: int = 256
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 2
+    max_len: int = 128
+    d_ff: int = 512
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+
+
+class Block(nn.Module):
+    """``x = x + W_O(attention(RoPE(q), RoPE(k), v))`` on ``LayerNorm(x)``, then ``x = x + MLP(LayerNorm(x))``."""
+
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        B, T, D = x.shape
+        q, k, v = self.attn.project_qkv(self.ln1(x))  # (B, H, T, E) each
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # rotated by position
+        out, weights, _ = attention(q, k, v, is_causal=True, implementation="eager" if need_weights else "sdpa")
+        y = out.transpose(1, 2).reshape(B, T, D)  # concatenate heads: (B, T, D)
+        x = x + self.drop(self.attn.out_proj(y))  # W_O (a hook on out_proj ablates heads)
+        x = x + self.drop(self.mlp(self.ln2(x)))  # (B, T, D)
+        return x, weights
+
+
+class TextGPT(nn.Module):
+    """Byte embeddings, ``num_layers`` :class:`Block` s, a final LayerNorm and an unembedding.
+
+    Shapes:
+        tokens: ``(B, T)`` ids in ``[0, 256)``, ``T <= max_len``; returns logits ``(B, T, 256)`` and, with
+        ``need_weights=True``, weights ``(L, B, H, T, T)``.
+
+    Example:
+        >>> model = TextGPT(TextConfig(d_model=16, num_heads=2, max_len=8, d_ff=32))
+        >>> logits, w = model(encode("hello")[None], need_weights=True)
+        >>> tuple(logits.shape), tuple(w.shape)
+        ((1, 5, 256), (2, 1, 2, 5, 5))
+    """
+
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    @property
+    def attentions(self) -> list[MultiHeadAttention]:
+        """Every layer's attention module (for :func:`lessons_src.lab.heads.ablate_heads`)."""
+        return [b.attn for b in self.blocks]  # type: ignore[misc]
+
+    def forward(self, tokens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        if tokens.ndim != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens must be int64 ids of shape (B, T); got {tokens.dtype}, {tuple(tokens.shape)}")
+        T = tokens.shape[1]
+        if not 1 <= T <= self.cfg.max_len:
+            raise ValueError(f"sequence length T={T} must be in 1..max_len={self.cfg.max_len}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
+            low, high = int(tokens.min()), int(tokens.max())
+            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}); got {low}..{high}")
+        E = self.cfg.d_model // self.cfg.num_heads
+        cos, sin = rope_cos_sin(torch.arange(T, device=tokens.device), E, base=self.cfg.rope_base)  # (T, E)
+        x = self.embed(tokens)  # (B, T, D)
+        weights = []
+        for block in self.blocks:
+            x, w = block(x, cos, sin, need_weights)
+            weights.append(w)
+        logits = self.unembed(self.ln_f(x))  # (B, T, V)
+        return logits, (torch.stack(weights) if need_weights else None)  # (L, B, H, T, T)
+
+    @torch.no_grad()
+    def generate(self, prompt: str, new_tokens: int, generator: torch.Generator, temperature: float = 1.0) -> str:
+        """Sample ``new_tokens`` bytes after ``prompt`` (the last ``max_len`` bytes as context)."""
+        ids = encode(prompt)
+        for _ in range(new_tokens):
+            logits, _ = self(ids[-self.cfg.max_len :][None])
+            probs = torch.softmax(logits[0, -1] / temperature, dim=-1)  # (V,)
+            ids = torch.cat([ids, torch.multinomial(probs, 1, generator=generator)])
+        return decode(ids)
+
+    def save(
+        self, path: str | Path, metadata: dict[str, str] | None = None, dtype: torch.dtype = torch.float16
+    ) -> None:
+        """Write the weights (as ``dtype``) and the config (JSON metadata) to a safetensors file."""
+        from safetensors.torch import save_file
+
+        meta = {"config": json.dumps(asdict(self.cfg), sort_keys=True), **(metadata or {})}
+        state = {k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TextGPT:
+        """Read a file written by :meth:`save` into a float32 model in eval mode."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        model = cls(TextConfig(**json.loads(meta["config"])))
+        model.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
+        return model.eval()
+
+
+def load_text_model(path: str | Path | None = None) -> TextGPT:
+    """The committed text model (``make train-text`` regenerates it), or the one at ``path``."""
+    if path is not None:
+        return TextGPT.load(path)
+    with resources.as_file(artifact(TEXT_CHECKPOINT)) as file:
+        return TextGPT.load(file)
+
+
+def read_text_log() -> dict[str, Any]:
+    """The committed training log: settings, corpus, losses, samples and the attention snapshots."""
+    log: dict[str, Any] = read_artifact_json(TEXT_LOG)
+    return log
+
+
+def text_loss(model: TextGPT, windows: Tensor) -> Tensor:
+    """Per-position cross-entropy (nats) of predicting ``windows[:, t + 1]`` from ``windows[:, :t + 1]``.
+
+    Shapes:
+        windows: ``(B, T + 1)``; returns ``(B, T)``.
+    """
+    logits, _ = model(windows[:, :-1])  # (B, T, V)
+    loss: Tensor = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")  # (B, T)
+    return loss
+
+
+def split_corpus(data: Tensor, val_fraction: float) -> tuple[Tensor, Tensor]:
+    """The training bytes and the validation bytes (the corpus's last ``val_fraction``).
+
+    Shapes:
+        data: ``(N,)``; returns ``(N - V,)`` and ``(V,)``.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1); got {val_fraction!r}")
+    cut = int(len(data) * (1 - val_fraction))
+    return data[:cut], data[cut:]
+
+
+def spaced_windows(data: Tensor, count: int, length: int) -> Tensor:
+    """``count`` windows of ``length`` bytes at evenly spaced starts (the fixed validation batch).
+
+    Shapes:
+        data: ``(N,)``; returns ``(count, length)``.
+    """
+    starts = torch.linspace(0, len(data) - length - 1, count).long()
+    return torch.stack([data[s : s + length] for s in starts.tolist()])
+
+
+def probe_texts(data: Tensor, count: int, n: int) -> Tensor:
+    """The head-score probe: ``count`` evenly spaced texts of ``n`` bytes, each written twice.
+
+    Shapes:
+        data: ``(N,)``; returns ``(count, 2 n)``.
+    """
+    starts = torch.linspace(0, len(data) - n - 1, count).long()
+    return repeated_text(data, starts, n)
+
+
+def repeated_text(data: Tensor, starts: Tensor, n: int) -> Tensor:
+    """Windows of ``n`` bytes of text, each followed by the same ``n`` bytes again.
+
+    Shapes:
+        data: ``(N,)``; starts: ``(B,)``; returns ``(B, 2 n)``.
+    """
+    first = torch.stack([data[s : s + n] for s in starts.tolist()])  # (B, n)
+    return torch.cat([first, first], dim=1)  # (B, 2n)
+
+
+@torch.no_grad()
+def text_head_scores(model: TextGPT, probe: Tensor) -> dict[str, Tensor]:
+    """Per-head scores and repeat losses on ``probe``, ``B`` texts of ``n`` bytes each written twice.
+
+    Returns:
+        ``previous`` (weight on the position before), ``prefix matching`` (weight on the byte after the
+        earlier occurrence, queries in the second copy), ``first token`` (weight on position 0, queries
+        from 8 on), each ``(L, H)``; ``loss first copy`` and ``loss second copy`` (mean nats per byte
+        predicted inside each copy, scalars).
+    """
+    from .heads import prefix_matching_score, previous_token_score
+    from .long_context import first_token_mass
+
+    n = probe.shape[1] // 2
+    logits, w = model(probe, need_weights=True)  # (B, 2n, V), (L, B, H, 2n, 2n)
+    assert w is not None
+    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (B, 2n-1)
+    return {
+        "previous": previous_token_score(w).mean(1),  # (L, H)
+        "prefix matching": prefix_matching_score(w, n).mean(1),  # (L, H)
+        "first token": first_token_mass(w, from_query=8),  # (L, H)
+        "loss first copy": loss[:, : n - 1].mean(),  # predicting bytes 1..n-1 of the first copy
+        "loss second copy": loss[:, n:].mean(),  # predicting bytes 1..n-1 of the second copy
+    }
