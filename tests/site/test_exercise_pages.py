@@ -33,7 +33,8 @@ from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS  # noqa: E402
 
 PAGES = ["practice/exercises.md", *exercise_pages.PAGES]
 _BLOCK = re.compile(
-    r'<div class="(?:language-\w+ )?(?P<kind>[\w-]*) ?highlight(?: result)?">(?:<span class="filename">(?P<title>[^<]*)</span>)?'
+    r'<div class="(?:language-\w+ )?(?P<kind>[\w-]*) ?highlight(?: result)?">'
+    r'(?:<span class="filename">(?P<title>[^<]*)</span>)?'
     r"<pre>.*?<code>(?P<code>.*?)</code></pre></div>", re.S,
 )
 RUN = r"""
