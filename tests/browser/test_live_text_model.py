@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 
 import pytest
 import torch
-from browser_support import ROOT, SITE, Watch, goto, open_context, site_pages
+from browser_support import ROOT, SITE, goto, open_context, site_pages
 
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_text_model as ltm
@@ -173,8 +173,12 @@ def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: s
     before = widget_state(page)
     # The first-block head whose removal changes PyTorch's greedy text most (the second block reads its output).
     plain, _ = greedy(model, text, ltm.GENERATE_BYTES, [])
-    head = max((f"L0H{h}" for h in range(model.cfg.num_heads)),
-               key=lambda name: sum(a != b for a, b in zip(plain, greedy(model, text, ltm.GENERATE_BYTES, [name])[0])))
+    head = max(
+        (f"L0H{h}" for h in range(model.cfg.num_heads)),
+        key=lambda name: sum(
+            a != b for a, b in zip(plain, greedy(model, text, ltm.GENERATE_BYTES, [name])[0], strict=True)
+        ),
+    )
     box = page.locator(f".ltm-heads input[data-head='{head}']")
     box.focus()
     page.keyboard.press("Space")
@@ -185,7 +189,7 @@ def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: s
     assert after["map"] != before["map"]  # layer 1 reads what layer 0 wrote
     expected, margin = greedy(model, text, ltm.GENERATE_BYTES, [head])
     if margin > ltm.PROB_ATOL:
-        assert after["generated"] == decode(encode(text).tolist() + expected)[len(text):]
+        assert after["generated"] == decode(encode(text).tolist() + expected)[len(text) :]
     probs, _ = reference(model, text, [head])
     top = probs[-1].topk(ltm.TOP_K)
     shown = [float(b.split()[-1].rstrip("%")) for b in page.locator(".ltm-p").all_inner_texts()]
@@ -197,7 +201,9 @@ def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: s
 
 def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) -> None:
     state = {"text": "héllo wörld", "off": "L0H1,L1H3", "mode": "sample", "temp": "0.5", "seed": "42"}
-    context, watch = open_context(browser, server, viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True)
+    context, watch = open_context(
+        browser, server, viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True
+    )
     origin = server.split("/", 3)[:3]
     requests: list[str] = []
     try:
@@ -213,12 +219,12 @@ def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) ->
             assert page.locator(".ltm-temp").input_value() == "0.5"
             assert page.locator(".ltm-seed").input_value() == "42"
             expected = page.evaluate(
-                "t => window.liveTextModel.generate(t, %d, ['L0H1', 'L1H3'], 0.5, 42).text" % ltm.GENERATE_BYTES,
+                f"t => window.liveTextModel.generate(t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 42).text",
                 state["text"],
             )
             assert page.locator(".ltm-prompt").inner_text() + page.locator(".ltm-generated").inner_text() == expected
             other = page.evaluate(
-                "t => window.liveTextModel.generate(t, %d, ['L0H1', 'L1H3'], 0.5, 43).text" % ltm.GENERATE_BYTES,
+                f"t => window.liveTextModel.generate(t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 43).text",
                 state["text"],
             )
             assert other != expected  # the seed matters

@@ -153,5 +153,6 @@ def main() -> None:
             print(f"{name:14} median {ms:7.2f} ms  ({verdict} the {BUDGET_MS:.0f} ms budget)")
         print(f"wrote {out.relative_to(ROOT)}")
 
+
 if __name__ == "__main__":
     main()

@@ -113,7 +113,7 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
     cfg = load_text_model().cfg
     if len(default_text.encode()) > MAX_TEXT_BYTES:
         raise ValueError(f"the default text has {len(default_text.encode())} bytes; at most {MAX_TEXT_BYTES}")
-    if MAX_TEXT_BYTES + GENERATE_BYTES > cfg.max_len:
+    if cfg.max_len < MAX_TEXT_BYTES + GENERATE_BYTES:
         raise ValueError(f"{MAX_TEXT_BYTES} + {GENERATE_BYTES} bytes do not fit the context of {cfg.max_len}")
     e = html.escape
     data = {"default_text": default_text, "max_text_bytes": MAX_TEXT_BYTES, "generate": GENERATE_BYTES, "top": TOP_K}
