@@ -12,6 +12,15 @@ Playwright; inside the page, round-robin (one of each in turn, repeated), it tim
 The goal for each is under 16 ms, one frame at 60 Hz. It writes docs/_data/bench/live_model.json (shown on
 the Benchmarks page at the next build) and prints the medians.
 
+Then it opens "The text model, live" (practice/live-text-model/) and times, each repeat in turn:
+
+* ``per_token_64``: writing 64 bytes greedily after a short prompt (``window.liveTextModel.bench``: one
+  position of the byte-level GPT per byte, its KV cache kept), the time per byte; the goal is 16 ms;
+* ``text_update``: the widget's whole update after the reader types (the typed text run, 64 bytes written,
+  bars and maps drawn, and the layout that follows).
+
+It writes docs/_data/bench/live_text_model.json.
+
     python tools/bench/bench_live_model.py            # needs a built site/ (make build)
     python tools/bench/bench_live_model.py --repeats 50
 """
@@ -35,6 +44,9 @@ from browser_support import BASE_PATH, CHROMIUM_ARGS, SITE, SiteHandler, chromiu
 
 OUT = ROOT / "docs" / "_data" / "bench" / "live_model.json"
 PAGE = "practice/live-model/"
+TEXT_OUT = ROOT / "docs" / "_data" / "bench" / "live_text_model.json"
+TEXT_PAGE = "practice/live-text-model/"
+TEXT_TOKENS = 64
 BUDGET_MS = 16.0
 
 _MEASURE = """async ([repeats, warmup]) => {
@@ -61,17 +73,36 @@ _MEASURE = """async ([repeats, warmup]) => {
 }"""
 
 
+_MEASURE_TEXT = """async ([repeats, warmup, n]) => {
+  await window.liveTextModel.ready;
+  const input = document.querySelector('.ltm-text');
+  const prompts = ['Multi-head attention', 'The query looks at every key.'];
+  const times = {per_token_64: [], text_update: []};
+  for (let i = 0; i < warmup + repeats; i++) {
+    const perToken = window.liveTextModel.bench(prompts[0], n);
+    input.value = prompts[i % 2];
+    const t0 = performance.now();
+    input.dispatchEvent(new Event('input', {bubbles: true}));
+    void document.body.offsetHeight;  // include the layout the update causes
+    const update = performance.now() - t0;
+    if (i >= warmup) { times.per_token_64.push(perToken); times.text_update.push(update); }
+  }
+  if (document.querySelector('.ltm-generated').textContent === '') throw new Error('the widget wrote nothing');
+  return {times, T: n};
+}"""
+
+
 def median(xs: list[float]) -> float:
     s = sorted(xs)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def measure(repeats: int, warmup: int) -> dict[str, Any]:
+def measure(repeats: int, warmup: int, page_path: str = PAGE, script: str = _MEASURE) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    if not (SITE / PAGE / "index.html").exists():
-        raise SystemExit(f"{SITE / PAGE} is not built: run `make build` first")
+    if not (SITE / page_path / "index.html").exists():
+        raise SystemExit(f"{SITE / page_path} is not built: run `make build` first")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SiteHandler, directory=str(SITE)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}{BASE_PATH}"
@@ -80,8 +111,9 @@ def measure(repeats: int, warmup: int) -> dict[str, Any]:
             browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             context, watch = open_context(browser, base, viewport={"width": 1280, "height": 800})
             page = context.new_page()
-            page.goto(base + PAGE, wait_until="networkidle")
-            result: dict[str, Any] = page.evaluate(_MEASURE, [repeats, warmup])
+            page.goto(base + page_path, wait_until="networkidle")
+            args = [repeats, warmup] if script is _MEASURE else [repeats, warmup, TEXT_TOKENS]
+            result: dict[str, Any] = page.evaluate(script, args)
             version = browser.version
             browser.close()
             if watch.problems():
@@ -97,27 +129,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
-    load_before = os.getloadavg()[0]
-    raw = measure(args.repeats, args.warmup)
-    medians = {k: round(median(v), 3) for k, v in raw["times"].items()}
-    report = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_average_at_start": round(load_before, 2),
-            "python": platform.python_version(),
-            "chromium": raw["browser_version"],
-        },
-        "config": {"tokens": raw["T"], "repeats": args.repeats, "warmup": args.warmup},
-        "budget_ms": BUDGET_MS,
-        "median_ms": medians,
-        "max_ms": {k: round(max(v), 3) for k, v in raw["times"].items()},
-        "ratio_to_budget": {k: round(v / BUDGET_MS, 3) for k, v in medians.items()},
-    }
-    OUT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    for name, ms in medians.items():
-        verdict = "within" if ms < BUDGET_MS else "OVER"
-        print(f"{name:14} median {ms:7.2f} ms  ({verdict} the {BUDGET_MS:.0f} ms budget)")
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    for out, page_path, script in ((OUT, PAGE, _MEASURE), (TEXT_OUT, TEXT_PAGE, _MEASURE_TEXT)):
+        load_before = os.getloadavg()[0]
+        raw = measure(args.repeats, args.warmup, page_path, script)
+        medians = {k: round(median(v), 3) for k, v in raw["times"].items()}
+        report = {
+            "machine": {
+                "cpus": os.cpu_count(),
+                "load_average_at_start": round(load_before, 2),
+                "python": platform.python_version(),
+                "chromium": raw["browser_version"],
+            },
+            "page": page_path,
+            "config": {"tokens": raw["T"], "repeats": args.repeats, "warmup": args.warmup},
+            "budget_ms": BUDGET_MS,
+            "median_ms": medians,
+            "max_ms": {k: round(max(v), 3) for k, v in raw["times"].items()},
+            "ratio_to_budget": {k: round(v / BUDGET_MS, 3) for k, v in medians.items()},
+        }
+        out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        for name, ms in medians.items():
+            verdict = "within" if ms < BUDGET_MS else "OVER"
+            print(f"{name:14} median {ms:7.2f} ms  ({verdict} the {BUDGET_MS:.0f} ms budget)")
+        print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
-from browser_support import BASE_PATH, SITE, SiteHandler, chromium_path, site_pages  # noqa: E402
+from browser_support import BASE_PATH, SITE, SiteHandler, chromium_path, site_pages, site_url  # noqa: E402
 
 OUT = ROOT / "docs" / "_data" / "bench" / "site.json"
 LIGHTHOUSE = ROOT / "node_modules" / ".bin" / "lighthouse"
@@ -101,7 +101,9 @@ def build_yardstick(dest: Path) -> Path:
         "yardstick against which the site's pages are measured in the same run.\n",
         encoding="utf-8",
     )
-    stock = {"site_name": "Yardstick", "site_url": config["site_url"], "theme": config["theme"], "plugins": ["search"]}
+    # mkdocs.yml names no site_url (site_links.py resolves it at build): the built site's own address, same sub-path
+    url = config.get("site_url") or site_url()
+    stock = {"site_name": "Yardstick", "site_url": url, "theme": config["theme"], "plugins": ["search"]}
     (dest / "mkdocs.yml").write_text(json.dumps(stock), encoding="utf-8")
     subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(dest / "site")],

@@ -1,0 +1,250 @@
+"""The text model page (docs/practice/live-text-model.md): the byte-level GPT running in the browser.
+
+The reference is PyTorch through ``lessons_src`` (``load_text_model``: the committed float16 weights as
+float32, ``ablate_heads`` for switched-off heads), computed here at test time; the page ships no reference
+numbers. The page computes in float64 on the same float16 weights, so the two agree to within
+``live_text_model.PROB_ATOL`` (the tolerance the page prints):
+
+* the tokenizer: the page's bytes are Python's ``text.encode()`` (non-ASCII included), and its decoding of
+  invalid UTF-8 is Python's ``errors="replace"``;
+* next-byte probabilities and attention weights at every position, with and without switched-off heads;
+* greedy writing equals PyTorch's wherever each step's two likeliest bytes are more than the tolerance apart;
+* the widget: a head switched off by keyboard changes the bars, the written text and its map, as PyTorch does;
+  the whole state (text, heads off, mode, temperature, seed) comes back from the URL, on reload too, at 375 px,
+  with no request leaving the site.
+
+One page load serves each group of checks (a module-scoped page for the model-level ones).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+import torch
+from browser_support import ROOT, SITE, goto, open_context, site_pages
+
+sys.path.insert(0, str(ROOT / "tools" / "site_build"))
+import live_text_model as ltm
+
+from lessons_src.lab.heads import ablate_heads
+from lessons_src.lab.text_model import decode, encode, load_text_model
+
+PATH = "practice/live-text-model/"
+TEXTS = [
+    "Multi-head attention",
+    "The query looks at every key.",
+    "héllo wörld, naïve café",
+    "日本語のテキスト",
+    "emoji 🙂 and €100 — «quotes»",
+    "tab\tand\nnewline",
+]
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    return load_text_model()
+
+
+@pytest.fixture(scope="module")
+def live(browser: Any, server: str) -> Any:
+    """One desktop page with the model loaded, shared by the model-level checks."""
+    context, watch = open_context(browser, server, viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    goto(page, server + PATH)
+    page.evaluate("() => window.liveTextModel.ready")
+    yield page
+    problems = watch.problems()
+    context.close()
+    assert problems == {}, f"the browser reported problems: {problems}"
+
+
+def keep_for(model: Any, off: list[str]) -> torch.Tensor:
+    keep = torch.ones(model.cfg.num_layers, model.cfg.num_heads)
+    for name in off:
+        layer, head = (int(v) for v in name[1:].split("H"))
+        keep[layer, head] = 0.0
+    return keep
+
+
+def reference(model: Any, text: str, off: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's next-byte probabilities (T, 256) and attention weights (L, H, T, T), heads ``off`` ablated."""
+    with torch.no_grad(), ablate_heads(model.attentions, keep_for(model, off)):
+        logits, weights = model(encode(text)[None], need_weights=True)
+    assert weights is not None
+    return torch.softmax(logits[0].double(), dim=-1), weights[:, 0].double()
+
+
+def greedy(model: Any, text: str, n: int, off: list[str]) -> tuple[list[int], float]:
+    """PyTorch's greedy bytes after ``text`` and the smallest top-2 probability margin over the steps."""
+    ids, margin = encode(text), float("inf")
+    with torch.no_grad(), ablate_heads(model.attentions, keep_for(model, off)):
+        for _ in range(n):
+            logits, _ = model(ids[-model.cfg.max_len :][None])
+            top = torch.softmax(logits[0, -1].double(), dim=-1).topk(2)
+            margin = min(margin, float(top.values[0] - top.values[1]))
+            ids = torch.cat([ids, top.indices[:1]])
+    return ids[len(encode(text)) :].tolist(), margin
+
+
+def test_the_page_is_in_the_site_and_its_weights_are_the_checkpoint() -> None:
+    """The exported file is the committed float16 tensors, byte for byte, under a content-hashed name."""
+    from safetensors.torch import load_file
+
+    from lessons_src.lab import artifact
+
+    assert PATH in site_pages()
+    stem = ltm.export()[2]
+    data = (SITE / ltm.MODEL_DIR / f"{stem}.bin").read_bytes()
+    with __import__("importlib").resources.as_file(artifact("text_model.safetensors")) as file:
+        stored = load_file(str(file))
+    expected = b"".join(stored[name].numpy().astype("<f2").tobytes() for name in load_text_model().state_dict())
+    assert data == expected
+    assert f"{stem}.json" in (SITE / PATH / "index.html").read_text(encoding="utf-8")
+
+
+def test_tokenizer_equals_python(live: Any) -> None:
+    for text in TEXTS:
+        assert live.evaluate("t => window.liveTextModel.encode(t)", text) == list(text.encode("utf-8")), text
+    # Invalid UTF-8 decodes as Python's errors="replace" does (U+FFFD per maximal invalid part).
+    for raw in ([0xC3], [0xFF, 0x41], [0xE2, 0x82], [0x41, 0xE2, 0x82, 0xAC, 0xF0, 0x9F], [0xED, 0xA0, 0x80]):
+        assert live.evaluate("b => window.liveTextModel.decode(b)", raw) == decode(raw), raw
+
+
+CASES = [
+    ("Multi-head attention", []),
+    ("The query looks at every key. The query looks at every key.", []),
+    ("The query looks at every key. The query looks at every key.", ["L1H0", "L1H1", "L1H2", "L1H3"]),
+    ("héllo wörld, naïve café", ["L0H1"]),
+    ("emoji 🙂 and €100 — «quotes»", ["L0H0", "L0H3", "L1H2"]),
+    ("x", ["L0H0", "L0H1", "L0H2", "L0H3", "L1H0", "L1H1", "L1H2", "L1H3"]),
+    ("a" * ltm.MAX_TEXT_BYTES, []),
+]
+
+
+def test_probabilities_and_attention_equal_pytorch(live: Any, model: Any) -> None:
+    worst = 0.0
+    for text, off in CASES:
+        got = live.evaluate("([t, off]) => window.liveTextModel.run(t, off)", [text, off])
+        probs, weights = reference(model, text, off)
+        torch.testing.assert_close(torch.tensor(got["probs"], dtype=torch.float64), probs, atol=ltm.PROB_ATOL, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(got["attention"], dtype=torch.float64), weights, atol=ltm.PROB_ATOL, rtol=0
+        )
+        worst = max(worst, float((torch.tensor(got["probs"], dtype=torch.float64) - probs).abs().max()))
+    assert worst > 0  # the comparison is of two computations, not of a copy
+    # Switching heads off changes the probabilities (the comparison above is not vacuous).
+    on = live.evaluate("t => window.liveTextModel.run(t, [])", CASES[1][0])["probs"]
+    off = live.evaluate("([t, o]) => window.liveTextModel.run(t, o)", list(CASES[2]))["probs"]
+    assert on != off
+
+
+def test_greedy_text_equals_pytorch(live: Any, model: Any) -> None:
+    checked = 0
+    n = ltm.GENERATE_BYTES
+    for text, off in CASES[:5]:
+        expected, margin = greedy(model, text, n, off)
+        got = live.evaluate("([t, n, off]) => window.liveTextModel.generate(t, n, off, 0, 1)", [text, n, off])
+        if margin > ltm.PROB_ATOL:  # every step's choice is beyond the tolerance: the bytes must agree
+            assert got["bytes"] == expected, (text, off, decode(got["bytes"]), decode(expected))
+            assert got["text"] == decode(encode(text).tolist() + expected)
+            checked += 1
+    assert checked >= 4, f"only {checked} cases had a top-2 margin above {ltm.PROB_ATOL} at every step"
+
+
+def widget_state(page: Any) -> dict[str, Any]:
+    return page.evaluate(
+        """() => ({
+          bars: Array.from(document.querySelectorAll('.ltm-bar')).map(b => b.textContent),
+          generated: document.querySelector('.ltm-generated').textContent,
+          map: (() => { const c = document.querySelector('.ltm-maps canvas[data-head="L1H0"]');
+                        return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data).join(); })(),
+          search: location.search,
+        })"""
+    )
+
+
+def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: str, model: Any) -> None:
+    text = "The query looks at every key. The query looks at every key."
+    goto(page, server + PATH + "?" + urlencode({"text": text}))
+    page.evaluate("() => window.liveTextModel.ready")
+    before = widget_state(page)
+    # The first-block head whose removal changes PyTorch's greedy text most (the second block reads its output).
+    plain, _ = greedy(model, text, ltm.GENERATE_BYTES, [])
+    head = max(
+        (f"L0H{h}" for h in range(model.cfg.num_heads)),
+        key=lambda name: sum(
+            a != b for a, b in zip(plain, greedy(model, text, ltm.GENERATE_BYTES, [name])[0], strict=True)
+        ),
+    )
+    box = page.locator(f".ltm-heads input[data-head='{head}']")
+    box.focus()
+    page.keyboard.press("Space")
+    assert not box.is_checked()
+    after = widget_state(page)
+    assert after["bars"] != before["bars"]
+    assert after["generated"] != before["generated"]
+    assert after["map"] != before["map"]  # layer 1 reads what layer 0 wrote
+    expected, margin = greedy(model, text, ltm.GENERATE_BYTES, [head])
+    if margin > ltm.PROB_ATOL:
+        assert after["generated"] == decode(encode(text).tolist() + expected)[len(text) :]
+    probs, _ = reference(model, text, [head])
+    top = probs[-1].topk(ltm.TOP_K)
+    shown = [float(b.split()[-1].rstrip("%")) for b in page.locator(".ltm-p").all_inner_texts()]
+    assert shown == pytest.approx([round(100 * float(p), 1) for p in top.values], abs=0.051)
+    page.wait_for_function("h => new URLSearchParams(location.search).get('off') === h", arg=head)
+    page.locator(".ltm-restore").click()
+    assert widget_state(page)["generated"] == before["generated"]
+
+
+def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) -> None:
+    state = {"text": "héllo wörld", "off": "L0H1,L1H3", "mode": "sample", "temp": "0.5", "seed": "42"}
+    context, watch = open_context(
+        browser, server, viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True
+    )
+    origin = server.split("/", 3)[:3]
+    requests: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        goto(page, server + PATH + "?" + urlencode(state))
+        page.evaluate("() => window.liveTextModel.ready")
+        for attempt in ("load", "reload"):
+            assert page.locator(".ltm-text").input_value() == state["text"], attempt
+            off = page.locator(".ltm-heads input:not(:checked)").evaluate_all("els => els.map(e => e.dataset.head)")
+            assert sorted(off) == ["L0H1", "L1H3"], attempt
+            assert page.locator("input[name=ltm-mode][value=sample]").is_checked(), attempt
+            assert page.locator(".ltm-temp").input_value() == "0.5"
+            assert page.locator(".ltm-seed").input_value() == "42"
+            expected = page.evaluate(
+                f"t => window.liveTextModel.generate(t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 42).text",
+                state["text"],
+            )
+            assert page.locator(".ltm-prompt").inner_text() + page.locator(".ltm-generated").inner_text() == expected
+            other = page.evaluate(
+                f"t => window.liveTextModel.generate(t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 43).text",
+                state["text"],
+            )
+            assert other != expected  # the seed matters
+            widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert widths[0] <= widths[1], f"the page scrolls sideways at 375 px: {widths}"
+            page.wait_for_function("() => new URLSearchParams(location.search).get('seed') === '42'")
+            page.reload()
+            page.evaluate("() => window.liveTextModel.ready")
+        leaving = [u for u in requests if u.split("/", 3)[:3] != origin and not u.startswith("data:")]
+        assert leaving == [], f"requests left the site: {leaving}"
+        assert watch.problems() == {}
+    finally:
+        context.close()
+
+
+def test_bad_input_gets_a_message(live: Any) -> None:
+    live.locator(".ltm-text").fill("")
+    assert "empty" in live.locator(".ltm-message").inner_text()
+    live.locator(".ltm-text").fill("é" * ltm.MAX_TEXT_BYTES)
+    message = live.locator(".ltm-message").inner_text()
+    assert f"{2 * ltm.MAX_TEXT_BYTES} bytes" in message and f"at most {ltm.MAX_TEXT_BYTES}" in message
+    live.locator(".ltm-text").fill("ok")
+    assert "2 bytes" in live.locator(".ltm-message").inner_text()
