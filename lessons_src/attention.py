@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention.bias import causal_lower_right
 
 from .masks import causal_mask, check_mask, check_window, combine_masks
 
@@ -258,6 +257,10 @@ def sdpa_attention(
         elif T == S:
             flag, bias = True, None
         else:  # T < S: queries are the last T of S positions
+            # imported here, not at the top: the module loads torch._dynamo, which doubles the time it takes
+            # to import lessons_src (every snippet, worker process and build pays it)
+            from torch.nn.attention.bias import causal_lower_right
+
             flag, bias = False, causal_lower_right(T, S)
         if K == H or flag:
             y = F.scaled_dot_product_attention(
