@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from browser_support import ROOT, Watch, goto, open_context, page_file, site_pages
+from browser_support import ROOT, Watch, goto, open_context, page_file, pages_with, site_pages
 from views import View, per_page
 
 if TYPE_CHECKING:
@@ -95,11 +95,9 @@ def test_no_sideways_scroll(view: View) -> None:
     assert max(widths["doc"], widths["body"]) <= widths["view"], f"{view.name} scrolls sideways: {widths}"
 
 
-@per_page()
+@per_page(widths=(1280,))
 def test_axe_clean(view: View) -> None:
-    """No serious or critical axe-core violation in the light scheme; the phone layout differs (drawer
-    navigation, footer, wrapped tables), so it is checked at both widths (colour contrast at the laptop's, where
-    it is checked in both schemes: see views.PHONE_SKIPS_RULES)."""
+    """No serious or critical axe-core violation in the light scheme (views.py says what each view checks)."""
     assert view.facts["scheme"] == "default", f"{view.name}: a light preference loaded {view.facts['scheme']}"
     violations = view.axe("light")
     assert violations == [], f"{view.name} (light): {json.dumps(violations, indent=1)}"
@@ -109,6 +107,74 @@ def test_axe_clean(view: View) -> None:
 def test_axe_clean_in_the_dark_scheme(view: View) -> None:
     violations = view.axe("dark")
     assert violations == [], f"{view.name} (dark): {json.dumps(violations, indent=1)}"
+
+
+def _phone_axe_pages() -> list[str]:
+    """The pages whose content a phone lays out differently in a way axe-core can see: the home page (Material's
+    phone header and navigation drawer, the same on every page) and each page with a table shown as cards."""
+    return ["", *(p for p in pages_with('data-phone="cards"') if p)]
+
+
+PHONE_AXE_PAGES = _phone_axe_pages()
+
+
+@per_page(widths=(375,), pages=PHONE_AXE_PAGES)
+def test_axe_clean_at_phone_width(view: View) -> None:
+    assert view.facts["scheme"] == "default", f"{view.name}: a light preference loaded {view.facts['scheme']}"
+    violations = view.axe("light")
+    assert violations == [], f"{view.name} (light): {json.dumps(violations, indent=1)}"
+
+
+_PRE = re.compile(r'(?:<div class="(?P<wrapper>[^"]*)">)?<pre\b.*?</pre>', re.S)
+_SPAN_CLASS = re.compile(r'<span class="([\w -]+)"')
+
+
+def code_kinds(page: str) -> set[str]:
+    """What the page's code blocks show that has a colour of its own: each highlighted token class, printed
+    results (markdown-exec's output, class ``result``), the notebook's outputs, and plain code."""
+    text = page_file(page).read_text(encoding="utf-8")
+    kinds: set[str] = set()
+    for block in _PRE.finditer(text):
+        spans = _SPAN_CLASS.findall(block.group(0))
+        kinds.update(f"token {c}" for c in spans)
+        if "result" in (block.group("wrapper") or "").split():
+            kinds.add("printed result")
+        elif not spans:
+            kinds.add("plain")
+    if "jp-OutputArea-output" in text:
+        kinds.add("notebook output")
+    return kinds
+
+
+def _code_colour_pages() -> list[str]:
+    """A few pages that together show every kind of code colour on the site (a greedy cover)."""
+    kinds = {p: code_kinds(p) for p in PAGES}
+    left, chosen = set().union(*kinds.values()), []
+    while left:
+        best = max(PAGES, key=lambda p: (len(kinds[p] & left), p))
+        chosen.append(best)
+        left -= kinds[best]
+    return chosen
+
+
+CODE_COLOUR_PAGES = _code_colour_pages()
+
+
+def test_the_code_colour_pages_show_every_kind_of_code() -> None:
+    """The pages whose code is contrast-checked cover every token class the site highlights, printed results
+    and the notebook's outputs; so the per-page checks may leave code blocks out of colour contrast."""
+    everywhere = set().union(*(code_kinds(p) for p in PAGES))
+    covered = set().union(*(code_kinds(p) for p in CODE_COLOUR_PAGES))
+    assert {"printed result", "notebook output", "token k", "token s2"} <= everywhere, sorted(everywhere)
+    assert covered == everywhere and len(CODE_COLOUR_PAGES) < len(PAGES) / 4, CODE_COLOUR_PAGES
+
+
+@per_page(widths=(1280,), pages=CODE_COLOUR_PAGES)
+def test_code_colours_have_contrast(view: View) -> None:
+    """Code blocks and printed results are legible in both schemes (checked where every kind of them appears)."""
+    for scheme in ("light", "dark"):
+        violations = view.axe_code(scheme)
+        assert violations == [], f"{view.name} ({scheme}), code: {json.dumps(violations, indent=1)}"
 
 
 @per_page(widths=(1280,))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from browser_support import AXE, Watch, goto, open_context, site_pages
+from browser_support import AXE, Watch, goto, open_context, settle, site_pages
 
 WIDTHS = (375, 1280)
 HEIGHT = {375: 667, 1280: 800}  # a small phone's screen; a laptop's
@@ -102,26 +102,46 @@ FACTS_JS = """async () => {
     return facts;
 }"""
 
-# Rules a phone-width view skips: colours do not depend on the width (tests/site/test_css.py keeps the site's own
-# stylesheets from setting a colour under a width media query), and colour contrast is half of axe's time per page.
-# The laptop view checks them in both schemes.
+# What axe-core checks in each view. The HTML of a page is the same at both widths and in both schemes: the width
+# changes the layout, the scheme only the colours. Colour contrast is most of axe's time on a page (three
+# quarters of a run, most of it on the spans of highlighted code), so each part is checked where it can differ:
+# - the laptop view, light scheme: every rule, colour contrast outside code blocks;
+# - the laptop view, dark scheme: colour contrast outside code blocks (the only rule a scheme can change);
+# - code blocks and printed results: their colours come from one stylesheet, the same on every page, so their
+#   contrast is checked in both schemes on pages that together hold every kind of highlighted token the site
+#   shows (test_pages.CODE_COLOUR_PAGES);
+# - the phone view: every rule but colour contrast (tests/site/test_css.py keeps the site's stylesheets from setting
+#   a colour under a width media query), on the pages whose content is laid out differently at that width
+#   (test_pages.PHONE_AXE_PAGES).
 PHONE_SKIPS_RULES = ("color-contrast",)
+CODE = "pre"  # code blocks, printed results and the notebook's outputs
 
 
-def run_axe(page: Any, skip_rules: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """axe-core's violations of serious or critical impact on the open page (axe injected once per page)."""
+def run_axe(
+    page: Any, skip_rules: tuple[str, ...] = (), *, only: tuple[str, ...] = (), include: str | None = None,
+    exclude: str | None = None,
+) -> list[dict[str, Any]]:
+    """axe-core's violations of serious or critical impact on the open page (axe injected once per page).
+
+    ``only`` runs just those rules; ``include``/``exclude`` (CSS selectors) limit the part of the page checked.
+    """
     if not page.evaluate("typeof window.axe === 'object'"):
         page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
     violations: list[dict[str, Any]] = page.evaluate(
-        """async (skip) => {
-            const rules = Object.fromEntries(skip.map(id => [id, {enabled: false}]));
-            const r = await axe.run(document, {resultTypes: ['violations'], rules});
+        """async ([skip, only, include, exclude]) => {
+            const options = {resultTypes: ['violations'],
+                             rules: Object.fromEntries(skip.map(id => [id, {enabled: false}]))};
+            if (only.length) options.runOnly = {type: 'rule', values: only};
+            if (include && !document.querySelector(include)) return [];
+            const context = include || exclude
+                ? {include: include ? [[include]] : [['html']], exclude: exclude ? [[exclude]] : []} : document;
+            const r = await axe.run(context, options);
             return r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
                 id: v.id, impact: v.impact, help: v.help,
                 nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ': ' + n.failureSummary),
             }));
         }""",
-        list(skip_rules),
+        [list(skip_rules), list(only), include, exclude],
     )
     return violations
 
@@ -159,27 +179,54 @@ class View:
         return f"{self.path or 'home'} at {self.width} px"
 
     @classmethod
-    def open(cls, browser: Any, server: str, key: ViewKey) -> View:
-        context, watch = open_context(
-            browser, server, viewport={"width": key.width, "height": HEIGHT[key.width]}, is_mobile=key.width < 600
-        )
-        page = context.new_page()
+    def open(cls, browser: Any, server: str, key: ViewKey, reuse: View | None = None) -> View:
+        """Load the page at the key's width: in a fresh context, or in the tab of ``reuse`` (a finished view of
+        the same width) made to look fresh: the light scheme emulated, storage cleared (colour scheme, widgets'
+        state), the old page left for a blank one and what it was still loading forgotten, then the new page."""
+        if reuse is not None and (reuse.width != key.width or reuse.page.is_closed()):
+            reuse.close()
+            reuse = None
+        if reuse is None:
+            context, watch = open_context(
+                browser, server, viewport={"width": key.width, "height": HEIGHT[key.width]}, is_mobile=key.width < 600
+            )
+            page = context.new_page()
+        else:
+            context, page, watch = reuse.context, reuse.page, reuse.watch
+            page.emulate_media(color_scheme="light")
+            settle(page)  # also lets the old page's scripts see the light preference (they store the scheme)
+            page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
+            page.goto("about:blank")  # what the old page still loads (its favicon) is cancelled here, not later
+            reuse.problems()  # and forgotten, as closing its context did
         view = cls(key, context, page, watch)
         goto(page, server + key.path)
         view.facts = page.evaluate(FACTS_JS)
         return view
 
     def axe(self, scheme: str = "light") -> list[dict[str, Any]]:
-        """axe-core's serious and critical violations in Material's light (``default``) or dark (``slate``) scheme.
+        """axe-core's serious and critical violations in Material's light (``default``) or dark (``slate``) scheme,
+        code blocks' colours aside (see the comment above PHONE_SKIPS_RULES for what each view checks).
 
         The dark scheme is reached as a reader reaches it: the system preference set to dark, and the header's
         toggle clicked (Material applies the preference at load only; loading dark is tested on its own).
-        At phone width the colour rules are left to the laptop view (see PHONE_SKIPS_RULES).
         """
         if scheme not in self._axe:
             self.set_scheme(scheme)
-            self._axe[scheme] = run_axe(self.page, PHONE_SKIPS_RULES if self.width < 600 else ())
+            if self.width < 600:
+                found = run_axe(self.page, PHONE_SKIPS_RULES)
+            else:
+                found = [] if scheme == "dark" else run_axe(self.page, ("color-contrast",))
+                found += run_axe(self.page, only=("color-contrast",), exclude=CODE)
+            self._axe[scheme] = found
         return self._axe[scheme]
+
+    def axe_code(self, scheme: str) -> list[dict[str, Any]]:
+        """Colour contrast of the page's code blocks and printed results, in the given scheme."""
+        key = f"code-{scheme}"
+        if key not in self._axe:
+            self.set_scheme(scheme)
+            self._axe[key] = run_axe(self.page, only=("color-contrast",), include=CODE)
+        return self._axe[key]
 
     def set_scheme(self, scheme: str) -> None:
         target = {"light": "default", "dark": "slate"}[scheme]
@@ -195,9 +242,10 @@ class View:
     def problems(self) -> str:
         """What the watch saw since it was last read (as JSON), and forget it: each check reports its own."""
         found = self.watch.problems()
+        text = json.dumps(found, indent=1) if found else ""
         for value in found.values():
             value.clear()
-        return json.dumps(found, indent=1) if found else ""
+        return text
 
     def close(self) -> None:
         self.context.close()
