@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "package"))
-from build_wheel import build_wheel  # noqa: E402
+from build_wheel import build_wheel, fingerprint  # noqa: E402
 
 import lessons_src  # noqa: E402
 from lessons_src.lab import ARTIFACT_FILES, DATA_FILES  # noqa: E402
@@ -130,3 +130,29 @@ def test_every_shipped_file_is_listed() -> None:
     here = ROOT / "lessons_src" / "lab"
     assert sorted(p.name for p in (here / "artifacts").iterdir()) == sorted(ARTIFACT_FILES)
     assert sorted(p.name for p in (here / "data").iterdir()) == sorted(DATA_FILES)
+
+
+def test_a_cached_wheel_is_the_built_wheel(wheel: Path, tmp_path: Path) -> None:
+    """The site build's cache gives the very bytes a build gives: the first call builds and stores, the second
+    copies; both equal an uncached build."""
+    cache = tmp_path / "cache"
+    stored = build_wheel(tmp_path / "first", epoch="1700000000", cache=cache)
+    copied = build_wheel(tmp_path / "second", epoch="1700000000", cache=cache)
+    assert stored.read_bytes() == copied.read_bytes() == wheel.read_bytes()
+    assert [p.name for p in cache.glob("*/*.whl")] == [wheel.name]
+
+
+def test_the_cache_key_changes_with_every_input(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("x = 1\n")
+    key = fingerprint(src, "1700000000")
+    assert fingerprint(src, "1700000000") == key
+    assert fingerprint(src, "1700000001") != key  # the timestamp inside the zip
+    (src / "pkg" / "a.py").write_text("x = 2\n")
+    assert fingerprint(src, "1700000000") != key  # a byte
+    changed = fingerprint(src, "1700000000")
+    (src / "pkg" / "a.py").chmod(0o755)
+    assert fingerprint(src, "1700000000") != changed  # a mode
+    (src / "pkg" / "a.py").rename(src / "pkg" / "b.py")
+    assert fingerprint(src, "1700000000") not in (key, changed)  # a name

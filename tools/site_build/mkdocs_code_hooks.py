@@ -77,7 +77,7 @@ def on_files(files: Any, config: Any, **kwargs: Any) -> Any:
     if _state["tmp"] is not None:
         _state["tmp"].cleanup()
     _state["tmp"] = tempfile.TemporaryDirectory()
-    wheel = build_wheel(Path(_state["tmp"].name))
+    wheel = build_wheel(Path(_state["tmp"].name), cache=ROOT / ".cache" / "wheels")
     site_links.WHEEL_PATH = wheel
     files.append(
         File.generated(config, f"{site_links.DOWNLOADS}/{wheel.name}", abs_src_path=str(wheel))
