@@ -120,7 +120,7 @@ def build(zensical: str, log_path: Path) -> dict[str, Any]:
     log = (proc.stdout + proc.stderr).splitlines()
     return {"exit_code": proc.returncode, "seconds": round(time.monotonic() - start, 1), "log_lines": len(log),
             "log_warnings": sum(1 for line in log if "warning" in line.lower()),
-            "log_tail": [line[:200] for line in log[-5:]]}
+            "log_tail": [line.replace(str(ROOT), ".")[:200] for line in log[-5:]]}
 
 
 def postbuild_counts(site: Path, python: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def postbuild_counts(site: Path, python: str) -> dict[str, Any]:
     pages = [p.read_text(encoding="utf-8") for p in copy.rglob("*.html")]
     return {
         "exit_code": proc.returncode,
-        "message": (proc.stdout + proc.stderr).strip()[-500:],
+        "message": (proc.stdout + proc.stderr).strip().replace(str(ROOT), ".")[-500:],
         "formulas_typeset": sum(len(re.findall(r'<(?:span|div) class="math"', p)) for p in pages),
         "formulas_left": sum(p.count('class="arithmatex"') for p in pages),
         "figures_moved_to_files": sum(p.count("<picture>") for p in pages),
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     version = subprocess.run([args.zensical, "--version"], capture_output=True, text=True, check=True).stdout.strip()
     log_path = ROOT / ".cache" / "zensical-build.log"
     if args.reuse_build:
-        run = json.loads(args.out.read_text(encoding="utf-8"))["build"]
+        run = json.loads(args.out.read_text(encoding="utf-8").replace(str(ROOT), "."))["build"]
     else:
         run = build(args.zensical, log_path)
     site = ROOT / SITE
