@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -41,6 +41,41 @@ serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0
 
 build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
 	$(BIN)/mkdocs build --strict --clean --site-dir site
+
+# The post-build step alone (mkdocs build runs it as its last hook): math, figures, accessibility and loading
+# fixes, unused assets, over any built site. SITE_DIR: the folder (site/ unless given).
+SITE_DIR ?= site
+postbuild: $(DEPS) $(NODE_DEPS) ## Run the generator-independent post-build step alone over SITE_DIR (default site/)
+	$(BIN)/python tools/site_build/postbuild.py $(SITE_DIR)
+
+# Other generators, each in its own environment: requirements.txt without MkDocs (and ProperDocs), installed
+# with --no-deps since every version is pinned there, plus the generator's pins in tools/generators/<name>.txt.
+.venv-%/.installed: requirements.txt pyproject.toml tools/generators/%.txt
+	rm -rf .venv-$* && $(PYTHON) -m venv .venv-$*
+	{ grep -v -E '^(mkdocs|mkdocs-get-deps|properdocs)==' requirements.txt; cat tools/generators/$*.txt; } \
+		> .venv-$*/requirements.txt
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet --no-deps -r .venv-$*/requirements.txt
+	.venv-$*/bin/python -m pip install --quiet --no-deps -e .
+	@touch $@
+
+# The whole site under ProperDocs, with MkDocs not installed, compared file by file with site/ (build it first):
+# the differences go to docs/_data/generators/properdocs.json, explained in tools/README.md.
+PROPERDOCS_SITE := .cache/site-properdocs
+build-properdocs: .venv-properdocs/.installed $(DEPS) $(NODE_DEPS) ## Build the site with ProperDocs in its own env, diffed with site/ (after make build)
+	@[ -f site/index.html ] || { echo "build-properdocs compares with site/: run make build first" >&2; exit 2; }
+	rm -rf $(PROPERDOCS_SITE)
+	.venv-properdocs/bin/properdocs build --strict --quiet -f mkdocs.yml --site-dir $(PROPERDOCS_SITE)
+	$(BIN)/python tools/generators/compare_sites.py site $(PROPERDOCS_SITE) \
+		--generator "ProperDocs $$(.venv-properdocs/bin/python -c 'import importlib.metadata as m; print(m.version("properdocs"))')" \
+		--out docs/_data/generators/properdocs.json
+
+# The Zensical canary: the site built by the pinned Zensical in its own environment, and what survives (pages,
+# executed blocks, figures, math, practice widgets) counted in its HTML against site/ (build it first).
+canary-zensical: .venv-zensical/.installed $(DEPS) $(NODE_DEPS) ## Build the site with Zensical (pinned, own env); report what survives (after make build)
+	@[ -f site/index.html ] || { echo "canary-zensical compares with site/: run make build first" >&2; exit 2; }
+	$(BIN)/python tools/generators/zensical_canary.py --zensical .venv-zensical/bin/zensical \
+		--out docs/_data/generators/zensical.json
 
 # The second, independent build that tests/site/test_reproducible.py compares with site/ byte for byte. `make test`
 # builds it beside site/ and passes it on (SITE_AGAIN_READY); a `make site-check` of its own builds it in the test.
@@ -165,5 +200,5 @@ clean: ## Remove build outputs (site/, caches)
 	rm -rf site .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +
 
-distclean: clean ## Also remove .venv and node_modules
-	rm -rf $(VENV) node_modules
+distclean: clean ## Also remove .venv, the other generators' environments and node_modules
+	rm -rf $(VENV) .venv-properdocs .venv-zensical node_modules

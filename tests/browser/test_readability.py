@@ -1,6 +1,6 @@
 """What a reader sees without zooming or scrolling sideways, on every page at 375 and 1280 px (issue 30).
 
-- Printed results fit: markdown-exec's output blocks carry the class ``result`` (tools/site_build/mkdocs_hooks.py
+- Printed results fit: markdown-exec's output blocks carry the class ``result`` (tools/site_build/readable.py
   marks them), and none is wider than its box, so none scrolls sideways. A block of plain, unhighlighted text
   without that class is printed output the build failed to mark, and fails too.
 - Tables fit the phone: no table is wider than its wrapper at 375 px (a wide one gets a phone form: one card

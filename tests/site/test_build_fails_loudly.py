@@ -57,11 +57,15 @@ def notebook(source: str) -> str:
     return json.dumps(nb)
 
 
-def build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def build(
+    tmp_path: Path, pages: dict[str, str], generator: str = "mkdocs", env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Build `pages` (name -> text) with the site's mkdocs.yml; return the finished `mkdocs build` process.
 
     The tiny project's mkdocs.yml INHERITs the site's, so it has the same theme, plugins, extensions and
     strictness; only the pages (docs_dir, nav), the output folder and the hooks' paths are its own.
+    ``generator``: the module that builds it (``mkdocs``, or ``properdocs``: tests/site/test_generators.py);
+    ``env_extra``: variables added to the build's environment.
     """
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "docs" / "assets", docs / "assets")
@@ -76,9 +80,9 @@ def build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedProcess[
         "hooks": [str(ROOT / hook) for hook in hooks],
     }
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg", **(env_extra or {})}
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
+        [sys.executable, "-m", generator, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -87,7 +87,7 @@ def test_math_is_rendered_at_build_time() -> None:
     html = (SITE / "index.html").read_text(encoding="utf-8")
     assert 'class="katex-display"' in html and "<math" in html
     assert 'class="arithmatex"' not in html  # nothing left for a client-side renderer
-    # KaTeX's stylesheet is inline on the pages with math (tools/site_build/mkdocs_quality_hooks.py)
+    # KaTeX's stylesheet is inline on the pages with math (tools/site_build/page_fixes.py, in the post-build step)
     style = re.search(r"<style>(.*?)</style>", html, re.S)
     assert style is not None and ".katex" in style.group(1)
     fonts = set(re.findall(r"url\(([^)]+\.woff2)\)", style.group(1)))

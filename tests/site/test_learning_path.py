@@ -186,6 +186,12 @@ def test_lesson_shows_its_reading_time(src: str) -> None:
 def test_reading_time_counts_prose_only() -> None:
     page = "<h1>T</h1><p>one two three</p><pre><code>x = 1 + 2</code></pre><svg><text>a b</text></svg>"
     assert reading_time.count_words(page) == 4
+    # typeset math is left out whole: KaTeX nests spans deeper than any fixed closing sequence (a formula with an
+    # operator draws one "base" span per side), and the old pattern let the second side's letters count as words
+    formula = ('<span class="katex"><span class="katex-html"><span class="base"><span class="mord">a</span></span>'
+               '</span><span class="base"><span class="mord">b</span></span></span></span>')
+    assert reading_time.count_words(f"<p>one {formula} two</p>") == 2
+    assert reading_time.count_words('<p>one <span class="arithmatex">\\(a + b\\)</span> two</p>') == 2
     assert reading_time.reading_minutes(0) == 1 and reading_time.reading_minutes(201) == 2
     with pytest.raises(ValueError, match="words must be >= 0"):
         reading_time.reading_minutes(-1)

@@ -1,9 +1,9 @@
 """The search index holds each formula once, as its TeX.
 
 KaTeX writes a formula three times: MathML, its TeX source (an annotation inside the MathML) and the HTML
-that is drawn. Indexed whole, a search snippet read "W=4096W = 4096W=4096". The math hook
-(tools/site_build/mkdocs_hooks.py) marks the MathML and the drawn HTML ``data-search-exclude``, so Material's
-search plugin indexes only the TeX.
+that is drawn. Indexed whole, a search snippet read "W=4096W = 4096W=4096". Material's search plugin indexes each
+page as MkDocs renders it, and the math is typeset later, by the post-build step over site/
+(tools/site_build/postbuild.py, math_render.py): the index reads arithmatex's element, the TeX alone.
 """
 
 from __future__ import annotations
@@ -64,13 +64,15 @@ def test_a_known_formula_is_indexed_once_as_tex() -> None:
     assert "H(2C+R)" not in text, "the drawn form of $H(2C + R)$ is in the index"
 
 
-def test_the_hook_leaves_only_the_tex_to_the_search_parser() -> None:
-    """The mechanism, on one formula: without the hook's marks the parser indexes it three times."""
+def test_the_index_reads_the_formula_before_it_is_typeset() -> None:
+    """The mechanism, on one formula: typeset, the parser would index it three times; the index is built from
+    arithmatex's element, which the post-build step replaces with KaTeX's only after MkDocs has indexed the page."""
     sys.path.insert(0, str(ROOT / "tools" / "site_build"))
-    import mkdocs_hooks
+    import math_render
     from material.plugins.search.plugin import Parser
 
-    rendered = mkdocs_hooks._render([{"tex": "W = 4096", "display": False}])[0]
+    before = '<span class="arithmatex">\\(W = 4096\\)</span>'
+    after = math_render.render_pages({"p": before})["p"]
 
     def indexed(markup: str) -> str:
         parser = Parser()
@@ -78,5 +80,5 @@ def test_the_hook_leaves_only_the_tex_to_the_search_parser() -> None:
         parser.close()
         return "".join("".join(section.text) for section in parser.data)
 
-    assert "W=4096W = 4096W=4096" in indexed(rendered)
-    assert _text(indexed(mkdocs_hooks._index_tex_only(rendered))) == "A window W = 4096 wide."
+    assert "W=4096W = 4096W=4096" in indexed(after)
+    assert _text(indexed(before)) == "A window \\(W = 4096\\) wide."

@@ -1,9 +1,11 @@
-"""MkDocs hook: every inline SVG figure becomes a file, loaded by an ``<img>``, so a page's DOM stays small.
+"""Every inline SVG figure becomes a file, loaded by an ``<img>``, so a page's DOM stays small.
+
+Part of the post-build step (:mod:`postbuild`), which runs over the built HTML.
 
 ``lessons_src.lab.plotting.svg`` prints a ``<figure class="lesson-figure">`` holding two ``<svg>``
 elements, the figure as drawn and a variant drawn for a phone's column. Inline, a figure costs the page
-thousands of DOM elements (the style and layout work that made the long lessons slow on a phone). After
-each page is rendered, this hook
+thousands of DOM elements (the style and layout work that made the long lessons slow on a phone). For each
+built page, the step
 
 * writes each SVG to ``assets/figures/<first 16 hex digits of its SHA-256>.svg`` (same bytes, same name:
   builds stay byte-identical, and a figure drawn twice is stored once);
@@ -13,18 +15,20 @@ each page is rendered, this hook
   ``loading="lazy"`` unless it is the page's first figure and starts within the first screenful of text;
 * wraps the picture in a link to the wide file, so a tap opens the figure full size.
 
-A figure without its accessible name fails the build, as does an SVG whose size the hook cannot read.
+A figure already moved to files (no ``<svg>`` left, a ``<picture>``) is left as it is, so the step can run
+twice. A figure without its accessible name fails the build, as does an SVG whose size the hook cannot read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import posixpath
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from mkdocs.utils import get_relative_url
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FIGURE_DIR = "assets/figures"
 NARROW_MEDIA = "(max-width: 44.9375em)"  # Material's phone and tablet-portrait layouts
@@ -64,6 +68,12 @@ def _store(data: bytes, site_dir: Path) -> str:
     return name
 
 
+def relative_url(target: str, page_url: str) -> str:
+    """``target`` (a path from the site's root) as a link from the page at ``page_url`` ("" for the home page,
+    "lessons/x/" for lessons/x/index.html), as MkDocs' ``get_relative_url`` writes it."""
+    return posixpath.relpath(target, posixpath.dirname(page_url) or ".")
+
+
 def _visible_text_length(fragment: str) -> int:
     return len(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment)).strip())
 
@@ -77,20 +87,22 @@ def externalize(output: str, page_url: str, site_dir: Path) -> str:
     def replace(m: re.Match[str]) -> str:
         nonlocal first
         svgs = _SVG.findall(m.group(1))
+        if not svgs and "<picture>" in m.group(1):
+            return m.group(0)  # moved to files by an earlier run of the step
         if not 1 <= len(svgs) <= 2:
             raise ValueError(f"page {page_url or '/'}: a lesson figure holds {len(svgs)} <svg>, expected 1 or 2")
         wide, narrow = svgs[0], svgs[-1]
         alt = _label(wide)
         if not alt:
             raise ValueError(f"page {page_url or '/'}: a figure has no accessible name (plotting.svg(..., title=...))")
-        wide_url = get_relative_url(_store(_file_bytes(wide), site_dir), page_url)
+        wide_url = relative_url(_store(_file_bytes(wide), site_dir), page_url)
         (w, h) = _size_px(wide)
         eager = first and _visible_text_length(output[content_start : m.start()]) <= EAGER_TEXT_CHARS
         first = False
         loading = "" if eager else ' loading="lazy"'
         source = ""
         if narrow is not wide:
-            narrow_url = get_relative_url(_store(_file_bytes(narrow), site_dir), page_url)
+            narrow_url = relative_url(_store(_file_bytes(narrow), site_dir), page_url)
             nw, nh = _size_px(narrow)
             source = f'<source media="{NARROW_MEDIA}" srcset="{narrow_url}" width="{nw}" height="{nh}">'
         img = (
@@ -101,6 +113,3 @@ def externalize(output: str, page_url: str, site_dir: Path) -> str:
 
     return _FIGURE.sub(replace, output)
 
-
-def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
-    return externalize(output, page.url, Path(config["site_dir"]))

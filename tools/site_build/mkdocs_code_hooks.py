@@ -12,8 +12,6 @@
 * The lab notebook: its first cell's ``WHEEL = ...`` line is set to this site's wheel before it runs, the
   executed notebook replaces the unexecuted copy mkdocs-jupyter publishes (so the download is this build's
   run, with its outputs), and the page gets its download and "Open in Colab" links.
-* ``on_post_page``: Material's header repository link would fetch star and fork counts from GitHub's API
-  (a request to another host); its ``data-md-component="source"`` is dropped so it stays a plain link.
 """
 
 from __future__ import annotations
@@ -222,7 +220,7 @@ def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
         dest = Path(page.file.abs_dest_path).parent / Path(LAB).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(executed_copy(executed), encoding="utf-8")
-    return output.replace(' data-md-component="source"', "")
+    return output
 
 
 def on_post_build(config: Any, **kwargs: Any) -> None:

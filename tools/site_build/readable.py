@@ -1,4 +1,7 @@
-"""MkDocs hook: printed results and tables a reader can read at both widths without scrolling sideways.
+"""Printed results and tables a reader can read at both widths without scrolling sideways.
+
+Part of the post-build step (:mod:`postbuild`), which runs over the built HTML; first, as it reads tables before
+the math in them is rendered.
 
 * **Printed results are marked.** markdown-exec renders a block's output (``result="text"``) as a ``text``
   code block, and the exercise pages print the checker's messages the same way; with ``pygments_lang_class``
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 _TEXT_BLOCK = '<div class="language-text highlight">'
 _TABLE = re.compile(r"<table>(.*?)</table>", re.S)
@@ -71,6 +73,7 @@ def _label_table(m: re.Match[str]) -> str:
     return '<table data-phone="cards">' + _ROW.sub(label_row, body) + "</table>"
 
 
-def on_page_content(html_: str, **kwargs: Any) -> str:
+def mark(html_: str) -> str:
+    """A built page with its printed results marked and its wide tables made phone cards."""
     html_ = html_.replace(_TEXT_BLOCK, '<div class="language-text highlight result">')
     return _TABLE.sub(_label_table, html_)

@@ -1,15 +1,13 @@
-"""MkDocs hooks: small fixes to the theme's HTML that the accessibility and SEO audits ask for.
+"""Small fixes to the theme's HTML that the accessibility, loading and SEO audits ask for.
 
-The browser suite (tests/browser) runs axe-core on every page and `make bench` runs Lighthouse; these
-hooks fix, in the built HTML, what those audits found in mkdocs-material's templates:
+Part of the post-build step (:mod:`postbuild`), which runs over the built HTML. The browser suite
+(tests/browser) runs axe-core on every page and `make bench` runs Lighthouse; these fixes apply, in the built
+HTML, what those audits found in mkdocs-material's templates:
 
 * the search dialog and the instant-loading progress bar get accessible names (axe: aria-dialog-name,
   aria-progressbar-name);
 * display math, which scrolls sideways on narrow screens, is focusable so keyboard users can scroll it
   (axe: scrollable-region-focusable);
-* reproducible notebooks: a kernel's printed output reaches nbclient in chunks whose boundaries depend on
-  timing, and each chunk became a separate output block, so two builds of the same notebook differed.
-  Consecutive stream outputs are merged (nbclient's ``coalesce_streams``), as a notebook shows them.
 * performance (Lighthouse): markdown-exec's Pyodide scripts and its ANSI colour stylesheet are not loaded
   when no page of the site uses them (site-wide, because instant navigation does not load a new page's
   stylesheets); the site's own scripts (Material's bundle, then
@@ -19,17 +17,25 @@ hooks fix, in the built HTML, what those audits found in mkdocs-material's templ
 * render-blocking CSS: KaTeX's stylesheet (25 kB, more than the site's own CSS) is not linked from every
   page's head; a page with math carries it inline at the top of its article (instant navigation swaps the
   article, so the style comes with the page that needs it), its font URLs made relative to the page. Only
-  the woff2 fonts are shipped, so the woff/ttf fallbacks are dropped from it.
+  the woff2 fonts are shipped, so the woff/ttf fallbacks are dropped from it. The widgets' stylesheets
+  likewise, on the widgets' pages only.
+* no request to another host: Material's header repository link would fetch star and fork counts from
+  GitHub's API; its ``data-md-component="source"`` is dropped so it stays a plain link.
 * no unused asset and nothing pointing at another host: markdown-exec always copies its Pyodide and ANSI
   assets into site/assets/ (the Pyodide stylesheet loads from a CDN); when no page uses them they are
-  deleted after the build, as the links to them were removed from every page.
+  deleted, as the links to them are removed from every page.
+
+Every fix leaves an already fixed page as it is, so the step can run twice.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
 _PROGRESS = '<div class="md-progress" data-md-component="progress" role="progressbar">'
@@ -52,88 +58,60 @@ _WIDGET_CSS = {
 _WIDGET_LINKS = {
     name: re.compile(r'\s*<link rel="stylesheet" href="[^"]*assets/' + re.escape(name) + r'">') for name in _WIDGET_CSS
 }
-
-
-_uses: set[str] = set()
-
-
-def on_config(config: Any, **kwargs: Any) -> Any:
-    # mkdocs-jupyter replaces nbconvert's whole ExecutePreprocessor configuration (a config file cannot
-    # reach it), so every ExecutePreprocessor is told to coalesce streams as it is created.
-    from nbconvert.preprocessors import ExecutePreprocessor
-
-    if not getattr(ExecutePreprocessor, "_coalesces_streams", False):
-        original_init = ExecutePreprocessor.__init__
-
-        def init(self: Any, *args: Any, **kw: Any) -> None:
-            original_init(self, *args, **kw)
-            self.coalesce_streams = True
-
-        ExecutePreprocessor.__init__ = init  # type: ignore[method-assign]
-        ExecutePreprocessor._coalesces_streams = True  # type: ignore[attr-defined]
-    return config
-
-
-def on_pre_build(**kwargs: Any) -> None:
-    _uses.clear()
-
-
-def on_page_content(html: str, **kwargs: Any) -> str:
-    # MkDocs renders every page's content before it writes any page, so on_post_page sees the whole site.
-    if "pyodide" in html:
-        _uses.add("pyodide")
-    if _ANSI_OUTPUT.search(html):
-        _uses.add("ansi")
-    return html
-
-
-def _katex_style(page_url: str) -> str:
-    depth = page_url.count("/")
-    css = _FALLBACK_FONTS.sub("", _KATEX_CSS.read_text(encoding="utf-8"))
-    css = css.replace("url(fonts/", "url(" + "../" * depth + "assets/katex/fonts/")
-    return f"<style>{css}</style>"
-
-
-def on_post_template(output: str, template_name: str, **kwargs: Any) -> str:
-    # the 404 page is a theme template, not a page: it gets the same head (and must not link what is deleted)
-    return _fix_page(output, None) if template_name.endswith(".html") else output
-
-
-def on_post_page(output: str, page: Any = None, **kwargs: Any) -> str:
-    return _fix_page(output, page.url if page is not None else "")
-
-
-def _fix_page(output: str, page_url: str | None) -> str:
-    output = _KATEX_LINK.sub("", output)
-    if page_url is not None and 'class="katex' in output and _ARTICLE in output:
-        output = output.replace(_ARTICLE, _ARTICLE + _katex_style(page_url), 1)
-    for name, markers in _WIDGET_CSS.items():
-        output = _WIDGET_LINKS[name].sub("", output)
-        if page_url is not None and _ARTICLE in output and any(m in output for m in markers):
-            css = (_DOCS_ASSETS / name).read_text(encoding="utf-8")
-            output = output.replace(_ARTICLE, _ARTICLE + f"<style>{css}</style>", 1)
-    output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
-    output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
-    output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
-    if "pyodide" not in _uses:
-        output = _PYODIDE_ASSETS.sub("", output)
-    if "ansi" not in _uses:
-        output = _ANSI_CSS.sub("", output)
-    return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)
-
-
 _UNUSED_WHEN = {
     "pyodide": ("_markdown_exec_pyodide.css", "_markdown_exec_pyodide.js"),
     "ansi": ("_markdown_exec_ansi.css",),
 }
 
 
-def on_post_build(config: Any, **kwargs: Any) -> None:
-    assets = Path(config["site_dir"]) / "assets"
-    (assets / "katex" / "katex.min.css").unlink(missing_ok=True)  # inlined where used (on_post_page)
+def uses(pages: Iterable[str]) -> set[str]:
+    """Which of markdown-exec's optional assets ("pyodide", "ansi") some page's content uses."""
+    found: set[str] = set()
+    for page in pages:
+        if "pyodide" in _PYODIDE_ASSETS.sub("", page):  # the asset links themselves do not count
+            found.add("pyodide")
+        if _ANSI_OUTPUT.search(page):
+            found.add("ansi")
+    return found
+
+
+def _katex_style(depth: int) -> str:
+    css = _FALLBACK_FONTS.sub("", _KATEX_CSS.read_text(encoding="utf-8"))
+    css = css.replace("url(fonts/", "url(" + "../" * depth + "assets/katex/fonts/")
+    return f"<style>{css}</style>"
+
+
+def fix_page(output: str, depth: int | None, used: set[str]) -> str:
+    """One built page with the fixes applied. ``depth``: how many folders deep the page's file is under the
+    site's root (None: a theme template such as the 404 page, which gets the head's fixes only)."""
+    output = _KATEX_LINK.sub("", output)
+    if depth is not None and 'class="katex' in output and _ARTICLE in output:
+        style = _katex_style(depth)
+        if style not in output:
+            output = output.replace(_ARTICLE, _ARTICLE + style, 1)
+    for name, markers in _WIDGET_CSS.items():
+        output = _WIDGET_LINKS[name].sub("", output)
+        if depth is not None and _ARTICLE in output and any(m in output for m in markers):
+            style = "<style>" + (_DOCS_ASSETS / name).read_text(encoding="utf-8") + "</style>"
+            if style not in output:
+                output = output.replace(_ARTICLE, _ARTICLE + style, 1)
+    output = output.replace(_SEARCH_DIALOG, _SEARCH_DIALOG[:-1] + ' aria-label="Search this site">', 1)
+    output = output.replace(_PROGRESS, _PROGRESS[:-1] + ' aria-label="Page loading progress">', 1)
+    output = _DISPLAY_MATH.sub('<div class="math" tabindex="0">', output)
+    if "pyodide" not in used:
+        output = _PYODIDE_ASSETS.sub("", output)
+    if "ansi" not in used:
+        output = _ANSI_CSS.sub("", output)
+    output = output.replace(' data-md-component="source"', "")
+    return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)
+
+
+def remove_unused_assets(site_dir: Path, used: set[str]) -> None:
+    assets = site_dir / "assets"
+    (assets / "katex" / "katex.min.css").unlink(missing_ok=True)  # inlined where used (fix_page)
     for name in _WIDGET_CSS:  # inlined into the widgets' pages
         (assets / name).unlink(missing_ok=True)
     for use, names in _UNUSED_WHEN.items():
-        if use not in _uses:
+        if use not in used:
             for name in names:
                 (assets / name).unlink(missing_ok=True)
