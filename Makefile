@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-unit test-lint test-site-check lint unit site-check browser bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit test-lint test-site-check lint unit site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -103,16 +103,24 @@ site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
 	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
 
+# `make test` runs the browser tests in two parts, one in each slot: the live models' tests after the site checks.
+LIVE_BROWSER_TESTS := tests/browser/test_live_model.py tests/browser/test_live_text_model.py
+browser-pages: $(DEPS) $(NODE_DEPS)
+	$(PYTEST) tests/browser $(addprefix --ignore=,$(LIVE_BROWSER_TESTS)) --list-checks $(CHECKS)/browser.txt
+browser-live: $(DEPS) $(NODE_DEPS)
+	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks $(CHECKS)/browser-live.txt
+
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. The two builds first, side by side; then the browser tests (they need site/, and take longest)
-# beside the unit tests, lint, and the site checks (they compare site/ with the second build). Each step's
+# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages (they need
+# site/, and take longest), and in the other the unit tests, lint, the site checks (they compare site/ with the
+# second build) and then the live models' browser tests, so that both slots end about together. Each step's
 # output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
 # steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (~10 min)
 	@rm -rf $(SITE_AGAIN) $(CHECKS)
 	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
-test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check
+test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live
 	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
 	@cat $(CHECKS)/timings.txt
 TIMED = @$(BIN)/python tools/dev/timed.py $(1) $(CHECKS)/timings.txt -- $(MAKE) --no-print-directory
@@ -121,7 +129,9 @@ test-build:
 test-build-again:
 	$(call TIMED,build-again) build-again
 test-browser: test-build
-	$(call TIMED,browser) browser
+	$(call TIMED,browser) browser-pages
+test-browser-live: test-build test-site-check  # after the site checks: their slot is the one that ends first
+	$(call TIMED,browser-live) browser-live
 test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
 	$(call TIMED,unit) unit
 test-lint:

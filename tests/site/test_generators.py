@@ -9,8 +9,8 @@ pinned in requirements.txt) with the post-build step (tools/site_build/postbuild
   builds the site's theme, plugins, extensions and other hooks as MkDocs does;
 * a second run of the step changes nothing; a formula KaTeX rejects fails the step run alone, naming its page.
 
-The whole site under ProperDocs is ``make build-properdocs`` (by hand; its differences are explained in
-docs/_data/generators/properdocs.md).
+The whole site under ProperDocs is ``make build-properdocs`` (by hand; its differences are listed in
+docs/_data/generators/properdocs.json and explained in tools/README.md).
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ def build_mini(tmp_path: Path, env: dict[str, str]) -> Path:
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: mini\nstrict: true\n"
         "theme:\n  name: material\n  features: [content.action.view]\n"
-        f"hooks:\n  - {ROOT / 'tools' / 'site_build' / 'mkdocs_code_hooks.py'}\n",
+        f"hooks:\n  - {ROOT / 'tools' / 'site_build' / 'mkdocs_code_hooks.py'}\n"
+        f"  - {ROOT / 'tools' / 'site_build' / 'postbuild.py'}\n",  # it drops the header's star-count fetch
         encoding="utf-8",
     )
     empty_git = tmp_path / "git"
