@@ -646,6 +646,7 @@
         var sv = readNumber(p.get("seed"), 0, 4294967295, true);
         if (sv === null) problems.push("seed " + p.get("seed") + " (use a whole number 0 to 4294967295)"); else state.seed = sv;
       }
+      if (!p.toString()) return;  // no state in the link: the controls already show the default, write nothing
       input.value = state.text;
       tempInput.value = String(state.temp);
       seedInput.value = String(state.seed);
