@@ -3,19 +3,27 @@
 The page runs the committed byte-level GPT (``lessons_src/lab/artifacts/text_model.safetensors``, trained by
 ``make train-text``) in the reader's browser (``docs/assets/js/live-text-model.js``). This module:
 
-* exports the checkpoint's tensors in their committed precision, float16, as one little-endian file plus a
-  small JSON of names, shapes, offsets and the model's config: ``site/assets/models/text-<hash>.bin`` and
-  ``.json``, where ``<hash>`` is the start of the SHA-256 of both, so a new checkpoint gets a new name and no
-  browser keeps a stale copy. The script dequantizes the float16 values to float32 (exactly) and computes in
-  float64. The bytes depend only on the checkpoint, so two builds are identical;
+* exports the checkpoint for the browser, smaller than it is committed (the page weighs at most 1 MB in
+  ``make bench-site``): every weight matrix in int8 with one float16 scale per group of :data:`GROUP` values
+  of a row (symmetric: ``w = q * scale``, ``q`` in -127..127, ``scale = max |w| / 127`` over the group), and
+  the LayerNorms and biases in float16 as committed, in one little-endian file plus a small JSON of names,
+  shapes, offsets and the model's config: ``site/assets/models/text-<hash>.bin`` and ``.json``, where
+  ``<hash>`` is the start of the SHA-256 of both, so a new checkpoint gets a new name and no browser keeps a
+  stale copy. The script dequantizes to float32 (exactly: an int8 times a float16 fits float32's 24 bits)
+  and computes in float64. The bytes depend only on the checkpoint, so two builds are identical;
+* gives PyTorch the same dequantized weights (:func:`exported_model`), the model the browser tests compare
+  the page with, and measures what int8 does to the output against the committed float16 weights
+  (:func:`int8_error`);
 * renders the page's widget (:func:`render_widget`): the text box, an empty stage the script fills, and the
   head switches; the page's stylesheet (``live_text_model.css`` beside this file) is inlined into the widget,
   so no other page loads it;
 * replaces the placeholder :data:`MODEL_URL_PLACEHOLDER` in the page with the model's URL relative to the
   page, so the site works under any base path.
 
-The script is loaded after the page's first paint has what it needs (``defer``), and it fetches the weights
-only once it starts: the weights never block rendering.
+The widget arrives drawn: :func:`render_widget` writes the default text's bars, written text and summary
+from PyTorch's output on the exported weights, so the first paint shows the model's answer without
+JavaScript. The script fetches the weights only after the page's ``load`` event, when the browser is idle,
+and runs the model in a Web Worker made from the same script file, so no forward pass blocks the page.
 """
 
 from __future__ import annotations
@@ -37,45 +45,130 @@ MAX_TEXT_BYTES = 64
 GENERATE_BYTES = 64
 TOP_K = 5  # bars shown for the next byte
 
+GROUP = 32  # values of a row sharing one int8 scale
+
 # Largest difference the browser tests allow between the page's next-byte probabilities (and attention weights)
-# and PyTorch's, on the same float16 weights (PyTorch computes in float32, the page in float64).
+# and PyTorch's, on the same exported weights (PyTorch computes in float32, the page in float64).
 PROB_ATOL = 1e-5
+# Largest difference int8 may make to a next-byte probability, against the committed float16 weights, over
+# TEXTS (what int8_error measures; the browser tests and the page check it).
+INT8_PROB_BOUND = 0.05
+# The texts int8_error measures (the browser tests' texts).
+TEXTS = (
+    "Multi-head attention",
+    "The query looks at every key.",
+    "The query looks at every key. The query looks at every key.",
+    "héllo wörld, naïve café",
+    "日本語のテキスト",
+    "emoji 🙂 and €100 — «quotes»",
+    "tab\tand\nnewline",
+    "a" * 64,
+    "x",
+)
+
+
+def _stored() -> dict[str, Any]:
+    from importlib import resources
+
+    from safetensors.torch import load_file
+
+    from lessons_src.lab import artifact
+    from lessons_src.lab.text_model import TEXT_CHECKPOINT
+
+    with resources.as_file(artifact(TEXT_CHECKPOINT)) as file:
+        return load_file(str(file))
+
+
+def quantize(w: Any, group: int = GROUP) -> tuple[Any, Any]:
+    """A float matrix ``(R, C)`` as int8 values ``(R, C)`` and float16 scales ``(R, C // group)`` (numpy).
+
+    Each group of ``group`` consecutive values of a row is ``q * scale`` with ``scale = max |w| / 127``
+    (rounded to float16) and ``q = round(w / scale)`` in -127..127; a group of zeros has scale 0.
+    """
+    import numpy as np
+
+    rows, cols = w.shape
+    if cols % group:
+        raise ValueError(f"a row of {cols} values does not split into groups of {group}; use a divisor of {cols}")
+    g = np.asarray(w, dtype=np.float32).reshape(rows, cols // group, group)
+    scale = (np.abs(g).max(axis=-1, keepdims=True) / 127).astype(np.float16)
+    s32 = scale.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s32 > 0, np.rint(g / s32), 0)
+    q = np.clip(q, -127, 127).astype(np.int8)
+    return q.reshape(rows, cols), scale.reshape(rows, cols // group)
+
+
+def dequantize(q: Any, scale: Any) -> Any:
+    """float32 ``q * scale`` (exact: an int8 times a float16 fits in float32), as the page computes it."""
+    import numpy as np
+
+    rows, cols = q.shape
+    w = q.reshape(rows, scale.shape[1], -1).astype(np.float32) * scale.astype(np.float32)[..., None]
+    return w.reshape(rows, cols)
 
 
 @cache
 def export() -> tuple[bytes, dict[str, Any], str]:
-    """The checkpoint as ``(float16 bytes, metadata, file stem)``.
+    """The checkpoint for the page as ``(bytes, metadata, file stem)``.
 
-    Every tensor of the safetensors file is written row-major in the model's state-dict order, as stored
-    (float16, not converted); the metadata lists each tensor's name, shape and offset (in float16 elements).
+    The file holds first every float16 part (1-D tensors as stored, then each matrix's scales), then every
+    matrix's int8 values, row-major in the model's state-dict order; the metadata gives each tensor's name,
+    shape, dtype and byte offsets (``offset``; for int8 also ``scales`` and ``group``).
     """
-    import numpy as np
-    from safetensors.torch import load_file
-
-    from lessons_src.lab import artifact
-    from lessons_src.lab.text_model import TEXT_CHECKPOINT, load_text_model
+    from lessons_src.lab.text_model import load_text_model
 
     model = load_text_model()
     cfg = model.cfg
     names = list(model.state_dict())
-    from importlib import resources
-
-    with resources.as_file(artifact(TEXT_CHECKPOINT)) as file:
-        stored = load_file(str(file))
+    stored = _stored()
     if sorted(stored) != sorted(names):
         raise ValueError(f"the checkpoint holds {sorted(stored)}; the model reads {sorted(names)}")
-    chunks, tensors, offset = [], [], 0
+    halves: list[bytes] = []
+    bytes8: list[bytes] = []
+    specs: list[dict[str, Any]] = []
     for name in names:
         t = stored[name]
         if str(t.dtype) != "torch.float16":
-            raise ValueError(f"{name} is stored as {t.dtype}; the page reads float16 checkpoints")
-        values = t.contiguous().numpy().astype("<f2", copy=False)
-        chunks.append(values.tobytes(order="C"))
-        tensors.append({"name": name, "shape": list(t.shape), "offset": offset})
-        offset += int(np.prod(t.shape))
-    data = b"".join(chunks)
+            raise ValueError(f"{name} is stored as {t.dtype}; the exporter reads float16 checkpoints")
+        values = t.contiguous().numpy()
+        if values.ndim == 2:
+            q, scale = quantize(values)
+            specs.append(
+                {
+                    "name": name,
+                    "shape": list(values.shape),
+                    "dtype": "int8",
+                    "group": GROUP,
+                    "int8": q.tobytes(order="C"),
+                    "half": scale.astype("<f2").tobytes(order="C"),
+                }
+            )
+        else:
+            specs.append(
+                {
+                    "name": name,
+                    "shape": list(values.shape),
+                    "dtype": "float16",
+                    "half": values.astype("<f2").tobytes(order="C"),
+                }
+            )
+    tensors, offset = [], 0
+    for spec in specs:
+        entry = {k: spec[k] for k in ("name", "shape", "dtype")}
+        entry["scales" if spec["dtype"] == "int8" else "offset"] = offset
+        offset += len(spec["half"])
+        halves.append(spec["half"])
+        tensors.append(entry)
+    for spec, entry in zip(specs, tensors, strict=True):
+        if spec["dtype"] == "int8":
+            entry["offset"] = offset
+            entry["group"] = spec["group"]
+            offset += len(spec["int8"])
+            bytes8.append(spec["int8"])
+    data = b"".join(halves + bytes8)
     meta: dict[str, Any] = {
-        "format": "float16 little-endian, row-major, tensors concatenated",
+        "format": "little-endian; float16 parts first, then int8 matrices; int8 value * its group's float16 scale",
         "config": {
             "vocab_size": cfg.vocab_size,
             "d_model": cfg.d_model,
@@ -88,13 +181,95 @@ def export() -> tuple[bytes, dict[str, Any], str]:
             "layer_norm_eps": model.ln_f.eps,
         },
         "tensors": tensors,
-        "num_values": offset,
+        "num_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
+    if offset != len(data):
+        raise AssertionError(f"the offsets end at {offset}; the file has {len(data)} bytes")
     digest = hashlib.sha256(data + json.dumps(meta, sort_keys=True).encode()).hexdigest()[:12]
     stem = f"text-{digest}"
     meta["weights"] = f"{stem}.bin"
     return data, meta, stem
+
+
+def exported_state() -> dict[str, Any]:
+    """The exported weights as the page reads them (float32 torch tensors, int8 matrices dequantized)."""
+    import numpy as np
+    import torch
+
+    data, meta, _ = export()
+    state = {}
+    for spec in meta["tensors"]:
+        shape, n = spec["shape"], int(np.prod(spec["shape"]))
+        if spec["dtype"] == "int8":
+            q = np.frombuffer(data, dtype=np.int8, count=n, offset=spec["offset"]).reshape(shape)
+            groups = shape[1] // spec["group"]
+            scale = np.frombuffer(data, dtype="<f2", count=shape[0] * groups, offset=spec["scales"])
+            values = dequantize(q, scale.reshape(shape[0], groups))
+        else:
+            values = np.frombuffer(data, dtype="<f2", count=n, offset=spec["offset"]).astype(np.float32)
+        state[spec["name"]] = torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))
+    return state
+
+
+def exported_model() -> Any:
+    """The text model with the weights the page runs (int8 matrices dequantized), in eval mode, float32."""
+    from lessons_src.lab.text_model import load_text_model
+
+    model = load_text_model()
+    model.load_state_dict(exported_state())
+    return model.eval()
+
+
+def greedy_with_margins(model: Any, text: str, n: int) -> tuple[list[int], list[float]]:
+    """PyTorch's ``n`` greedy bytes after ``text`` and each step's top-2 probability margin."""
+    import torch
+
+    from lessons_src.lab.text_model import encode
+
+    ids, margins = encode(text), []
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(ids[-model.cfg.max_len :][None])  # (1, T, 256)
+            top = torch.softmax(logits[0, -1].double(), dim=-1).topk(2)
+            margins.append(float(top.values[0] - top.values[1]))
+            ids = torch.cat([ids, top.indices[:1]])
+    return ids[len(encode(text)) :].tolist(), margins
+
+
+@cache
+def int8_error() -> dict[str, Any]:
+    """What the int8 export does to the model's output, against the committed float16 weights (float32).
+
+    Over :data:`TEXTS`: the largest difference in a next-byte probability at any position (``max_dp``); and
+    for each text, whether the greedy :data:`GENERATE_BYTES` bytes are the same, and where they first differ,
+    the committed model's top-2 margin at that step (``diverged``: text, step, margin).
+    """
+    import torch
+
+    from lessons_src.lab.text_model import encode, load_text_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is faster, and fair to a busy build
+    try:
+        ref, exp = load_text_model().eval(), exported_model()
+        max_dp, same, diverged = 0.0, 0, []
+        with torch.no_grad():
+            for text in TEXTS:
+                ids = encode(text)[None]
+                p_ref = torch.softmax(ref(ids)[0][0].double(), dim=-1)
+                p_exp = torch.softmax(exp(ids)[0][0].double(), dim=-1)
+                max_dp = max(max_dp, float((p_ref - p_exp).abs().max()))
+                a, margins = greedy_with_margins(ref, text, GENERATE_BYTES)
+                b, _ = greedy_with_margins(exp, text, GENERATE_BYTES)
+                if a == b:
+                    same += 1
+                else:
+                    k = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+                    diverged.append({"text": text, "step": k, "margin": margins[k]})
+    finally:
+        torch.set_num_threads(threads)
+    return {"max_dp": max_dp, "texts": len(TEXTS), "greedy_same": same, "diverged": diverged}
 
 
 def meta_bytes() -> bytes:
@@ -106,23 +281,94 @@ def head_name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 
 
+def byte_label(b: int) -> str:
+    """How the page names a byte (the script's byteLabel)."""
+    if b == 32:
+        return "space"
+    if b == 10:
+        return "newline"
+    if 32 < b < 127:
+        return chr(b)
+    return f"byte 0x{b:02X}"
+
+
+def default_view(text: str) -> dict[str, Any]:
+    """PyTorch's answer on the exported weights for ``text``, every head on, greedy: what the page shows first.
+
+    ``bars``: the top :data:`TOP_K` next bytes ``(byte, probability)``; ``generated``: the greedy bytes;
+    ``looks``: per head (block by block), the byte the last position attends to most and its weight.
+    """
+    import torch
+
+    from lessons_src.lab.text_model import encode
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = exported_model()
+        with torch.no_grad():
+            logits, weights = model(encode(text)[None], need_weights=True)  # (1, T, 256), (L, 1, H, T, T)
+        probs = torch.softmax(logits[0, -1].double(), dim=-1)
+        order = sorted(range(probs.numel()), key=lambda v: (-float(probs[v]), v))[:TOP_K]
+        generated, _ = greedy_with_margins(model, text, GENERATE_BYTES)
+    finally:
+        torch.set_num_threads(threads)
+    assert weights is not None
+    looks = []
+    for layer in range(weights.shape[0]):
+        for h in range(weights.shape[2]):
+            row = [float(w) for w in weights[layer, 0, h, -1]]
+            k = max(range(len(row)), key=lambda j: (row[j], -j))  # the first largest, as the script's argmax
+            looks.append((head_name(layer, h), k, row[k]))
+    return {"bars": [(v, float(probs[v])) for v in order], "generated": generated, "looks": looks}
+
+
 def render_widget(default_text: str = "Multi-head attention") -> str:
-    """The widget's HTML: the page's hidden markdown-exec block prints it."""
-    from lessons_src.lab.text_model import load_text_model
+    """The widget's HTML, drawn for ``default_text`` from PyTorch's output: the page's hidden block prints it.
+
+    The script redraws the same view from its own forward pass once the model has loaded, and every view after.
+    """
+    from lessons_src.lab.text_model import decode, load_text_model
 
     cfg = load_text_model().cfg
-    if len(default_text.encode()) > MAX_TEXT_BYTES:
-        raise ValueError(f"the default text has {len(default_text.encode())} bytes; at most {MAX_TEXT_BYTES}")
+    raw = default_text.encode()
+    if not raw or len(raw) > MAX_TEXT_BYTES:
+        raise ValueError(f"the default text has {len(raw)} bytes; it needs 1 to {MAX_TEXT_BYTES}")
     if cfg.max_len < MAX_TEXT_BYTES + GENERATE_BYTES:
         raise ValueError(f"{MAX_TEXT_BYTES} + {GENERATE_BYTES} bytes do not fit the context of {cfg.max_len}")
     e = html.escape
-    data = {"default_text": default_text, "max_text_bytes": MAX_TEXT_BYTES, "generate": GENERATE_BYTES, "top": TOP_K}
+    view = default_view(default_text)
+    data = {
+        "default_text": default_text,
+        "max_text_bytes": MAX_TEXT_BYTES,
+        "generate": GENERATE_BYTES,
+        "top": TOP_K,
+        "max_len": cfg.max_len,
+    }
     payload = e(json.dumps(data, separators=(",", ":")), quote=False)
     toggles = "".join(
         f'<label class="ltm-head"><input type="checkbox" data-head="{head_name(layer, h)}" checked> '
         f"{head_name(layer, h)}</label>"
         for layer in range(cfg.num_layers)
         for h in range(cfg.num_heads)
+    )
+    bars = "".join(
+        f'<div class="ltm-bar" role="listitem" data-byte="{v}"><span class="ltm-byte">{e(byte_label(v))}</span>'
+        f'<span class="ltm-track" aria-hidden="true"><span class="ltm-fill" style="width: {100 * p:.2f}%;"></span>'
+        f'</span><span class="ltm-p">{100 * p:.1f}%</span></div>'
+        for v, p in view["bars"]
+    )
+    written = decode(list(raw) + view["generated"])[len(decode(list(raw))) :]
+    readout = (
+        f"From the last byte ({e(byte_label(raw[-1]))}), where each head looks most: "
+        + "; ".join(f"{name} → byte {k} ({e(byte_label(raw[k]))}, {w:.2f})" for name, k, w in view["looks"])
+        + "."
+    )
+    maps = "".join(
+        f'<figure class="ltm-map"><canvas data-head="{name}" role="img" width="1" height="1" '
+        f'aria-label="Attention of {name}: drawn once the model has loaded"></canvas>'
+        f"<figcaption>{name}</figcaption></figure>"
+        for name, _, _ in view["looks"]
     )
     css = CSS_FILE.read_text(encoding="utf-8")
     return (
@@ -132,21 +378,22 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
         f'<textarea id="ltm-text" class="ltm-text" rows="2" spellcheck="false" autocomplete="off" '
         f'aria-describedby="ltm-message">{e(default_text)}</textarea>'
         '<p id="ltm-message" class="ltm-message" role="status" aria-live="polite">'
-        "Loading the model (it needs JavaScript; the weights are a file of this site).</p>"
+        f"{len(raw)} bytes. Greedy, every head on: drawn by PyTorch when the site was built; your browser "
+        "takes over once the page has loaded (with JavaScript).</p>"
         f'<p class="ltm-caption">The next byte: the model\'s top {TOP_K}</p>'
-        '<div class="ltm-probs" role="list"></div>'
+        f'<div class="ltm-probs" role="list">{bars}</div>'
         '<fieldset class="ltm-gen"><legend>Writing on</legend>'
         '<label><input type="radio" name="ltm-mode" value="greedy" checked> greedy</label>'
         '<label><input type="radio" name="ltm-mode" value="sample"> sample</label>'
         '<label>temperature <input type="number" class="ltm-temp" min="0.1" max="2" step="0.1" value="0.8"></label>'
         '<label>seed <input type="number" class="ltm-seed" min="0" max="4294967295" step="1" value="1"></label>'
         "</fieldset>"
-        '<p class="ltm-output" aria-live="polite"><span class="ltm-prompt"></span>'
-        '<mark class="ltm-generated"></mark></p>'
+        f'<p class="ltm-output" aria-live="polite"><span class="ltm-prompt">{e(default_text)}</span>'
+        f'<mark class="ltm-generated">{e(written)}</mark></p>'
         '<fieldset class="ltm-heads"><legend>Heads switched on (untick to switch one off)</legend>'
         f'{toggles}<button type="button" class="md-button ltm-restore">All heads on</button></fieldset>'
-        '<p class="ltm-readout" aria-live="polite" aria-atomic="true"></p>'
-        '<div class="ltm-maps"></div>'
+        f'<p class="ltm-readout" aria-live="polite" aria-atomic="true">{readout}</p>'
+        f'<div class="ltm-maps">{maps}</div>'
         '<button type="button" class="md-button ltm-share">Copy a link to this view</button>'
         '<span class="ltm-share-status" aria-live="polite"></span>'
         f'<div class="ltm-data" hidden>{payload}</div>'
