@@ -184,10 +184,13 @@ def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]
 _INFLIGHT: dict[Any, set[Any]] = {}  # each open page's requests not yet finished or failed (see open_context)
 # Promises a page's own scripts expose while they finish drawing after the load event (the live model fetches
 # its weights, then runs the model); settle() waits for each one present.
-READY_JS = (
-    "async () => { if (document.querySelector('[data-live-model]')) await window.liveModel.ready;"
-    " if (document.querySelector('[data-live-text-model]')) await window.liveTextModel.ready; }"
-)
+# (widget-scripts.js loads each live model's script on its page: wait for the script's object first.)
+READY_JS = """async () => {
+    const loaded = name => new Promise(done => { const t = () => window[name] ? done() : setTimeout(t, 10); t(); });
+    if (document.querySelector('[data-live-model]')) { await loaded('liveModel'); await window.liveModel.ready; }
+    if (document.querySelector('[data-live-text-model]')) {
+        await loaded('liveTextModel'); await window.liveTextModel.ready; }
+}"""
 
 
 def settle(page: Any, timeout_s: float = 30.0) -> None:

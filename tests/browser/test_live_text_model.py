@@ -280,3 +280,22 @@ def test_bad_input_gets_a_message(live: Any) -> None:
     assert "2 bytes" in message_after("ok")
     with pytest.raises(Exception, match="unknown heads"):
         live.evaluate("() => window.liveTextModel.run('ok', ['L9H0'])")
+
+
+def test_the_script_loads_only_where_shown_and_after_instant_navigation(page: Any, server: str) -> None:
+    """widget-scripts.js loads the live models' scripts on their pages only: the home page fetches neither; a
+    click on the home page's link to this page (Material's instant navigation, no full load) brings the
+    widget up all the same, drawn and answering."""
+    fetched: list[str] = []
+    page.on("request", lambda r: fetched.append(r.url))
+    goto(page, server)
+    assert [u for u in fetched if u.endswith(("live-model.js", "live-text-model.js"))] == []
+    page.evaluate("() => { window.__sameDocument = true; }")  # gone if the click caused a full load
+    page.locator(f'article a[href$="{PATH}"]').first.click()
+    page.wait_for_function("() => window.liveTextModel !== undefined", timeout=30_000)
+    page.evaluate("() => window.liveTextModel.ready")
+    assert page.evaluate("() => window.__sameDocument === true"), "the click reloaded the page"
+    assert page.evaluate(f"() => location.pathname.endsWith('{PATH}')")
+    shape = page.evaluate("() => window.liveTextModel.run('Multi').then(r => [r.probs.length, r.probs[0].length])")
+    assert shape == [5, 256]  # a next-byte distribution after each of the 5 bytes
+    assert [u for u in fetched if u.endswith("live-model.js")] == []

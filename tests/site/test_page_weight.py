@@ -232,6 +232,7 @@ def test_every_project_asset_is_used() -> None:
     texts = [p.read_text(encoding="utf-8") for p in SITE.rglob("*.html")]
     texts += [p.read_text(encoding="utf-8") for p in (SITE / "assets").rglob("*.css")]
     texts += [p.read_text(encoding="utf-8") for p in (SITE / "assets").rglob("*.json")]  # e.g. the live model's
+    texts += [p.read_text(encoding="utf-8") for p in (SITE / "assets").rglob("*.js")]  # widget-scripts.js loads some
     referenced = "\n".join(texts)
     unused = []
     for asset in sorted((SITE / "assets").rglob("*")):
