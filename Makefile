@@ -116,7 +116,7 @@ browser-live: $(DEPS) $(NODE_DEPS)
 # second build) and then the live models' browser tests, so that both slots end about together. Each step's
 # output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
 # steps already running finish).
-test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (~10 min)
+test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)
 	@rm -rf $(SITE_AGAIN) $(CHECKS)
 	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
