@@ -130,7 +130,7 @@ test-build-again:
 	$(call TIMED,build-again) build-again
 test-browser: test-build
 	$(call TIMED,browser) browser-pages
-test-browser-live: test-build test-site-check  # after the site checks: their slot is the one that ends first
+test-browser-live: test-browser  # in the pages' slot: the other slot (unit tests, site checks) is the longer one
 	$(call TIMED,browser-live) browser-live
 test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
 	$(call TIMED,unit) unit

@@ -11,8 +11,10 @@ Chromium is Debian's (``/usr/bin/chromium``, or ``$CHROMIUM``); no browser is ev
 
 from __future__ import annotations
 
+import functools
 import gzip
 import http.server
+import json
 import os
 import re
 import shutil
@@ -84,6 +86,12 @@ def page_file(page: str) -> Path:
     return SITE / page / "index.html" if page == "" or page.endswith("/") else SITE / page
 
 
+@functools.lru_cache(maxsize=512)
+def _gzipped(path: Path, mtime_ns: int, body: bytes) -> bytes:
+    """The gzipped body, compressed once per file version (each page load asks again for the theme's assets)."""
+    return gzip.compress(body, mtime=0)
+
+
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
     """Serves site/ under BASE_PATH only (everything else is a 404), as GitHub Pages does: text is gzipped
     for clients that accept it, and responses may be cached for 10 minutes."""
@@ -118,7 +126,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Cache-Control", "max-age=600")
         if "gzip" in self.headers.get("Accept-Encoding", "") and path.suffix in _COMPRESSIBLE:
-            body = gzip.compress(body, mtime=0)
+            body = _gzipped(path, path.stat().st_mtime_ns, body)
             self.send_header("Content-Encoding", "gzip")
             self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
@@ -143,11 +151,23 @@ class Watch:
         return {k: v for k, v in vars(self).items() if k != "origin" and v}
 
 
-def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]:
-    """A fresh browser context whose pages may only talk to the local server."""
+def open_context(browser: Any, server: str, *, real_search: bool = False, **options: Any) -> tuple[Any, Watch]:
+    """A fresh browser context whose pages may only talk to the local server.
+
+    Unless ``real_search``, the pages get a search index with the site's configuration and no document. On each
+    full load Material's search worker fetches the 1 MB index and builds its lunr index: measured at about
+    70% of the renderer's CPU per page load, in a worker thread no check but the search test reads
+    (test_pages.test_search_finds_a_lesson opens a context with the real index).
+    """
     origin = "{0.scheme}://{0.netloc}/".format(urlsplit(server))
     watch = Watch(origin)
     context = browser.new_context(service_workers="block", **options)
+    if not real_search:
+        body = _empty_search_index()
+        context.route(
+            re.compile("^" + re.escape(origin) + r"(.*/)?search/search_index\.json$"),
+            lambda r: r.fulfill(status=200, content_type="application/json", body=body),
+        )
 
     def route(r: Any) -> None:
         watch.third_party.append(r.request.url)
@@ -179,6 +199,13 @@ def open_context(browser: Any, server: str, **options: Any) -> tuple[Any, Watch]
 
     context.on("page", on_page)
     return context, watch
+
+
+@functools.cache
+def _empty_search_index() -> str:
+    """The built search index's configuration (language, separator, pipeline, fields) with no document."""
+    index = json.loads((SITE / "search" / "search_index.json").read_text(encoding="utf-8"))
+    return json.dumps({"config": index["config"], "docs": []})
 
 
 _INFLIGHT: dict[Any, set[Any]] = {}  # each open page's requests not yet finished or failed (see open_context)

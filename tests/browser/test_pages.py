@@ -10,6 +10,7 @@ import html
 import json
 import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 from browser_support import ROOT, Watch, goto, open_context, page_file, pages_with, site_pages
@@ -177,23 +178,40 @@ def test_code_colours_have_contrast(view: View) -> None:
         assert violations == [], f"{view.name} ({scheme}), code: {json.dumps(violations, indent=1)}"
 
 
+# Clicks every <details>' summary in one round trip: scrolled into view, the summary must be what a click at its
+# centre hits (as Playwright's click checks), then the click must toggle it (closed first if it starts open)
+# and the opened body must take up room.
+COLLAPSIBLES_JS = """() => [...document.querySelectorAll('article details')].map((d, i) => {
+    const summary = d.querySelector('summary');
+    const problems = [];
+    const click = () => {
+        summary.scrollIntoView({block: 'center'});
+        const r = summary.getBoundingClientRect();
+        const hit = document.elementFromPoint(r.left + Math.min(r.width / 2, 40), r.top + r.height / 2);
+        if (!hit || !summary.contains(hit)) {
+            problems.push(`#${i}: a click on its summary lands on ${hit ? hit.tagName.toLowerCase() + '.' +
+                          hit.className : 'nothing'}`);
+            return false;
+        }
+        summary.click();
+        return true;
+    };
+    if (d.open && click() && d.open) problems.push(`#${i} did not close on click`);
+    if (!click()) return problems;
+    if (!d.open) problems.push(`#${i} did not open on click`);
+    else if (d.getBoundingClientRect().height - summary.offsetHeight <= 0)
+        problems.push(`#${i} opened but shows nothing`);
+    return problems;
+}).flat()"""
+
+
 @per_page(widths=(1280,))
 @pytest.mark.mutates_view
 def test_collapsibles_open_and_close(view: View) -> None:
     """Each <details> opens when its summary is clicked and then shows its content (and closes again)."""
-    details = view.page.locator("article details")
-    assert details.count() == view.facts["details"]
-    for i in range(details.count()):
-        d = details.nth(i)
-        summary = d.locator("summary").first
-        if d.evaluate("e => e.open"):
-            summary.click()
-            assert not d.evaluate("e => e.open"), f"{view.name}: details #{i} did not close on click"
-        summary.scroll_into_view_if_needed()
-        summary.click()
-        assert d.evaluate("e => e.open"), f"{view.name}: details #{i} did not open on click"
-        body_height = d.evaluate("e => e.getBoundingClientRect().height - e.querySelector('summary').offsetHeight")
-        assert body_height > 0, f"{view.name}: details #{i} opened but shows nothing"
+    assert view.page.locator("article details").count() == view.facts["details"]
+    problems = view.page.evaluate(COLLAPSIBLES_JS)
+    assert problems == [], f"{view.name}: {problems}"
 
 
 def test_some_page_has_a_collapsible() -> None:
@@ -279,5 +297,37 @@ def test_the_watch_catches_what_it_must(browser: Any, server: str) -> None:
         assert set(watch.third_party) == {"https://cdn.example.com/lib.js", "http://fonts.example.org/x.png"}
         assert any("boom" in e for e in watch.console_errors)
         assert any("no-such-file.js: HTTP 404" in f for f in watch.failed)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: int) -> None:
+    """Search, with the real index (the other tests serve an empty one: see open_context): a word of a lesson's
+    title typed into the search box lists that lesson among the first three results, and the result opens it.
+    At 375 px the box is behind the header's search button."""
+    context, watch = open_context(
+        browser, server, real_search=True, viewport={"width": width, "height": 800}, is_mobile=width < 600
+    )
+    try:
+        page = context.new_page()
+        goto(page, server)
+        if width < 600:
+            page.locator("label.md-header__button[for=__search]").click()
+        box = page.locator("input.md-search__input")
+        box.click()
+        box.fill("paged")
+        results = page.locator(".md-search-result__item > a")
+        results.first.wait_for(timeout=30_000)
+        hrefs = [urlsplit(h or "").path for h in results.evaluate_all("as => as.map(a => a.getAttribute('href'))")]
+        lesson = [i for i, h in enumerate(hrefs) if h.endswith("lessons/paged-cache/")]
+        assert lesson and lesson[0] < 3, f"the lesson is not among the first 3 results for 'paged': {hrefs}"
+        assert "paged KV caches" in results.nth(lesson[0]).inner_text()
+        results.nth(lesson[0]).click()
+        page.wait_for_url("**/lessons/paged-cache/**")
+        page.wait_for_function(
+            "() => document.querySelector('.md-content article h1').textContent.includes('paged KV caches')"
+        )
+        assert_clean(watch)
     finally:
         context.close()

@@ -113,7 +113,7 @@ def measure(repeats: int, warmup: int, page_path: str = PAGE, script: str = _MEA
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            context, watch = open_context(browser, base, viewport={"width": 1280, "height": 800})
+            context, watch = open_context(browser, base, real_search=True, viewport={"width": 1280, "height": 800})
             page = context.new_page()
             page.goto(base + page_path, wait_until="networkidle")
             args = [repeats, warmup] if script is _MEASURE else [repeats, warmup, TEXT_TOKENS]
