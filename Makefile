@@ -103,7 +103,7 @@ site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
 	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
 
-# `make test` runs the browser tests in two parts, one in each slot: the live models' tests after the site checks.
+# `make test` runs the browser tests in two parts in one slot: the pages' checks, then the live models' tests.
 LIVE_BROWSER_TESTS := tests/browser/test_live_model.py tests/browser/test_live_text_model.py
 browser-pages: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) tests/browser $(addprefix --ignore=,$(LIVE_BROWSER_TESTS)) --list-checks $(CHECKS)/browser.txt
@@ -111,9 +111,9 @@ browser-live: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks $(CHECKS)/browser-live.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages (they need
-# site/, and take longest), and in the other the unit tests, lint, the site checks (they compare site/ with the
-# second build) and then the live models' browser tests, so that both slots end about together. Each step's
+# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages and then
+# the live models' (they need site/), and in the other lint, the unit tests and the site checks (they compare
+# site/ with the second build), so that both slots end about together. Each step's
 # output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
 # steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)

@@ -119,29 +119,38 @@ CODE = "pre"  # code blocks, printed results and the notebook's outputs
 
 def run_axe(
     page: Any, skip_rules: tuple[str, ...] = (), *, only: tuple[str, ...] = (), include: str | None = None,
-    exclude: str | None = None,
+    contrast_outside: str | None = None,
 ) -> list[dict[str, Any]]:
     """axe-core's violations of serious or critical impact on the open page (axe injected once per page).
 
-    ``only`` runs just those rules; ``include``/``exclude`` (CSS selectors) limit the part of the page checked.
+    ``only`` runs just those rules; ``include`` (a CSS selector) limits the part of the page checked;
+    ``contrast_outside`` (a CSS selector) keeps the colour-contrast rule, and only it, off those elements and
+    everything inside them (one axe run instead of two: a run's setup is about a third of its time).
     """
     if not page.evaluate("typeof window.axe === 'object'"):
         page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
     violations: list[dict[str, Any]] = page.evaluate(
-        """async ([skip, only, include, exclude]) => {
+        """async ([skip, only, include, outside]) => {
             const options = {resultTypes: ['violations'],
                              rules: Object.fromEntries(skip.map(id => [id, {enabled: false}]))};
             if (only.length) options.runOnly = {type: 'rule', values: only};
             if (include && !document.querySelector(include)) return [];
-            const context = include || exclude
-                ? {include: include ? [[include]] : [['html']], exclude: exclude ? [[exclude]] : []} : document;
-            const r = await axe.run(context, options);
-            return r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
-                id: v.id, impact: v.impact, help: v.help,
-                nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ': ' + n.failureSummary),
-            }));
+            if (outside) {
+                const rule = axe.getRules().find(r => r.ruleId === 'color-contrast');
+                if (!rule) throw new Error('axe-core has no color-contrast rule');
+                axe.configure({rules: [{id: 'color-contrast', selector: `*:not(${outside}):not(${outside} *)`}]});
+            }
+            try {
+                const r = await axe.run(include ? {include: [[include]]} : document, options);
+                return r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
+                    id: v.id, impact: v.impact, help: v.help,
+                    nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ': ' + n.failureSummary),
+                }));
+            } finally {
+                if (outside) axe.reset();
+            }
         }""",
-        [list(skip_rules), list(only), include, exclude],
+        [list(skip_rules), list(only), include, contrast_outside],
     )
     return violations
 
@@ -214,9 +223,10 @@ class View:
             self.set_scheme(scheme)
             if self.width < 600:
                 found = run_axe(self.page, PHONE_SKIPS_RULES)
+            elif scheme == "dark":
+                found = run_axe(self.page, only=("color-contrast",), contrast_outside=CODE)
             else:
-                found = [] if scheme == "dark" else run_axe(self.page, ("color-contrast",))
-                found += run_axe(self.page, only=("color-contrast",), exclude=CODE)
+                found = run_axe(self.page, contrast_outside=CODE)
             self._axe[scheme] = found
         return self._axe[scheme]
 
