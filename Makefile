@@ -203,7 +203,8 @@ lab-address: $(DEPS) ## Write the site's wheel address (from SITE_URL or the Git
 lock: ## Re-resolve requirements.in into the pinned requirements.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -r requirements.in
-	.lock-venv/bin/pip freeze | sed -e 's/^torch==\(.*\)+cpu/torch==\1/' > requirements.txt
+	@# --all keeps setuptools (torch asks for it unpinned, and it builds the site's wheel); pip is upgraded by deps
+	.lock-venv/bin/pip freeze --all | grep -v '^pip==' | sed -e 's/^torch==\(.*\)+cpu/torch==\1/' > requirements.txt
 	rm -rf .lock-venv
 
 clean: ## Remove build outputs (site/, caches)
