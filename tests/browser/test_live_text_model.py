@@ -38,6 +38,7 @@ from browser_support import ROOT, SITE, goto, open_context, site_pages
 
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_text_model as ltm
+import model_files
 
 from lessons_src.lab.heads import ablate_heads
 from lessons_src.lab.text_model import decode, encode, load_text_model
@@ -101,7 +102,7 @@ def test_the_page_is_in_the_site_and_its_weights_are_the_checkpoint_in_int8() ->
     """The page's file is the export; int8 times scale is the committed value to within half a step."""
     assert PATH in site_pages()
     data, meta, stem = ltm.export()
-    assert (SITE / ltm.MODEL_DIR / f"{stem}.bin").read_bytes() == data
+    assert (SITE / model_files.MODEL_DIR / f"{stem}.bin").read_bytes() == data
     assert f"{stem}.json" in (SITE / PATH / "index.html").read_text(encoding="utf-8")
     stored, exported = ltm._stored(), ltm.exported_state()
     assert sorted(stored) == sorted(exported) == sorted(load_text_model().state_dict())

@@ -31,11 +31,15 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-MODEL_DIR = "assets/models"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules
+
+import model_files
+
 MODEL_URL_PLACEHOLDER = "@live-text-model-json@"
 CSS_FILE = Path(__file__).with_name("live_text_model.css")
 
@@ -402,17 +406,9 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
 
 
 def on_page_content(html: str, page: Any, **kwargs: Any) -> str:
-    if MODEL_URL_PLACEHOLDER not in html:
-        return html
-    from mkdocs.utils import get_relative_url
-
-    _, _, stem = export()
-    return html.replace(MODEL_URL_PLACEHOLDER, get_relative_url(f"{MODEL_DIR}/{stem}.json", page.url))
+    return model_files.link(html, page, MODEL_URL_PLACEHOLDER, lambda: export()[2])
 
 
 def on_post_build(config: Any, **kwargs: Any) -> None:
     data, _, stem = export()
-    out = Path(config["site_dir"]) / MODEL_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.bin").write_bytes(data)
-    (out / f"{stem}.json").write_bytes(meta_bytes())
+    model_files.write(config, stem, data, meta_bytes())
