@@ -157,7 +157,7 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
     Unless ``real_search``, the pages get a search index with the site's configuration and no document. On each
     full load Material's search worker fetches the 1 MB index and builds its lunr index: measured at about
     70% of the renderer's CPU per page load, in a worker thread no check but the search test reads
-    (test_pages.test_search_finds_a_lesson opens a context with the real index).
+    (test_pages.test_search_finds_a_lesson_by_its_title opens a context with the real index).
     """
     origin = "{0.scheme}://{0.netloc}/".format(urlsplit(server))
     watch = Watch(origin)
