@@ -87,8 +87,8 @@ def page_file(page: str) -> Path:
 
 
 @functools.lru_cache(maxsize=512)
-def _gzipped(path: Path, mtime_ns: int, body: bytes) -> bytes:
-    """The gzipped body, compressed once per file version (each page load asks again for the theme's assets)."""
+def _gzipped(body: bytes) -> bytes:
+    """The gzipped body, compressed once per content (each page load asks again for the theme's assets)."""
     return gzip.compress(body, mtime=0)
 
 
@@ -126,7 +126,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Cache-Control", "max-age=600")
         if "gzip" in self.headers.get("Accept-Encoding", "") and path.suffix in _COMPRESSIBLE:
-            body = _gzipped(path, path.stat().st_mtime_ns, body)
+            body = _gzipped(body)
             self.send_header("Content-Encoding", "gzip")
             self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
