@@ -185,16 +185,34 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
 
     def on_page(page: Any) -> None:
         inflight = _INFLIGHT.setdefault(page, set())
-        page.on("request", lambda r: inflight.add(r))
-        page.on("requestfinished", lambda r: inflight.discard(r))
-        page.on("requestfailed", lambda r: inflight.discard(r))
+        # Which document each request belongs to: the number of top-level navigations started before it.
+        documents = [0]
+        started: dict[Any, int] = {}
+
+        def on_request(r: Any) -> None:
+            if r.is_navigation_request() and r.frame == page.main_frame:
+                documents[0] += 1
+            started[r] = documents[0]
+            inflight.add(r)
+
+        def on_failed(r: Any) -> None:
+            inflight.discard(r)
+            # A request the browser cancels because its page was left (the old page's favicon, still loading
+            # when a test opens the next page) is the test's doing, not the site's: it is not a failure.
+            left = r.failure == "net::ERR_ABORTED" and started.pop(r, documents[0]) != documents[0]
+            if r.url.startswith(origin) and not left:
+                watch.failed.append(f"{r.url}: {r.failure}")
+
+        def on_finished(r: Any) -> None:
+            inflight.discard(r)
+            started.pop(r, None)
+
+        page.on("request", on_request)
+        page.on("requestfinished", on_finished)
+        page.on("requestfailed", on_failed)
         page.on("close", lambda _: _INFLIGHT.pop(page, None))
         page.on("console", lambda m: m.type == "error" and watch.console_errors.append(f"{m.text} @ {m.location}"))
         page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-        page.on(
-            "requestfailed",
-            lambda r: r.url.startswith(origin) and watch.failed.append(f"{r.url}: {r.failure}"),
-        )
         page.on("response", lambda r: r.status >= 400 and watch.failed.append(f"{r.url}: HTTP {r.status}"))
 
     context.on("page", on_page)
