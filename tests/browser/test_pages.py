@@ -17,6 +17,7 @@ from browser_support import ROOT, Watch, goto, open_context, page_file, pages_wi
 from views import View, per_page
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 PAGES = site_pages()
@@ -308,24 +309,31 @@ def test_the_watch_forgives_only_what_leaving_a_page_cancels(browser: Any, serve
     context, watch = open_context(browser, server)
     held: list[Any] = []  # requests given no answer: in flight until the browser cancels them
     context.route(re.compile(r".*[?&]held$"), lambda r: held.append(r))
+    context.route(re.compile(r".*[?&]refused$"), lambda r: r.abort("connectionrefused"))
+
+    def until(done: Callable[[], bool], what: str) -> None:  # each wait lets Playwright's events arrive
+        for _ in range(500):
+            if done():
+                return
+            page.wait_for_timeout(20)
+        pytest.fail(f"waited 10 s for {what}")
+
     try:
         page = context.new_page()
         goto(page, server)
         page.evaluate("() => { fetch('assets/images/favicon.png?held').catch(() => null); }")
-        for _ in range(250):  # until the route holds it (each wait lets Playwright's events arrive)
-            if held:
-                break
-            page.wait_for_timeout(20)
-        assert len(held) == 1, held
-        goto(page, server + "lessons/paged-cache/")
+        until(lambda: len(held) == 1, "the route to hold the request")
+        goto(page, server + "lessons/paged-cache/")  # returns once no request of the page is in flight
         assert watch.problems() == {}, "a request cut off by leaving the page was counted as a failure"
 
-        page.evaluate("""async () => { const stop = new AbortController();
-            const asked = fetch('assets/images/favicon.png?by=page&held', {signal: stop.signal}).catch(() => null);
-            await new Promise(r => setTimeout(r, 200)); stop.abort(); await asked; }""")
-        context.route(re.compile(r".*[?&]refused$"), lambda r: r.abort("connectionrefused"))
+        page.evaluate("""() => { window.canceller = new AbortController();
+            window.asked = fetch('assets/images/favicon.png?by=page&held', {signal: canceller.signal})
+                .catch(() => null);
+        }""")
+        until(lambda: len(held) == 2, "the route to hold the second request")
+        page.evaluate("() => { canceller.abort(); return asked; }")
         page.evaluate("() => fetch('assets/images/favicon.png?refused').catch(() => null)")
-        page.wait_for_timeout(200)
+        until(lambda: len(watch.failed) == 2, "two failures")
         failed = " ".join(watch.failed)
         assert "?by=page&held: net::ERR_ABORTED" in failed and "?refused: net::ERR_CONNECTION_REFUSED" in failed, failed
     finally:
