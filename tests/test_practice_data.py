@@ -384,7 +384,7 @@ def test_rendered_explorer_embeds_its_data() -> None:
     w = torch.randn(2, 3, 4, 4).softmax(-1)
     src = pp.explorer_source("x", "X </script> note", "n", [("a </script> b", list("abcd"), w)])
     html = pp.render_head_explorer([src])
-    payload = html.split('<div class="hx-data" hidden>', 1)[1].split("</div>", 1)[0]
+    payload = html.split('<div class="hx-data" hidden data-search-exclude>', 1)[1].split("</div>", 1)[0]
     assert "<" not in payload  # text only: no markup in the data can end the element early
     assert json.loads(unescape(payload))["sources"][0]["label"] == "X </script> note"
     names = {a.get("name") for t, a in _parse(html) if t == "select"}

@@ -86,7 +86,7 @@ def test_page_extras_within_budget() -> None:
 
 def test_presets_and_findings_are_computed() -> None:
     page = PAGE.read_text(encoding="utf-8")
-    payload = re.search(r'<div class="lm-data" hidden>(.*?)</div>', page, re.S)
+    payload = re.search(r'<div class="lm-data" hidden data-search-exclude>(.*?)</div>', page, re.S)
     assert payload
     data = json.loads(html.unescape(payload.group(1)))
     model = load_induction_model()

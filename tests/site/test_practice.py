@@ -210,7 +210,7 @@ def test_quiz_is_rendered_from_the_data_file() -> None:
 
 
 def explorer_data() -> dict[str, list[dict[str, object]]]:
-    m = re.search(r'<div class="hx-data" hidden>(.*?)</div>', html_of("explorer"), re.S)
+    m = re.search(r'<div class="hx-data" hidden data-search-exclude>(.*?)</div>', html_of("explorer"), re.S)
     assert m is not None, "the head explorer's data is not embedded"
     data: dict[str, list[dict[str, object]]] = json.loads(unescape(m.group(1)))
     return data

@@ -12,6 +12,7 @@ import html
 import json
 import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,50 @@ def test_the_index_reads_the_formula_before_it_is_typeset() -> None:
 
     assert "W=4096W = 4096W=4096" in indexed(after)
     assert _text(indexed(before)) == "A window \\(W = 4096\\) wide."
+
+
+class _HiddenText(HTMLParser):
+    """The text inside elements with the ``hidden`` attribute (the widgets' embedded data)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = 0  # > 0 inside a hidden element
+        self.texts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in {"br", "img", "input", "meta", "link", "hr", "source", "wbr"}:
+            return
+        if self.depth or any(name == "hidden" for name, _ in attrs):
+            self.depth += 1
+            if self.depth == 1:
+                self.texts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self.depth:
+            self.texts[-1] += data
+
+
+def test_no_hidden_data_is_indexed() -> None:
+    """What a page hides (the head explorer's and the live models' embedded JSON) stays out of the search index:
+    every page fetches the index, and the explorer's data alone was 150 KB of its 1.07 MB."""
+    index = index_text_by_page()
+    checked, found = 0, []
+    for location, text in index.items():
+        page = SITE / location / "index.html" if location else SITE / "index.html"
+        if not page.exists():
+            continue
+        parser = _HiddenText()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for hidden in parser.texts:
+            sample = " ".join(hidden.split())[:80]
+            if len(sample) < 40:
+                continue
+            checked += 1
+            if sample in " ".join(text.split()):
+                found.append(f"{location}: {sample!r}")
+    assert checked >= 3, f"only {checked} hidden blocks of text found: the widgets' data should be among them"
+    assert found == [], "hidden text in the search index:\n  " + "\n  ".join(found)

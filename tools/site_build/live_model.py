@@ -265,7 +265,7 @@ def render_widget() -> str:
         '<div class="lm-table"></div></details>'
         '<button type="button" class="md-button lm-share">Copy a link to this view</button>'
         '<span class="lm-share-status" aria-live="polite"></span>'
-        f'<div class="lm-data" hidden>{payload}</div>'
+        f'<div class="lm-data" hidden data-search-exclude>{payload}</div>'
         "</div>"
     )
 

@@ -400,7 +400,7 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
         f'<div class="ltm-maps">{maps}</div>'
         '<button type="button" class="md-button ltm-share">Copy a link to this view</button>'
         '<span class="ltm-share-status" aria-live="polite"></span>'
-        f'<div class="ltm-data" hidden>{payload}</div>'
+        f'<div class="ltm-data" hidden data-search-exclude>{payload}</div>'
         "</div>"
     )
 
