@@ -20,7 +20,8 @@ Then it opens "The text model, live" (practice/live-text-model/) and times, each
 * ``text_update``: the widget's whole update after the reader types, from the input event until the page has
   drawn the worker's answer (the typed text run, 64 bytes written, the answer passed back, bars and maps
   drawn, and the layout that follows). The page's thread is busy only for the drawing; the forward passes
-  run in the worker.
+  run in the worker. Its goal is 100 ms, RAIL's limit for a response to input that feels immediate
+  (https://web.dev/articles/rail): 64 bytes of writing are not one frame's work.
 
 It writes docs/_data/bench/live_text_model.json.
 
@@ -50,7 +51,10 @@ PAGE = "practice/live-model/"
 TEXT_OUT = ROOT / "docs" / "_data" / "bench" / "live_text_model.json"
 TEXT_PAGE = "practice/live-text-model/"
 TEXT_TOKENS = 64
-BUDGET_MS = 16.0
+FRAME_MS = 16.0  # one frame at 60 Hz
+RESPONSE_MS = 100.0  # RAIL's goal for a response to input (web.dev/articles/rail): under it, it feels immediate
+# The goal of each timing: what runs in one frame, and the typed text's whole round trip through the worker.
+BUDGETS_MS = {"forward_64": FRAME_MS, "toggle_update": FRAME_MS, "per_token_64": FRAME_MS, "text_update": RESPONSE_MS}
 
 _MEASURE = """async ([repeats, warmup]) => {
   const cfg = await window.liveModel.ready;
@@ -146,15 +150,15 @@ def main() -> None:
             },
             "page": page_path,
             "config": {"tokens": raw["T"], "repeats": args.repeats, "warmup": args.warmup},
-            "budget_ms": BUDGET_MS,
+            "budget_ms": {k: BUDGETS_MS[k] for k in medians},
             "median_ms": medians,
             "max_ms": {k: round(max(v), 3) for k, v in raw["times"].items()},
-            "ratio_to_budget": {k: round(v / BUDGET_MS, 3) for k, v in medians.items()},
+            "ratio_to_budget": {k: round(v / BUDGETS_MS[k], 3) for k, v in medians.items()},
         }
         out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         for name, ms in medians.items():
-            verdict = "within" if ms < BUDGET_MS else "OVER"
-            print(f"{name:14} median {ms:7.2f} ms  ({verdict} the {BUDGET_MS:.0f} ms budget)")
+            verdict = "within" if ms < BUDGETS_MS[name] else "OVER"
+            print(f"{name:14} median {ms:7.2f} ms  ({verdict} the {BUDGETS_MS[name]:.0f} ms budget)")
         print(f"wrote {out.relative_to(ROOT)}")
 
 
