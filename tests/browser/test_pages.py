@@ -342,9 +342,9 @@ def test_the_watch_forgives_only_what_leaving_a_page_cancels(browser: Any, serve
 
 @pytest.mark.parametrize("width", [375, 1280])
 def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: int) -> None:
-    """Search, with the real index (the other tests serve an empty one: see open_context): a word of a lesson's
-    title typed into the search box lists that lesson among the first three results, and the result opens it.
-    At 375 px the box is behind the header's search button."""
+    """Search, with the real index (the other tests serve an empty one: see open_context): a class's name lists
+    its module's page first; a word of a lesson's title lists that lesson among the first three results, and
+    the result opens it. At 375 px the box is behind the header's search button."""
     context, watch = open_context(
         browser, server, real_search=True, viewport={"width": width, "height": 800}, is_mobile=width < 600
     )
@@ -355,10 +355,20 @@ def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: in
             page.locator("label.md-header__button[for=__search]").click()
         box = page.locator("input.md-search__input")
         box.click()
-        box.fill("paged")
         results = page.locator(".md-search-result__item > a")
-        results.first.wait_for(timeout=30_000)
-        hrefs = [urlsplit(h or "").path for h in results.evaluate_all("as => as.map(a => a.getAttribute('href'))")]
+
+        def first_results(query: str) -> list[str]:
+            box.fill(query)
+            box.press("End")  # a key, as when typing: Material searches again on keyup
+            page.wait_for_function(  # the results of this query (their links carry it, as ?h=)
+                "q => [...document.querySelectorAll('.md-search-result__item > a')].some(a => a.href.includes(q))",
+                arg="h=" + query.lower(), timeout=30_000)
+            return [urlsplit(h or "").path for h in results.evaluate_all("as => as.map(a => a.getAttribute('href'))")]
+
+        # a class of the package: its module's page lists what the module defines (the source is not indexed)
+        hrefs = first_results("RollingKVCache")
+        assert hrefs[0].endswith("reference/code/kv_cache/"), f"first results for 'RollingKVCache': {hrefs[:5]}"
+        hrefs = first_results("paged")
         lesson = [i for i, h in enumerate(hrefs) if h.endswith("lessons/paged-cache/")]
         assert lesson and lesson[0] < 3, f"the lesson is not among the first 3 results for 'paged': {hrefs}"
         assert "paged KV caches" in results.nth(lesson[0]).inner_text()

@@ -130,3 +130,40 @@ def test_no_hidden_data_is_indexed() -> None:
                 found.append(f"{location}: {sample!r}")
     assert checked >= 3, f"only {checked} hidden blocks of text found: the widgets' data should be among them"
     assert found == [], "hidden text in the search index:\n  " + "\n  ".join(found)
+
+
+def _code_pages() -> list[tuple[str, Path]]:
+    """(index location, module file) of each module page that shows its whole file."""
+    pages = []
+    for md in sorted((ROOT / "docs" / "reference" / "code").glob("*.md")):
+        if m := re.search(r'^\?\?\? abstract "The whole file, `(lessons_src/[\w/]+\.py)`"$', md.read_text(), re.M):
+            pages.append((f"reference/code/{md.stem}/", ROOT / m.group(1)))
+    return pages
+
+
+def test_code_pages_index_the_names_their_module_defines_not_its_source() -> None:
+    """The module pages' source stays out of the index (it was 387 KB of 915 KB, fetched by every page, and
+    outranked the lessons); what the module defines (read here by importing it) stays searchable."""
+    import importlib
+    import inspect
+
+    index = index_text_by_page()
+    pages = _code_pages()
+    assert len(pages) >= 20, f"only {len(pages)} module pages with their whole file found"
+    for location, path in pages:
+        text = " ".join(index[location].split())
+        source_lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        indexed = [line for line in source_lines if len(line) >= 40 and line in text]
+        assert indexed == [], f"{location}: its source is in the search index: {indexed[:3]}"
+        dotted = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+        module = importlib.import_module(dotted)
+        words = set(re.findall(r"\w+", text))
+        missing = []
+        for name, obj in vars(module).items():
+            if name.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            if obj.__module__ != dotted:
+                continue  # imported from elsewhere
+            methods = [m for m, f in vars(obj).items() if inspect.isfunction(f)] if inspect.isclass(obj) else []
+            missing += [n for n in [name, *methods] if not n.startswith("_") and n not in words]
+        assert missing == [], f"{location}: these names of {dotted} cannot be found by search: {missing}"
