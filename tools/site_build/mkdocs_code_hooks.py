@@ -8,7 +8,9 @@
 * ``on_files``: the package's wheel is built (reproducibly: ``SOURCE_DATE_EPOCH``, see
   ``tools/package/build_wheel.py``) and published as ``downloads/<wheel>``, so pages link it like any file.
 * ``on_page_markdown``: each lesson ends with a line linking its source file and the modules its code
-  imports (their reference pages, and their source on GitHub when the repository is known).
+  imports (their reference pages, and their source on GitHub when the repository is known). Each module page
+  (``reference/code/``) gets a line naming what its module defines, above its whole file, which
+  ``on_page_content`` leaves out of the search index.
 * The lab notebook: its first cell's ``WHEEL = ...`` line is set to this site's wheel before it runs, the
   executed notebook replaces the unexecuted copy mkdocs-jupyter publishes (so the download is this build's
   run, with its outputs), and the page gets its download and "Open in Colab" links.
@@ -160,31 +162,29 @@ _WHOLE_FILE = re.compile(r'^\?\?\? abstract "The whole file, `(lessons_src/[\w/]
 _WHOLE_FILE_HTML = re.compile(r'<details class="abstract">(\s*<summary>The whole file, <code>lessons_src/)')
 
 
-def public_names(path: Path) -> list[str]:
-    """The module's public names in the order it defines them: constants and aliases, functions, and classes
-    followed by their public methods (``"KVCache update nbytes"``)."""
+def public_names(path: Path) -> list[tuple[str, list[str]]]:
+    """The module's public names in the order it defines them, each with its public methods (none but for a
+    class): constants and aliases, functions, classes (``("KVCache", ["update", "nbytes"])``)."""
     import ast
 
-    names = []
+    names: list[tuple[str, list[str]]] = []
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [t.id for t in targets if isinstance(t, ast.Name) and not t.id.startswith("_")]
+            names += [(t.id, []) for t in targets if isinstance(t, ast.Name) and not t.id.startswith("_")]
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            names.append(node.name)
+            names.append((node.name, []))
         elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             methods = [m.name for m in node.body
                        if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and not m.name.startswith("_")]
-            names.append(" ".join([node.name, *dict.fromkeys(methods)]))  # overloads once
+            names.append((node.name, list(dict.fromkeys(methods))))  # an overloaded method once
     return names
 
 
 def defines_line(path: Path) -> str:
     """The paragraph naming what the module defines: `KVCache` (`update`, `nbytes`), `repeat_kv`, ..."""
-    items = []
-    for entry in public_names(path):
-        name, *methods = entry.split(" ")
-        items.append(f"`{name}`" + (" (" + ", ".join(f"`{m}`" for m in methods) + ")" if methods else ""))
+    items = [f"`{name}`" + (" (" + ", ".join(f"`{m}`" for m in methods) + ")" if methods else "")
+             for name, methods in public_names(path)]
     return "**Defines**: " + ", ".join(items) + "." if items else "**Defines** no public name of its own."
 
 
@@ -253,8 +253,6 @@ def lab_links(page_dir_name: str) -> str:
     if colab := links.colab_url(f"docs/{LAB}"):
         items.append(f'<a href="{html.escape(colab)}">open it in Colab</a> (the repository\'s copy, without outputs)')
     return '<p class="lab-links"><strong>Run it yourself</strong>: ' + "; or ".join(items) + ".</p>\n"
-
-
 
 
 def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
