@@ -1,4 +1,6 @@
-"""The search index holds each formula once, as its TeX.
+"""What the search index holds: each formula once, as its TeX; no page's hidden data; the names each module
+page's module defines, not its whole source. Every page fetches the index, so what it needn't hold costs
+every reader.
 
 KaTeX writes a formula three times: MathML, its TeX source (an annotation inside the MathML) and the HTML
 that is drawn. Indexed whole, a search snippet read "W=4096W = 4096W=4096". Material's search plugin indexes each
