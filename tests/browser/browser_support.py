@@ -186,20 +186,21 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
     def on_page(page: Any) -> None:
         inflight = _INFLIGHT.setdefault(page, set())
         # Which document each request belongs to: the number of top-level navigations started before it.
-        documents = [0]
+        document = 0
         started: dict[Any, int] = {}
 
         def on_request(r: Any) -> None:
+            nonlocal document
             if r.is_navigation_request() and r.frame == page.main_frame:
-                documents[0] += 1
-            started[r] = documents[0]
+                document += 1
+            started[r] = document
             inflight.add(r)
 
         def on_failed(r: Any) -> None:
             inflight.discard(r)
             # A request the browser cancels because its page was left (the old page's favicon, still loading
             # when a test opens the next page) is the test's doing, not the site's: it is not a failure.
-            left = r.failure == "net::ERR_ABORTED" and started.pop(r, documents[0]) != documents[0]
+            left = r.failure == "net::ERR_ABORTED" and started.pop(r, document) != document
             if r.url.startswith(origin) and not left:
                 watch.failed.append(f"{r.url}: {r.failure}")
 

@@ -16,8 +16,12 @@ import re
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
@@ -39,19 +43,23 @@ def index_text_by_page() -> dict[str, str]:
     return {page: " ".join(texts) for page, texts in pages.items()}
 
 
+def indexed_pages() -> Iterator[tuple[str, str, str]]:
+    """(location, its index text, its built HTML) of each indexed page that is a file of the site."""
+    for location, text in index_text_by_page().items():
+        page = SITE / location / "index.html" if location else SITE / "index.html"
+        if page.exists():
+            yield location, text, page.read_text(encoding="utf-8")
+
+
 def formulas(page_html: str) -> list[tuple[str, str]]:
     """(drawn text, TeX) of each formula on a built page."""
     return [(_text(m.group(1)), html.unescape(m.group(2))) for m in _FORMULA.finditer(page_html)]
 
 
 def test_no_formula_is_indexed_beside_its_rendering() -> None:
-    index = index_text_by_page()
     checked, repeated = 0, []
-    for location, text in index.items():
-        page = SITE / location / "index.html" if location else SITE / "index.html"
-        if not page.exists():
-            continue
-        for drawn, tex in formulas(page.read_text(encoding="utf-8")):
+    for location, text, page_html in indexed_pages():
+        for drawn, tex in formulas(page_html):
             if " ".join(drawn.split()) == " ".join(tex.split()) or not drawn.strip():
                 continue  # the same text either way ("h"): nothing to tell apart
             checked += 1
@@ -115,14 +123,10 @@ class _HiddenText(HTMLParser):
 def test_no_hidden_data_is_indexed() -> None:
     """What a page hides (the head explorer's and the live models' embedded JSON) stays out of the search index:
     every page fetches the index, and the explorer's data alone was 150 KB of its 1.07 MB."""
-    index = index_text_by_page()
     checked, found = 0, []
-    for location, text in index.items():
-        page = SITE / location / "index.html" if location else SITE / "index.html"
-        if not page.exists():
-            continue
+    for location, text, page_html in indexed_pages():
         parser = _HiddenText()
-        parser.feed(page.read_text(encoding="utf-8"))
+        parser.feed(page_html)
         for hidden in parser.texts:
             sample = " ".join(hidden.split())[:80]
             if len(sample) < 40:
@@ -135,10 +139,13 @@ def test_no_hidden_data_is_indexed() -> None:
 
 
 def _code_pages() -> list[tuple[str, Path]]:
-    """(index location, module file) of each module page that shows its whole file."""
+    """(index location, module file) of each module page that shows its whole file (found as the hook finds it)."""
+    sys.path.insert(0, str(ROOT / "tools" / "site_build"))
+    from mkdocs_code_hooks import WHOLE_FILE
+
     pages = []
     for md in sorted((ROOT / "docs" / "reference" / "code").glob("*.md")):
-        if m := re.search(r'^\?\?\? abstract "The whole file, `(lessons_src/[\w/]+\.py)`"$', md.read_text(), re.M):
+        if m := WHOLE_FILE.search(md.read_text(encoding="utf-8")):
             pages.append((f"reference/code/{md.stem}/", ROOT / m.group(1)))
     return pages
 

@@ -146,7 +146,7 @@ def source_line(page_src: str, markdown: str) -> str:
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     if page.file.src_uri.startswith("lessons/"):
         return markdown.rstrip("\n") + "\n\n" + source_line(page.file.src_uri, markdown) + "\n"
-    if page.file.src_uri.startswith(CODE_PAGES) and (m := _WHOLE_FILE.search(markdown)):
+    if page.file.src_uri.startswith(CODE_PAGES) and (m := WHOLE_FILE.search(markdown)):
         return markdown[: m.start()] + defines_line(ROOT / m.group(1)) + "\n\n" + markdown[m.start() :]
     return markdown
 
@@ -158,7 +158,7 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
 # in, so a search for a class or function still finds its page.
 
 CODE_PAGES = "reference/code/"
-_WHOLE_FILE = re.compile(r'^\?\?\? abstract "The whole file, `(lessons_src/[\w/]+\.py)`"$', re.M)
+WHOLE_FILE = re.compile(r'^\?\?\? abstract "The whole file, `(lessons_src/[\w/]+\.py)`"$', re.M)
 _WHOLE_FILE_HTML = re.compile(r'<details class="abstract">(\s*<summary>The whole file, <code>lessons_src/)')
 
 
