@@ -2,7 +2,7 @@
 
 A lesson that prints ``torch.allclose(a, b)`` can print ``False`` beside a sentence saying the two agree.
 Pages print comparisons through this module instead: :func:`close`, :func:`equal` and :func:`holds` print
-what was compared, the largest difference and the tolerance, and raise :class:`CheckFailed` when the
+what was compared, the largest differences and the tolerance, and raise :class:`CheckFailed` when the
 comparison does not hold, so the block fails and ``mkdocs build --strict`` fails with it. A page can never
 show a failed check.
 
@@ -18,7 +18,8 @@ Example:
     >>> import torch
     >>> close("doubled == added", torch.ones(3) * 2, torch.ones(3) + 1)
     doubled == added: yes
-      max |diff| 0.0e+00 ≤ 3.0e-06
+      max |diff| 0.0e+00, rel 0.0e+00
+      allowed 1e-06 + 1e-05·|want|
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import builtins
 import sys
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -55,84 +56,162 @@ def _say(what: str, verdict: str, detail: str = "") -> None:
     out = _callers_print()
     for line in textwrap.wrap(f"{what}: {verdict}", WIDTH, subsequent_indent="  "):
         out(line)
-    for line in textwrap.wrap(detail, WIDTH, initial_indent="  ", subsequent_indent="  "):
-        out(line)
+    for part in detail.splitlines():
+        for line in textwrap.wrap(part, WIDTH, initial_indent="  ", subsequent_indent="  "):
+            out(line)
 
 
-def _pairs(got: object, want: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor):
-        return [(got, want)]
-    if isinstance(got, Sequence | Iterable) and isinstance(want, Sequence | Iterable):
-        got_list, want_list = list(got), list(want)
-        if len(got_list) != len(want_list):
-            raise CheckFailed(f"compared {len(got_list)} tensors with {len(want_list)}: the counts must match")
-        pairs = [p for g, w in zip(got_list, want_list, strict=True) for p in _pairs(g, w)]
-        if not pairs:
-            raise CheckFailed("nothing to compare: both sequences are empty")
-        return pairs
-    raise TypeError(f"close() compares tensors or sequences of tensors, got {type(got).__name__} "
-                    f"and {type(want).__name__}")
+def _number(x: object) -> bool:
+    return isinstance(x, int | float)  # bool too: a subclass of int
+
+
+def _pairs(got: object, want: object, where: str = "") -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """The tensors of ``got`` and ``want`` side by side, each with where it sits (``[2]``, ``['bias']``).
+
+    ``got`` and ``want`` are tensors, numbers, or lists, tuples and mappings of them (a model's gradients, a
+    ``state_dict``), nested alike. A number is compared as a 0-d tensor.
+
+    Raises:
+        CheckFailed: the structures differ (a length, a key, a tensor against something else).
+        TypeError: a value is of a type this module does not compare (a string, a set, an array).
+    """
+    for x in (got, want):
+        if isinstance(x, str | bytes) or not (
+            isinstance(x, torch.Tensor | Mapping | list | tuple) or _number(x)
+        ):
+            raise TypeError(f"close() compares tensors, numbers, and lists, tuples or mappings of them; "
+                            f"{where or 'the value'} is a {type(x).__name__}")
+    if isinstance(got, torch.Tensor) or isinstance(want, torch.Tensor) or _number(got) or _number(want):
+        if not (isinstance(got, torch.Tensor) or _number(got)) or not (isinstance(want, torch.Tensor) or _number(want)):
+            raise CheckFailed(f"{where or 'the value'} is a {type(got).__name__} where the reference has "
+                              f"a {type(want).__name__}")
+        return [(where, torch.as_tensor(got), torch.as_tensor(want))]
+    if isinstance(got, Mapping) or isinstance(want, Mapping):
+        if not (isinstance(got, Mapping) and isinstance(want, Mapping)):
+            raise CheckFailed(f"{where or 'the value'} is a {type(got).__name__} where the reference has "
+                              f"a {type(want).__name__}")
+        if set(got) != set(want):
+            missing, extra = sorted(map(repr, set(want) - set(got))), sorted(map(repr, set(got) - set(want)))
+            raise CheckFailed(f"the keys of {where or 'the mapping'} differ: missing {missing}, extra {extra}")
+        return [p for key in got for p in _pairs(got[key], want[key], f"{where}[{key!r}]")]
+    got_list, want_list = list(got), list(want)  # type: ignore[call-overload]
+    if len(got_list) != len(want_list):
+        raise CheckFailed(f"compared {len(got_list)} values with {len(want_list)} at {where or 'the top'}: "
+                          "the counts must match")
+    return [p for i, (g, w) in enumerate(zip(got_list, want_list, strict=True)) for p in _pairs(g, w, f"{where}[{i}]")]
+
+
+def _index(mask: torch.Tensor) -> str:
+    """Where the first True of ``mask`` is, written as an index (``[0, 3]``; empty for a 0-d tensor)."""
+    first = mask.nonzero()[0].tolist()
+    return f"[{', '.join(map(str, first))}]" if first else ""
+
+
+def _for_pairs(what: str, got: object, want: object) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    pairs = _pairs(got, want)
+    if not pairs:
+        raise CheckFailed(f"{what}: nothing to compare, no tensor in either")
+    for where, g, w in pairs:
+        if g.shape != w.shape:
+            raise CheckFailed(f"{what}: shapes differ{' at ' + where if where else ''}, "
+                              f"{tuple(g.shape)} vs {tuple(w.shape)}")
+        if g.numel() == 0:
+            raise CheckFailed(f"{what}: nothing to compare{' at ' + where if where else ''}, "
+                              f"both are empty {tuple(g.shape)}")
+    return pairs
 
 
 def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Print that ``got`` matches ``want`` within a tolerance, or raise :class:`CheckFailed`.
+    """Print that ``got`` matches ``want`` element by element, or raise :class:`CheckFailed`.
 
-    The tolerance is ``atol + rtol * max|want|``: relative to the size of the values compared, so a check
-    on gradients as large as 12.8 allows what float32 rounding does to numbers that size.
+    Each finite entry must satisfy ``|got - want| <= atol + rtol * |want|`` (the rule of ``torch.isclose``), so
+    a large value elsewhere never widens the tolerance of a small one. Non-finite entries must match exactly:
+    ``-inf`` where the reference has ``-inf`` (a masked score), NaN where it has NaN, and nowhere else.
+    Something must be compared: two empty tensors, or tensors with no finite value, fail.
 
     Args:
         what: what is compared, as the reader should read it ("output == SDPA").
-        got: a tensor, or a sequence of tensors (a model's gradients, say).
-        want: the reference, of the same shapes.
-        rtol: tolerance relative to the largest magnitude in ``want``.
-        atol: absolute tolerance, for references near zero.
+        got: a tensor or a number, or a list, tuple or mapping of them (a model's gradients, a ``state_dict``).
+        want: the reference, of the same structure and shapes.
+        rtol: tolerance relative to each entry of ``want``.
+        atol: absolute tolerance, for entries near zero; when values are large, derive it from their scale
+            (``atol=1e-6 * want.abs().max()``, say) and print it.
 
-    It returns nothing, so a notebook cell that ends with it shows only the printed lines (no ``Out[]``).
+    It prints the largest absolute difference and the largest relative one (over entries where ``want`` is
+    not zero) and returns nothing, so a notebook cell that ends with it shows only the printed lines.
 
     Raises:
-        CheckFailed: the shapes differ, a value is NaN or infinite where the reference is not, or the largest
-            difference exceeds the tolerance.
+        CheckFailed: the structures or shapes differ, nothing is compared, the non-finite entries differ, or an
+            entry differs by more than its tolerance (the message names the first such entry).
+        TypeError: a value is not a tensor, number, list, tuple or mapping (a string, say).
     """
-    pairs = _pairs(got, want)
-    worst, scale = 0.0, 0.0
-    for g, w in pairs:
-        if g.shape != w.shape:
-            raise CheckFailed(f"{what}: shapes differ, {tuple(g.shape)} vs {tuple(w.shape)}")
-        g64, w64 = g.detach().double().cpu(), w.detach().double().cpu()
-        same_nonfinite = (g64 == w64) | (g64.isnan() & w64.isnan())
-        if not torch.equal(~torch.isfinite(g64) & ~same_nonfinite, torch.zeros_like(g64, dtype=torch.bool)):
-            raise CheckFailed(f"{what}: non-finite values where the reference has none or others")
+    worst, rel, nonfinite = 0.0, 0.0, 0
+    for where, g, w in _for_pairs(what, got, want):
+        if g.is_complex() or w.is_complex():
+            raise TypeError(f"close() compares real tensors; {where or 'the value'} is complex")
+        g64, w64 = g.detach().cpu().double(), w.detach().cpu().double()
         finite = torch.isfinite(w64)
-        if finite.any():
-            worst = max(worst, (g64 - w64)[finite].abs().max().item())
-            scale = max(scale, w64[finite].abs().max().item())
-    tol = atol + rtol * scale
-    if not worst <= tol:
-        raise CheckFailed(f"{what}: max |diff| {worst:.2e} exceeds the tolerance {tol:.2e} "
-                          f"(atol {atol:g} + rtol {rtol:g} × max|want| {scale:.3g})")
-    _say(what, "yes", f"max |diff| {worst:.1e} ≤ {tol:.1e}")
+        same_nonfinite = ~finite & ((g64 == w64) | (g64.isnan() & w64.isnan()))
+        wrong = (torch.isfinite(g64) != finite) | (~finite & ~same_nonfinite)
+        if wrong.any():
+            i = _index(wrong)
+            at = tuple(wrong.nonzero()[0].tolist())
+            raise CheckFailed(f"{what}: {int(wrong.sum())} entries are not finite in one and finite or another "
+                              f"non-finite value in the other; the first, {where}{i}, is {g64[at].item():g} where "
+                              f"the reference has {w64[at].item():g}")
+        if not finite.any():
+            raise CheckFailed(f"{what}: nothing to compare{' at ' + where if where else ''}: "
+                              f"no entry of the reference is finite")
+        nonfinite += int((~finite).sum())
+        diff = torch.where(finite, g64 - w64, 0.0).abs()
+        allowed = atol + rtol * torch.where(finite, w64, 0.0).abs()
+        over = diff > allowed
+        if over.any():
+            at = tuple(over.nonzero()[0].tolist())
+            raise CheckFailed(f"{what}: {int(over.sum())} of {g.numel()} entries exceed the tolerance; the first, "
+                              f"{where}{_index(over)}, is {g64[at].item():.6g} where the reference has "
+                              f"{w64[at].item():.6g}: |diff| {diff[at].item():.2e} > {allowed[at].item():.2e} "
+                              f"(atol {atol:g} + rtol {rtol:g} × |want|)")
+        worst = max(worst, diff.max().item())
+        nonzero = finite & (w64 != 0)
+        if nonzero.any():
+            rel = max(rel, (diff[nonzero] / w64[nonzero].abs()).max().item())
+    detail = f"max |diff| {worst:.1e}, rel {rel:.1e}\nallowed {atol:g} + {rtol:g}·|want|"
+    if nonfinite:
+        detail += f"\n{nonfinite} inf/NaN in the same places"
+    _say(what, "yes", detail)
 
 
 def equal(what: str, got: object, want: object) -> None:
-    """Print that ``got`` equals ``want`` exactly (tensors bit for bit, other values by ``==``), or raise.
+    """Print that ``got`` equals ``want`` exactly, or raise :class:`CheckFailed`.
+
+    Tensors (alone, or in lists, tuples and mappings) are compared bit for bit, with their shapes; other values
+    (shapes, token lists, strings) by ``==``.
 
     Raises:
-        CheckFailed: the values differ (for tensors: the shape, or the count of differing elements).
+        CheckFailed: the values differ (for tensors: where, the shape, or how many elements differ), or the
+            tensors are empty (nothing compared).
     """
-    if isinstance(got, torch.Tensor) or isinstance(want, torch.Tensor):
-        if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)):
-            other = want if isinstance(got, torch.Tensor) else got
-            raise CheckFailed(f"{what}: compared a tensor with a {type(other).__name__}")
-        if got.shape != want.shape:
-            raise CheckFailed(f"{what}: shapes differ, {tuple(got.shape)} vs {tuple(want.shape)}")
-        if not torch.equal(got, want):
-            differ = (got != want).sum().item()
-            raise CheckFailed(f"{what}: {differ} of {got.numel()} elements differ")
-        _say(what, "yes", "bit for bit")
+    if not _holds_tensor(got) and not _holds_tensor(want):
+        if got != want:
+            raise CheckFailed(f"{what}: {got!r} != {want!r}")
+        _say(what, "yes")
         return
-    if got != want:
-        raise CheckFailed(f"{what}: {got!r} != {want!r}")
-    _say(what, "yes")
+    for where, g, w in _for_pairs(what, got, want):
+        if not torch.equal(g, w):
+            differ = g != w
+            raise CheckFailed(f"{what}: {int(differ.sum())} of {g.numel()} elements differ; the first, "
+                              f"{where}{_index(differ)}, is {g[differ][0].item()!r} where the reference has "
+                              f"{w[differ][0].item()!r}")
+    _say(what, "yes", "bit for bit")
+
+
+def _holds_tensor(x: object) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, Mapping):
+        return any(_holds_tensor(v) for v in x.values())
+    return isinstance(x, list | tuple) and any(_holds_tensor(v) for v in x)
 
 
 def holds(what: str, condition: bool, detail: str = "") -> None:

@@ -117,7 +117,7 @@ def test_a_false_claim_fails_the_build(failing_checks_build: subprocess.Complete
 def test_a_failing_close_fails_the_build(failing_checks_build: subprocess.CompletedProcess[str]) -> None:
     proc = failing_checks_build
     assert proc.returncode != 0
-    assert "CheckFailed: output == reference: max |diff| 5.00e-01 exceeds the tolerance" in proc.stderr, (
+    assert "CheckFailed: output == reference: 1 of 2 entries exceed the tolerance; the first, [1]" in proc.stderr, (
         proc.stderr[-3000:]
     )
 
