@@ -1,8 +1,8 @@
 """Benchmark: the common ways of writing causal multi-head attention, side by side, as a peer can rerun it.
 
-The setup of the best-known public comparison of MHA implementations (Raschka, *Build a Large Language
-Model (From Scratch)*, chapter 3 bonus material): batch 8, 1,024 tokens, d_model 768, 12 heads, float32,
-causal. Each way is written here in this project's own words:
+The setup of Raschka's public comparison of MHA implementations (*Build a Large Language Model (From
+Scratch)*, chapter 3 bonus material, rasbt/LLMs-from-scratch ch03/02_bonus_efficient-multihead-attention):
+batch 8, 1,024 tokens, d_model 768, 12 heads, float32, causal. Each way is written here in this project's own words:
 
 * ``wrapper``: one small attention module per head, outputs concatenated (the first version most
   tutorials write);

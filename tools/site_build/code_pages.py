@@ -35,7 +35,8 @@ def torch_cpu() -> str:
     return (
         "First PyTorch, in its CPU-only build, which runs every block of this site. On Linux a plain "
         "`pip install torch` fetches the CUDA build, several gigabytes; skip this line if you already have "
-        "PyTorch or want the GPU build (macOS and Windows wheels are CPU-only anyway):\n\n"
+        "PyTorch or want the GPU build (the macOS and Windows wheels on PyPI have no CUDA; "
+        "[PyTorch's install page](https://pytorch.org/get-started/locally/) gives the line for each platform):\n\n"
         "```bash\n"
         f"pip install torch --index-url {TORCH_CPU_INDEX}\n"
         "```\n\n"
@@ -143,7 +144,7 @@ def lab_extra() -> str:
         f"`{dist}[lab]` adds {len(added)} distributions to the core's (counted in this build's environment), "
         f"{len(_closure([heaviest]) - base)} of them with `{heaviest}`, the packaged weights of "
         f"all-MiniLM-L6-v2 that the lessons on trained heads load: it brings " + "; ".join(chain) + ". "
-        f"For the figures and the trained toy model alone, `{dist}[plot,toy]` adds {len(small)}.\n"
+        f"For the figures and the models trained here alone, `{dist}[plot,toy]` adds {len(small)}.\n"
     )
 
 

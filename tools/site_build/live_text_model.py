@@ -382,8 +382,8 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
         f'<textarea id="ltm-text" class="ltm-text" rows="2" spellcheck="false" autocomplete="off" '
         f'aria-describedby="ltm-message">{e(default_text)}</textarea>'
         '<p id="ltm-message" class="ltm-message" role="status" aria-live="polite">'
-        f"{len(raw)} bytes. Greedy, every head on: drawn by PyTorch when the site was built; your browser "
-        "takes over once the page has loaded (with JavaScript).</p>"
+        f"{len(raw)} bytes. Greedy, every head on: bars and text computed by PyTorch when the site was built; "
+        "your browser draws the head maps and takes over once it has loaded the model (with JavaScript).</p>"
         f'<p class="ltm-caption">The next byte: the model\'s top {TOP_K}</p>'
         f'<div class="ltm-probs" role="list">{bars}</div>'
         '<fieldset class="ltm-gen"><legend>Writing on</legend>'

@@ -8,7 +8,8 @@ and deterministically:
 * fenced code blocks (```` ``` ```` or ``~~~`` at any indentation, the fence lines included);
 * HTML comments, HTML tags, snippet includes (``--8<--``) and display math (``$$ ... $$``);
 * admonition markers (``??? note "Title"``, ``!!! tip``) lose the marker and keep the title;
-* Markdown links keep their text (``[text](url)`` -> ``text``), emphasis and inline-code markers go;
+* Markdown links keep their text (``[text](url)`` -> ``text``); bold (``**``) and inline-code markers go,
+  their text stays (single-``*`` emphasis and inline ``$...$`` math are kept as written);
 * runs of blank lines become one blank line.
 
 Nothing is downloaded; the same docs give the same bytes (``make train-text`` prints the SHA-256, and the
