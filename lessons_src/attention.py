@@ -296,6 +296,11 @@ def register_attention(name: str, fn: AttentionFunction) -> None:
     ATTENTION_FUNCTIONS[name] = fn
 
 
+def _autocast_on(device_type: str) -> bool:
+    """``torch.is_autocast_enabled(device_type)``, and False where autocast has no entry (meta) instead of raising."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 def _check_implementation(name: str) -> None:
     """Raise a ValueError naming ``name`` and the registered implementations unless it is one of them."""
     if name not in ATTENTION_FUNCTIONS:
@@ -713,7 +718,7 @@ class MultiHeadAttention(nn.Module):
         elif cache_position is not None:
             raise ValueError("cache_position is only meaningful with a cache; pass cache=... or drop it")
         S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
-        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        dtype = torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
         mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window)
@@ -773,7 +778,7 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
             if t.device != w.device:
                 raise ValueError(f"{name} is on {t.device} but the module is on {w.device}; move one of them")
-            if t.dtype != w.dtype and not torch.is_autocast_enabled(t.device.type):
+            if t.dtype != w.dtype and not _autocast_on(t.device.type):
                 raise ValueError(
                     f"{name} has dtype {t.dtype} but the module's weights are {w.dtype}; convert one of them "
                     f"(x.to({w.dtype}) or module.to({t.dtype})), or run under torch.autocast"

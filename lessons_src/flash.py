@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from .attention import AttentionResult, PreparedMask, _check_qkv, prepare_mask, register_attention
+from .attention import AttentionResult, PreparedMask, _autocast_on, _check_qkv, prepare_mask, register_attention
 from .masks import check_window
 
 if TYPE_CHECKING:
@@ -388,7 +388,7 @@ class TiledAttention(torch.autograd.Function):
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
         block_q: int, block_k: int, window: int | None = None,
     ) -> tuple[Tensor, Tensor]:
-        if torch.is_autocast_enabled(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
+        if _autocast_on(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
             with torch.autocast(q.device.type, enabled=False):
                 out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, window)
         else:
@@ -403,7 +403,7 @@ class TiledAttention(torch.autograd.Function):
         q, k, v, mask, out, lse = ctx.saved_tensors
         causal, scale, block_q, block_k, window = ctx.config
         args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad, window)
-        if torch.is_autocast_enabled(q.device.type):
+        if _autocast_on(q.device.type):
             with torch.autocast(q.device.type, enabled=False):
                 dq, dk, dv, d_mask = _backward(*args)
         else:

@@ -49,11 +49,16 @@ Order = Literal["contiguous", "zigzag"]
 _NEG_INF = float("-inf")
 
 
-def _int(name: str, value: object, minimum: int) -> int:
+def _index(name: str, value: object) -> int:
     """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    n = int(value.__index__())
+    return int(value.__index__())
+
+
+def _int(name: str, value: object, minimum: int) -> int:
+    """:func:`_index`, at least ``minimum``."""
+    n = _index(name, value)
     if n < minimum:
         raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
     return n
@@ -153,14 +158,26 @@ def sequence_chunks(T: int, world_size: int, rank: int, order: Order = "contiguo
     raise ValueError(f"order must be 'contiguous' or 'zigzag'; got {order!r}")
 
 
+def _dim(dim: object, shape: torch.Size, name: str) -> int:
+    """``dim`` as an int that indexes ``shape`` (negative counts from the end)."""
+    d, n = _index("dim", dim), len(shape)
+    if not -n <= d < n:
+        raise ValueError(f"dim={d} is out of range for {name} of shape {tuple(shape)}: use {-n}..{n - 1}")
+    return d
+
+
 def shard_sequence(x: Tensor, world_size: int, rank: int, *, dim: int, order: Order = "contiguous") -> Tensor:
     """Rank ``rank``'s positions of a full sequence ``x`` (along ``dim``), in :func:`sequence_chunks` order."""
+    dim = _dim(dim, x.shape, "x")
     chunks = sequence_chunks(x.shape[dim], world_size, rank, order)
     return torch.cat([x.narrow(dim, a, b - a) for a, b in chunks], dim=dim)
 
 
 def unshard_sequence(shards: Sequence[Tensor], *, dim: int, order: Order = "contiguous") -> Tensor:
     """Put the ranks' shards (in rank order) back into sequence order: the inverse of :func:`shard_sequence`."""
+    if not shards:
+        raise ValueError("no shards: unshard_sequence needs every rank's shard, in rank order (one at least)")
+    dim = _dim(dim, shards[0].shape, "the shards")
     P = len(shards)
     T = sum(s.shape[dim] for s in shards)
     pieces: list[tuple[int, Tensor]] = []

@@ -264,6 +264,14 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"T=6 positions do not split into 4 equal blocks"),
     ("unshard_sequence", "shape", lambda: unshard_sequence([torch.zeros(1, 3), torch.zeros(1, 2)], dim=1), ValueError,
      r"T=5 positions do not split into 2 equal blocks"),
+    ("shard_sequence", "value", lambda: shard_sequence(torch.zeros(2, 4), 2, 0, dim=5), ValueError,
+     r"dim=5 is out of range for x of shape \(2, 4\): use -2..1"),
+    ("shard_sequence", "type", lambda: shard_sequence(torch.zeros(2, 4), 2, 0, dim=1.0), TypeError,  # type: ignore[arg-type]
+     r"dim must be an int; got 1.0 of type float"),
+    ("unshard_sequence", "value", lambda: unshard_sequence([torch.zeros(2, 4)], dim=-3), ValueError,
+     r"dim=-3 is out of range for the shards of shape \(2, 4\): use -2..1"),
+    ("unshard_sequence", "value", lambda: unshard_sequence([], dim=1), ValueError,
+     r"no shards: unshard_sequence needs every rank's shard, in rank order"),
     ("TensorParallelAttention", "value", lambda: TensorParallelAttention(16, 4, comm=_Stub(3)), ValueError,  # type: ignore[arg-type]
      r"degree 3 does not split num_heads=4"),
     ("TensorParallelAttention", "value", lambda: TensorParallelAttention(16, 4, comm=_Stub(2), dropout=1.0),  # type: ignore[arg-type]

@@ -41,9 +41,18 @@ def test_causal_mask_is_built_on_the_queries_device(name, impl, q_shape, kv_shap
         assert weights is not None and weights.device == META
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_every_implementation_gives_one_meta_result(dtype):
+    """On meta, as on a real device, each implementation returns the output's shape and dtype (torch's autocast
+    has no meta entry: an implementation that asks it without checking raised)."""
+    q, k, v = (torch.empty(*shape, device=META, dtype=dtype) for shape in ((1, 4, 3, 8), (1, 2, 5, 8), (1, 2, 5, 6)))
+    for impl in ("sdpa", "eager", "tiled"):
+        out = attention(q, k, v, is_causal=True, implementation=impl).output
+        assert (out.shape, out.dtype, out.device) == ((1, 4, 3, 6), dtype, META), impl
+
+
 def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
-    # MultiHeadAttention cannot run on meta (torch's autocast lookup has no meta entry), so run it on the
-    # CPU with meta as the default device: a mask made without device= lands on meta and fails the call.
+    # On the CPU with meta as the default device: a mask made without device= lands on meta and fails the call.
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=8, num_heads=2)
     x = torch.randn(1, 5, 8)
@@ -102,8 +111,9 @@ def _on_meta() -> dict[str, object]:
     return {
         "attention.attention": lambda: [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, window=w)
-            for impl in ("sdpa", "eager") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
+            for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
         ],
+        "attention.MultiHeadAttention": lambda: [_mha_meta()(_meta(1, 5, 8), is_causal=True, need_weights=True)],
         "attention.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
         "attention.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
         "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, is_causal=True, window=2),
@@ -120,6 +130,10 @@ def _on_meta() -> dict[str, object]:
         "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
+        "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
+        "flash.tiled_attention_function": lambda: fl.tiled_attention_function(q, kv, kv, prep, scale=0.5,
+                                                                              dropout_p=0.0),
+        "flash.TiledAttention": lambda: fl.TiledAttention.apply(q, kv, kv, None, True, 0.5, 2, 2),
         "flash.online_softmax": lambda: fl.online_softmax(_meta(2, 7), block_size=3),
         "flash.softmax_statistics": lambda: list(fl.softmax_statistics(_meta(2, 7), block_size=3)),
         "mla.MultiHeadLatentAttention": lambda: [
@@ -140,12 +154,7 @@ def _on_meta() -> dict[str, object]:
     }
 
 
-AUTOCAST = "torch.is_autocast_enabled('meta') raises (autocast has no meta entry)"
 NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the default-device test below
-    "attention.MultiHeadAttention": f"* forward() asks {AUTOCAST}",
-    "flash.tiled_attention": f"* {AUTOCAST}",
-    "flash.tiled_attention_function": f"* {AUTOCAST}",
-    "flash.TiledAttention": f"* the autograd function behind tiled_attention: {AUTOCAST}",
     "masks.padding_mask": "* reads the lengths' values (max, range check)",
     "kv_cache.RollingKVCache": "* update() reads which slots are filled (nonzero, bool())",
     "paged_cache.paged_attention": "* reads each sequence's length and block table to pick its pieces",

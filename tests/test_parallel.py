@@ -11,17 +11,19 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import time
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch.testing import assert_close
 
 from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
 from lessons_src.attention import attention
 from lessons_src.kv_cache import LatentCache
 from lessons_src.lab.launch import launch
-from lessons_src.lab.parallel_runs import combined_run, ranks_and_sizes, ring_run
+from lessons_src.lab.parallel_runs import combined_run, fails_beside_a_busy_rank_0, ranks_and_sizes
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 
@@ -362,10 +364,24 @@ def test_launch_needs_a_function_other_processes_can_import() -> None:
 
 
 def test_launch_reports_the_failing_rank_and_its_error() -> None:
-    bad = {"q": torch.randn(1, 1, 3, 4), "k": torch.randn(1, 1, 3, 4), "v": torch.randn(1, 1, 3, 4)}
-    with pytest.raises(RuntimeError, match=r"(?s)rank \d of 2 running lessons_src.lab.parallel_runs.ring_run failed.*"
-                       r"T=3 positions do not split into 2 equal blocks"):
-        launch(ring_run, 2, [bad], timeout_s=60)
+    """Every process is polled each round: rank 1's failure is seen while rank 0 is still at work (for 90 s)."""
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 of 2 running lessons_src.lab.parallel_runs."
+                       r"fails_beside_a_busy_rank_0 failed.*ValueError: rank 1 fails on purpose"):
+        launch(fails_beside_a_busy_rank_0, 2, 90.0, timeout_s=120)  # the time-out ends the test if this regresses
+    assert time.monotonic() - start < 45, f"the failure was seen after {time.monotonic() - start:.0f} s"
+
+
+def test_launch_refuses_a_backend_this_torch_lacks_at_once() -> None:
+    """Only a failure that a new try may cure starts the processes again; a missing backend is named at once."""
+    import lessons_src.lab.launch as launch_module
+
+    for backend in ["bogus"] + ([] if dist.is_nccl_available() else ["nccl"]):
+        with pytest.raises(ValueError, match=rf"backend='{backend}' is not available in this build of torch.*gloo"):
+            launch(ranks_and_sizes, 2, backend=backend)
+    assert launch_module._may_form_next_time(RuntimeError("Gloo connectFullMesh failed with [...] Connection refused"))
+    assert launch_module._may_form_next_time(dist.DistStoreError("Timed out after 301 seconds waiting for clients"))
+    assert not launch_module._may_form_next_time(RuntimeError("Distributed package doesn't have NCCL built in"))
 
 
 def test_docstring_examples_run() -> None:

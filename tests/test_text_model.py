@@ -20,7 +20,9 @@ from lessons_src.lab.text_model import (
     decode,
     encode,
     load_text_model,
+    probe_texts,
     read_text_log,
+    spaced_windows,
     text_head_scores,
     text_loss,
 )
@@ -40,6 +42,13 @@ def test_tokenizer_is_utf8_bytes() -> None:
     assert decode([0xE2, 0x80]) == "\ufffd"  # a cut multi-byte character shows U+FFFD
     with pytest.raises(ValueError, match=r"0\.\.255; got \[256, -1\]"):
         decode([65, 256, -1])
+
+
+def test_a_lone_surrogate_encodes_as_the_browser_does() -> None:
+    """The page's TextEncoder writes U+FFFD (EF BF BD) for a lone surrogate; a pair split in two is one character."""
+    assert encode("a\ud800b").tolist() == [0x61, 0xEF, 0xBF, 0xBD, 0x62]
+    assert encode("\udc00\ud800").tolist() == [0xEF, 0xBF, 0xBD] * 2  # a low then a high: two lone ones
+    assert encode("\ud83d\ude42").tolist() == list("🙂".encode())
 
 
 def test_block_is_multi_head_attention_with_rope() -> None:
@@ -78,6 +87,37 @@ def test_model_is_causal_and_checks_inputs() -> None:
         model(torch.zeros(1, 13, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[0, 256\); got 0\.\.300"):
         model(torch.tensor([[0, 300]]))
+
+
+def test_temperature_zero_is_greedy_and_a_temperature_below_zero_is_refused() -> None:
+    torch.manual_seed(0)
+    model = TextGPT(SMALL).eval()
+    ids = encode("ab")
+    with torch.no_grad():
+        for _ in range(6):  # the likeliest byte each time, by hand
+            logits, _ = model(ids[None])
+            ids = torch.cat([ids, logits[0, -1].argmax()[None]])
+    assert model.generate("ab", 6, torch.Generator().manual_seed(0), temperature=0) == decode(ids)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=rf"temperature must be .*0 \(greedy\).*; got temperature={bad}"):
+            model.generate("ab", 1, torch.Generator(), temperature=bad)
+
+
+def test_windows_and_probes_too_short_get_a_clear_error() -> None:
+    torch.manual_seed(0)
+    model = TextGPT(SMALL).eval()
+    data = torch.randint(0, 256, (40,))
+    scores = text_head_scores(model, probe_texts(data, 3, 5))  # the shortest probe: 5 bytes, twice
+    assert all(bool(torch.isfinite(v).all()) for v in scores.values())
+    with pytest.raises(ValueError, match=r"texts of at least 5 bytes, each written twice.*got shape \(3, 8\)"):
+        text_head_scores(model, probe_texts(data, 3, 4))
+    with pytest.raises(ValueError, match=r"got shape \(3, 11\)"):
+        text_head_scores(model, probe_texts(data, 3, 6)[:, :11])
+    assert spaced_windows(data, 4, 39).shape == (4, 39)
+    with pytest.raises(ValueError, match=r"windows of 40 bytes need at least 41 bytes of data; got 40"):
+        spaced_windows(data, 4, 40)
+    with pytest.raises(ValueError, match=r"windows of 50 bytes need at least 51 bytes of data; got 40"):
+        probe_texts(data, 3, 50)
 
 
 def test_ablating_every_head_leaves_no_attention() -> None:

@@ -114,6 +114,12 @@ def _target(fn: Callable[..., Any]) -> tuple[str, str]:
     return module, name
 
 
+def _may_form_next_time(err: Exception) -> bool:
+    """Whether a new try may form the group: the rendezvous store or the TCP connections between the processes
+    failed (gloo's mesh refused or timed out on a loaded machine), not the configuration."""
+    return isinstance(err, dist.DistNetworkError | dist.DistStoreError) or "connect" in str(err).lower()
+
+
 def _child(rank: int, world_size: int, job_dir: str) -> None:
     """What each process runs: join the group, call the function, write its result (or its error)."""
     torch.set_num_threads(1)
@@ -126,8 +132,9 @@ def _child(rank: int, world_size: int, job_dir: str) -> None:
         try:
             rendezvous = f"file://{job / 'rendezvous'}"
             dist.init_process_group(backend, init_method=rendezvous, rank=rank, world_size=world_size)
-        except RuntimeError as err:  # the group never formed: the parent may try again with a new rendezvous
-            torch.save({"ok": False, "rendezvous": True, "error": str(err), "trace": f"{err}"}, out)
+        except RuntimeError as err:
+            if _may_form_next_time(err):  # the parent tries again with a new rendezvous
+                torch.save({"ok": False, "rendezvous": True, "error": str(err), "trace": f"{err}"}, out)
             raise
         try:
             fn = getattr(importlib.import_module(module), name)
@@ -151,9 +158,10 @@ def launch(
 
     Each process gets one CPU thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``), joins a
     ``backend`` process group through a rendezvous file in a fresh temporary folder, and receives a
-    :class:`CountingCollectives`. If the group fails to form (gloo's TCP connections between the processes
-    can be refused on a loaded machine), all processes are started again, up to three tries in all. Results
-    travel back through ``torch.save`` files (tensors, numbers, lists and dicts of them).
+    :class:`CountingCollectives`. If the group fails to form for a reason that may pass (gloo's TCP
+    connections between the processes can be refused on a loaded machine), all processes are started again,
+    up to three tries in all; any other failure ends the run at once. Results travel back through
+    ``torch.save`` files (tensors, numbers, lists and dicts of them).
 
     Args:
         fn: a module-level function ``fn(comm, *args)`` of an importable module.
@@ -167,7 +175,8 @@ def launch(
         ``[result of rank 0, result of rank 1, ...]``.
 
     Raises:
-        ValueError: if ``fn`` cannot be imported by name, or ``world_size`` is below 1.
+        ValueError: if ``fn`` cannot be imported by name, ``world_size`` is below 1, or this build of torch
+            lacks ``backend``.
         RuntimeError: if a process fails (the message names the rank and shows its error) or the run
             takes longer than ``timeout_s``.
 
@@ -178,6 +187,9 @@ def launch(
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int of at least 1 (processes to start); got {world_size!r}")
+    if not dist.is_backend_available(backend):
+        here = [b for b in ("gloo", "nccl", "mpi", "ucc", "xccl") if dist.is_backend_available(b)]
+        raise ValueError(f"backend={backend!r} is not available in this build of torch; available here: {here}")
     module, name = _target(fn)
     for attempt in range(1, _ATTEMPTS + 1):
         try:
@@ -212,10 +224,10 @@ def _run(module: str, name: str, args: tuple[Any, ...], world_size: int, backend
                 ))
         deadline = time.monotonic() + timeout_s
         try:
-            while any(p.poll() is None for p in procs):
-                failed = any(p.returncode not in (None, 0) for p in procs)
-                if failed or time.monotonic() > deadline:
-                    break  # a rank failed: the others would wait for it forever
+            while time.monotonic() < deadline:
+                codes = [p.poll() for p in procs]  # every process, each round
+                if None not in codes or any(codes):  # all ended, or one failed: the others would wait for it forever
+                    break
                 time.sleep(0.02)
         finally:
             for p in procs:

@@ -11,11 +11,13 @@ reference it computed itself. Many checks share one launch, because starting pro
 * :func:`mla_tensor_parallel`: what tensor parallelism shards and replicates in an MLA layer, counted;
   :func:`shard_mla` and :func:`mla_run`: the split run (forward, naive and absorbed, with a latent cache);
 * :func:`combined_run`: several of each in one launch (the tests and the lesson use it);
-* :func:`uneven_shards_run`: ring and Ulysses attention given shards of different lengths on different ranks.
+* :func:`uneven_shards_run`: ring and Ulysses attention given shards of different lengths on different ranks;
+* :func:`fails_beside_a_busy_rank_0`: a run that fails on rank 1 while rank 0 is still at work.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,6 +36,7 @@ __all__ = [
     "MLA_REPLICATED",
     "build_layer",
     "combined_run",
+    "fails_beside_a_busy_rank_0",
     "mla_run",
     "mla_tensor_parallel",
     "ranks_and_sizes",
@@ -183,6 +186,14 @@ def uneven_shards_run(comm: CountingCollectives, lengths: list[int]) -> dict[str
         except Exception as err:  # reported to the parent, which checks the type and the message
             outcome[name] = f"{type(err).__name__}: {err}"
     return outcome
+
+
+def fails_beside_a_busy_rank_0(comm: CountingCollectives, seconds: float) -> None:
+    """Rank 0 works for ``seconds``; every other rank raises at once (launch must not wait for rank 0 to see it)."""
+    if comm.rank == 0:
+        time.sleep(seconds)
+    else:
+        raise ValueError(f"rank {comm.rank} fails on purpose")
 
 
 def combined_run(comm: CountingCollectives, work: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ References:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -63,12 +64,17 @@ CORPUS_FILE = "course_text.txt"
 
 
 def encode(text: str) -> Tensor:
-    """Text to token ids: its UTF-8 bytes.
+    """Text to token ids: its UTF-8 bytes, as the browser's ``TextEncoder`` writes them.
+
+    A lone surrogate (``"\\ud800"``, which UTF-8 cannot hold) becomes U+FFFD, bytes ``EF BF BD``, and a
+    surrogate pair held as two characters becomes the one character it encodes, as in JavaScript, whose
+    strings are UTF-16.
 
     Example:
-        >>> encode("hé").tolist()
-        [104, 195, 169]
+        >>> encode("hé").tolist(), encode("a\\ud800").tolist()
+        ([104, 195, 169], [97, 239, 191, 189])
     """
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")  # as a JavaScript string
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
 
 
@@ -186,12 +192,31 @@ class TextGPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompt: str, new_tokens: int, generator: torch.Generator, temperature: float = 1.0) -> str:
-        """Sample ``new_tokens`` bytes after ``prompt`` (the last ``max_len`` bytes as context)."""
+        """Write ``new_tokens`` bytes after ``prompt`` (the last ``max_len`` bytes as context).
+
+        Args:
+            prompt: the text to continue.
+            new_tokens: bytes to write.
+            generator: the random numbers of the sampling.
+            temperature: the logits are divided by it before the softmax; 0 takes the likeliest byte each
+                time (greedy, as the live page does).
+
+        Raises:
+            ValueError: if ``temperature`` is negative, infinite or NaN.
+        """
+        if not 0 <= temperature < math.inf:  # NaN fails both comparisons
+            raise ValueError(
+                f"temperature must be a finite number, 0 (greedy) or more; got temperature={temperature!r}"
+            )
         ids = encode(prompt)
         for _ in range(new_tokens):
             logits, _ = self(ids[-self.cfg.max_len :][None])
-            probs = torch.softmax(logits[0, -1] / temperature, dim=-1)  # (V,)
-            ids = torch.cat([ids, torch.multinomial(probs, 1, generator=generator)])
+            last = logits[0, -1]  # (V,)
+            if temperature == 0:
+                next_id = last.argmax()[None]
+            else:
+                next_id = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1, generator=generator)
+            ids = torch.cat([ids, next_id])
         return decode(ids)
 
     def save(
@@ -260,8 +285,7 @@ def spaced_windows(data: Tensor, count: int, length: int) -> Tensor:
     Shapes:
         data: ``(N,)``; returns ``(count, length)``.
     """
-    starts = torch.linspace(0, len(data) - length - 1, count).long()
-    return torch.stack([data[s : s + length] for s in starts.tolist()])
+    return torch.stack([data[s : s + length] for s in _spaced_starts(data, count, length).tolist()])
 
 
 def probe_texts(data: Tensor, count: int, n: int) -> Tensor:
@@ -270,8 +294,14 @@ def probe_texts(data: Tensor, count: int, n: int) -> Tensor:
     Shapes:
         data: ``(N,)``; returns ``(count, 2 n)``.
     """
-    starts = torch.linspace(0, len(data) - n - 1, count).long()
-    return repeated_text(data, starts, n)
+    return repeated_text(data, _spaced_starts(data, count, n), n)
+
+
+def _spaced_starts(data: Tensor, count: int, length: int) -> Tensor:
+    """``count`` evenly spaced starts of windows of ``length`` bytes, the last at ``N - length - 1``."""
+    if len(data) <= length:
+        raise ValueError(f"windows of {length} bytes need at least {length + 1} bytes of data; got {len(data)}")
+    return torch.linspace(0, len(data) - length - 1, count).long()
 
 
 def repeated_text(data: Tensor, starts: Tensor, n: int) -> Tensor:
@@ -293,10 +323,21 @@ def text_head_scores(model: TextGPT, probe: Tensor) -> dict[str, Tensor]:
         earlier occurrence, queries in the second copy), ``first token`` (weight on position 0, queries
         from 8 on), each ``(L, H)``; ``loss first copy`` and ``loss second copy`` (mean nats per byte
         predicted inside each copy, scalars).
+
+    Raises:
+        ValueError: unless ``probe`` is ``(B, 2 n)`` with ``n >= 5`` (the first-token score needs a query at
+            position 8 or later).
     """
     from .heads import prefix_matching_score, previous_token_score
     from .long_context import first_token_mass
 
+    from_query = 8  # the first-token score reads the queries from here on
+    shortest = from_query // 2 + 1
+    if probe.ndim != 2 or probe.shape[1] % 2 or probe.shape[1] < 2 * shortest:
+        raise ValueError(
+            f"probe must be texts of at least {shortest} bytes, each written twice: (B, 2 n) with n >= {shortest}; "
+            f"got shape {tuple(probe.shape)}"
+        )
     n = probe.shape[1] // 2
     logits, w = model(probe, need_weights=True)  # (B, 2n, V), (L, B, H, 2n, 2n)
     assert w is not None
@@ -304,7 +345,7 @@ def text_head_scores(model: TextGPT, probe: Tensor) -> dict[str, Tensor]:
     return {
         "previous": previous_token_score(w).mean(1),  # (L, H)
         "prefix matching": prefix_matching_score(w, n).mean(1),  # (L, H)
-        "first token": first_token_mass(w, from_query=8),  # (L, H)
+        "first token": first_token_mass(w, from_query=from_query),  # (L, H)
         "loss first copy": loss[:, : n - 1].mean(),  # predicting bytes 1..n-1 of the first copy
         "loss second copy": loss[:, n:].mean(),  # predicting bytes 1..n-1 of the second copy
     }

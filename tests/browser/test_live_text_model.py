@@ -19,7 +19,7 @@ page prints). What int8 itself changes, against the committed float16 weights, i
 * greedy writing equals PyTorch's wherever each step's two likeliest bytes are more than the tolerance apart;
 * the widget: a head switched off by keyboard changes the bars, the written text and its map, as PyTorch does;
   the whole state (text, heads off, mode, temperature, seed) comes back from the URL, on reload too, at 375 px,
-  with no request leaving the site.
+  with no request leaving the site; a link's CRLF becomes the LF the text box shows, and the model runs on that.
 
 One page load serves each group of checks (a module-scoped page for the model-level ones). The page answers
 through a Web Worker, so the hook's run, generate and bench return Promises, and ``idle`` waits until the
@@ -227,7 +227,8 @@ def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: s
 
 
 def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) -> None:
-    state = {"text": "héllo wörld", "off": "L0H1,L1H3", "mode": "sample", "temp": "0.5", "seed": "42"}
+    state = {"text": "héllo\r\nwörld", "off": "L0H1,L1H3", "mode": "sample", "temp": "0.5", "seed": "42"}
+    shown = "héllo\nwörld"  # a textarea holds LF only: the model must run on that text, not on the link's CRLF
     context, watch = open_context(
         browser, server, viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True
     )
@@ -239,7 +240,8 @@ def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) ->
         goto(page, server + PATH + "?" + urlencode(state))
         page.evaluate("() => window.liveTextModel.ready")
         for attempt in ("load", "reload"):
-            assert page.locator(".ltm-text").input_value() == state["text"], attempt
+            assert page.locator(".ltm-text").input_value() == shown, attempt
+            assert page.locator(".ltm-message").inner_text().startswith(f"{len(shown.encode())} bytes."), attempt
             off = page.locator(".ltm-heads input:not(:checked)").evaluate_all("els => els.map(e => e.dataset.head)")
             assert sorted(off) == ["L0H1", "L1H3"], attempt
             assert page.locator("input[name=ltm-mode][value=sample]").is_checked(), attempt
@@ -248,18 +250,19 @@ def test_the_url_state_comes_back_on_reload_at_375(browser: Any, server: str) ->
             expected = page.evaluate(
                 "async t => (await window.liveTextModel.generate("
                 f"t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 42)).text",
-                state["text"],
+                shown,
             )
             assert page.locator(".ltm-prompt").inner_text() + page.locator(".ltm-generated").inner_text() == expected
             other = page.evaluate(
                 "async t => (await window.liveTextModel.generate("
                 f"t, {ltm.GENERATE_BYTES}, ['L0H1', 'L1H3'], 0.5, 43)).text",
-                state["text"],
+                shown,
             )
             assert other != expected  # the seed matters
             widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
             assert widths[0] <= widths[1], f"the page scrolls sideways at 375 px: {widths}"
             page.wait_for_function("() => new URLSearchParams(location.search).get('seed') === '42'")
+            page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=shown)
             page.reload()
             page.evaluate("() => window.liveTextModel.ready")
         leaving = [u for u in requests if u.split("/", 3)[:3] != origin and not u.startswith("data:")]

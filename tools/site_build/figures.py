@@ -38,6 +38,7 @@ _FIGURE = re.compile(r'<figure class="lesson-figure">(.*?)</figure>', re.S)
 _SVG = re.compile(r"<svg\b[^>]*>.*?</svg>", re.S)
 _SIZE = re.compile(r'<svg\b[^>]*?\swidth="([\d.]+)(pt|px)?"[^>]*?\sheight="([\d.]+)(pt|px)?"')
 _ARTICLE_START = re.compile(r'<article\b[^>]*>')
+_NOT_SHOWN = re.compile(r"<(style|script)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
 _PX_PER_UNIT = {"pt": 96 / 72, "px": 1.0, None: 1.0}
 
 
@@ -75,7 +76,10 @@ def relative_url(target: str, page_url: str) -> str:
 
 
 def _visible_text_length(fragment: str) -> int:
-    return len(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment)).strip())
+    """Characters of text a reader sees in ``fragment``: not its tags, nor what is inside a <style>, a <script> or
+    a comment (an element's raw text ends at the first closing tag of its name, so a lazy match is exact)."""
+    text = re.sub(r"<[^>]+>", " ", _NOT_SHOWN.sub(" ", fragment))
+    return len(re.sub(r"\s+", " ", text).strip())
 
 
 def externalize(output: str, page_url: str, site_dir: Path) -> str:

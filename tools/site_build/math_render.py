@@ -27,7 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 KATEX = ROOT / "node_modules" / "katex" / "dist"
 MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
-_REMOTE_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.S)
+# src="//host/x.js", 'https://host/x.js' or unquoted, in any case: the rest of the tag, then its end
+_REMOTE_SCRIPT = re.compile(r"""<script\b[^>]*?\ssrc\s*=\s*["']?(?:https?:)?//[^>]*>\s*</script\s*>""", re.S | re.I)
 _MATHJAX_CONFIG = re.compile(r'<script type="text/x-mathjax-config">.*?</script>', re.S)
 
 
@@ -89,6 +90,7 @@ def render_pages(pages: dict[str, str]) -> dict[str, str]:
 
 
 def drop_remote_scripts(page: str) -> str:
+    """``page`` without the scripts it would load from another host (and MathJax's configuration)."""
     page = _MATHJAX_CONFIG.sub("", page)
     return _REMOTE_SCRIPT.sub("", page)
 

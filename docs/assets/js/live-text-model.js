@@ -432,6 +432,8 @@
   var encoder = new TextEncoder(), decoder = new TextDecoder("utf-8");  // decoder: invalid bytes -> U+FFFD
   function encode(text) { return Array.prototype.slice.call(encoder.encode(text)); }
   function decode(bytes) { return decoder.decode(new Uint8Array(bytes)); }
+  // A textarea turns CRLF and a lone CR into LF; a link's text is turned the same, so the model runs on what it shows
+  function normalizeLineEnds(text) { return text.replace(/\r\n?/g, "\n"); }
 
   function byteLabel(b) {  // as live_text_model.byte_label
     if (b === 32) return "space";
@@ -628,7 +630,7 @@
     var problems = [];
     function fromUrl() {  // before the model loads: the names of heads are checked against the page's switches
       var p = new URLSearchParams(location.search);
-      if (p.has("text")) state.text = p.get("text");
+      if (p.has("text")) state.text = normalizeLineEnds(p.get("text"));
       if (p.has("off")) {
         var names = checks.map(function (c) { return c.getAttribute("data-head"); });
         p.get("off").split(",").filter(Boolean).forEach(function (name) {
