@@ -9,16 +9,23 @@ that never changes). The command line is run as a learner runs it, on files with
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import io
 import json
 import math
+import os
+import pickle
 import re
+import select
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 import torch
@@ -36,7 +43,11 @@ from lessons_src.lab.exercises import (
 from lessons_src.lab.exercises.__main__ import main
 from lessons_src.lab.exercises.checker import WRAP, LearnerFileError, check_function, load_learner_file
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 MISTAKE_TABLE = json.loads((ROOT / "docs" / "_data" / "exercise_mistakes.json").read_text(encoding="utf-8"))["pairs"]
 SHOWN_IMPORTS = {"math", "torch"}  # all a shown solution may import (from torch: Tensor)
 REQUIRED_MISCONCEPTIONS = {  # the issue's list: each must be in the catalogue with a real wrong function
@@ -293,7 +304,8 @@ def test_code_that_never_ends_is_stopped_with_the_line_it_was_on(tmp_path: Path)
     with pytest.raises(LearnerFileError, match=r"(?s)took over 0.3 s before any check and was stopped\n  at "
                                                r"\S*slow\.py, line [23]: .*if __name__ == "):
         load_learner_file(slow, time_limit=0.3)
-    with pytest.raises(ValueError, match=r"time_limit must be None or 0 \(no limit\) or a number of seconds; got -1"):
+    with pytest.raises(ValueError, match=r"time_limit must be None or a number of seconds from 0 to 3600 \(0: no "
+                                         r"limit\); got -1"):
         check_function("causal_mask", solutions.causal_mask, time_limit=-1)
 
 
@@ -305,18 +317,60 @@ def test_a_loop_defined_in_a_notebook_cell_is_reported_in_the_cells_words() -> N
     assert re.search(r"and was stopped\n  at your notebook cell, line [23]", result.message), result.message
 
 
-def test_a_timer_already_running_is_put_back() -> None:
+def test_a_timer_already_running_is_left_alone() -> None:
+    """The checker's limit is a wait for the thread the learner's code runs in: no signal, no timer."""
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
     try:
         signal.setitimer(signal.ITIMER_REAL, 30)
         assert check_function("causal_mask", solutions.causal_mask, time_limit=5).passed
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 0 < left <= 30  # re-armed, minus the time the check took
+        assert 0 < left <= 30  # still running
         assert signal.getsignal(signal.SIGALRM) is not None and not fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m lessons_src.lab.exercises ARGS`` as its ``main()`` in this process: the exit status and what
+    it printed (read with ``contextlib.redirect_stdout``, so it works under ``capsys`` and in a forked child)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _in_child(fn: Callable[[], T], timeout: float = 10) -> T:
+    """``fn()`` in a child forked from this process (torch is imported already: it starts in milliseconds),
+    killed after ``timeout`` seconds: a checker that hangs fails the test instead of hanging the suite."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send what fn returned (or its error) and exit, skipping pytest's clean-up
+        os.close(read)
+        try:
+            try:
+                outcome: tuple[bool, object] = (True, fn())
+            except BaseException:  # a SystemExit too: the test's failure, sent back
+                outcome = (False, traceback.format_exc())
+            with os.fdopen(write, "wb") as pipe:
+                pickle.dump(outcome, pipe)
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            if not select.select([pipe], [], [], timeout)[0]:
+                pytest.fail(f"still running after {timeout} s: the checker did not stop the learner's code")
+            ok, value = pickle.load(pipe)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert ok, value
+    return value  # type: ignore[no-any-return]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -326,9 +380,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_command_line_start_check_and_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_command_line_start_check_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first two runs are real `python -m lessons_src.lab.exercises` processes; the rest call its main()
     in this process (the same code after the interpreter starts, without a torch import each)."""
     proc = _cli("start", "mine.py", cwd=tmp_path)
@@ -338,18 +390,8 @@ def test_command_line_start_check_and_errors(
     assert proc.stdout.count("not written yet") == len(EXERCISES) and "Traceback" not in proc.stdout + proc.stderr
 
     monkeypatch.chdir(tmp_path)
-
-    def main_run(*args: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code if isinstance(stop.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
     _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
-    proc = main_run("check", "all", "done.py")
+    proc = _main("check", "all", "done.py")
     assert proc.returncode == 0 and f"{len(EXERCISES)} of {len(EXERCISES)} exercises pass" in proc.stdout
 
     _write(tmp_path, "wrong.py", """
@@ -360,23 +402,88 @@ def test_command_line_start_check_and_errors(
             k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
             return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
     """)
-    proc = main_run("check", "gqa_attention", "wrong.py")
+    proc = _main("check", "gqa_attention", "wrong.py")
     assert proc.returncode == 1 and "Known mistake: `repeat` instead of `repeat_interleave`" in proc.stdout
     assert "lessons/gqa-mqa/#a-silent-bug-repeat-instead-of-repeat_interleave" in proc.stdout
 
     _write(tmp_path, "broken.py", "def split_heads(x, num_heads):\n    return x.view(\n")
-    proc = main_run("check", "split_heads", "broken.py")
+    proc = _main("check", "split_heads", "broken.py")
     assert proc.returncode == 2 and "syntax error" in proc.stderr and "Traceback" not in proc.stderr
-    proc = main_run("check", "no_such_exercise", "done.py")
+    proc = _main("check", "no_such_exercise", "done.py")
     assert proc.returncode == 2 and "no exercise called 'no_such_exercise'" in proc.stderr
     _write(tmp_path, "loop.py", "def split_heads(x, num_heads):\n    while True:\n        pass\n")
-    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "0.5")
+    proc = _main("check", "split_heads", "loop.py", "--time-limit", "0.5")
     assert proc.returncode == 1 and "ran for over 0.5 s" in proc.stdout
     assert re.search(r"and was stopped\n  at loop\.py, line [23]: ", proc.stdout)
-    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "-2")
-    assert proc.returncode == 2 and "--time-limit must be 0 (no limit) or more seconds; got -2" in proc.stderr
-    proc = main_run("hints", "online_softmax")
+    proc = _main("hints", "online_softmax")
     assert proc.returncode == 0 and "Hint 2:" in proc.stdout
+
+
+SWALLOWS_EVERYTHING = """\
+import time
+
+
+def split_heads(x, num_heads):
+    while True:  # waits for something that never comes, and the bare except swallows everything
+        try:
+            time.sleep(0.01)
+        except:  # noqa: E722
+            continue
+"""
+
+
+def test_a_loop_that_swallows_every_exception_is_still_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: a bare `except: continue` caught the SIGALRM-raised stop, and `check` ran forever."""
+    _write(tmp_path, "greedy.py", SWALLOWS_EVERYTHING)
+    monkeypatch.chdir(tmp_path)
+    t0 = time.monotonic()
+    proc = _in_child(lambda: _main("check", "split_heads", "greedy.py", "--time-limit", "0.5"))
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == 1 and "FAILED split_heads: your function ran for over 0.5 s on case 1 of" in proc.stdout
+    assert re.search(r"\n  at greedy\.py, line [5-9]: ", proc.stdout), proc.stdout
+    namespace: dict[str, object] = {}
+    exec(compile(SWALLOWS_EVERYTHING, "greedy.py", "exec"), namespace)
+    result = _in_child(lambda: check_function("split_heads", namespace["split_heads"], time_limit=0.3))
+    assert result.status == "error" and "ran for over 0.3 s" in result.message
+
+
+def test_a_function_that_calls_sys_exit_is_an_error_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: `sys.exit(0)` in a learner's function made `check all` print nothing and exit 0."""
+    _write(tmp_path, "exits.py", """
+        import sys
+
+        from lessons_src.lab.exercises.solutions import causal_mask  # noqa: F401
+
+        def split_heads(x, num_heads):
+            sys.exit(0)
+    """)
+    monkeypatch.chdir(tmp_path)
+    proc = _main("check", "all", "exits.py")
+    assert proc.returncode == 1, proc
+    assert re.search(r"FAILED split_heads: your function called sys\.exit\(0\) \(it raised SystemExit\) on case 1 "
+                     r"of \d+: .*\n  at exits\.py, line 7: sys\.exit\(0\)", proc.stdout), proc.stdout
+    assert "passed causal_mask" in proc.stdout and f"1 of {len(EXERCISES)} exercises pass" in proc.stdout
+    _write(tmp_path, "quits.py", "import sys\n\nsys.exit('done')\n")
+    with pytest.raises(LearnerFileError, match=r"running \S*quits\.py called sys\.exit\('done'\) \(it raised "
+                                               r"SystemExit\) before any check\n  at \S*quits\.py, line 3"):
+        load_learner_file(tmp_path / "quits.py")
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "1e300", "-2", "3601"])
+def test_a_time_limit_that_is_no_number_of_seconds_is_refused_up_front(
+    limit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: `--time-limit nan` was accepted, and the failure was later blamed on a correct file."""
+    _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
+    monkeypatch.chdir(tmp_path)
+    proc = _main("check", "causal_mask", "done.py", "--time-limit", limit)
+    accepted = "a number of seconds from 0 to 3600 (0: no limit)"
+    assert proc.returncode == 2 and f"--time-limit must be {accepted}; got {float(limit):g}" in proc.stderr, proc
+    assert "done.py" not in proc.stderr
+    with pytest.raises(ValueError, match=re.escape(f"time_limit must be None or {accepted}; got {float(limit):g}")):
+        check_function("causal_mask", solutions.causal_mask, time_limit=float(limit))
+    with pytest.raises(ValueError, match="time_limit must be None or"):
+        check(solutions.causal_mask, quiet=True, time_limit=float(limit))
 
 
 def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path: Path) -> None:

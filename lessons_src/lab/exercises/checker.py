@@ -8,29 +8,29 @@ exercise's known-wrong variants (:mod:`.mistakes`) on the same cases: one that g
 on every case names the mistake and the lesson section that explains it; otherwise the checker shows the
 first differing element, its index and both values.
 
-A learner's code that runs too long (a loop that never ends) is stopped after ``time_limit`` seconds per
-call, and the checker says where it was stopped. The limit uses ``SIGALRM``, so it applies on Unix in the
-main thread (a script, a notebook cell); elsewhere the code runs without one.
+Each call of the learner's code (and the loading of their file) runs in a thread of its own, which the
+checker waits for at most ``time_limit`` seconds: since the checker only waits, nothing that code does (a
+bare ``except:`` that swallows every exception, ``sys.exit``) can keep it waiting longer or end it. At the
+limit the checker says where the code was, and raises an exception in it to stop it; code that catches that
+too goes on in the background until Python exits, and the checker says so.
 """
 
 from __future__ import annotations
 
 import ast
+import ctypes
 import importlib.util
 import inspect
 import json
 import linecache
 import re
-import signal
 import sys
 import textwrap
 import threading
-import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -39,13 +39,16 @@ from .catalogue import EXERCISES, Case, Exercise, exercise
 from .mistakes import MISCONCEPTIONS, Variant
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from types import FrameType, ModuleType
+    from collections.abc import Callable
+    from types import ModuleType
 
 __all__ = ["LearnerFileError", "Result", "check", "check_file", "check_function", "load_learner_file"]
 
 RTOL, ATOL = 1e-4, 1e-5
 TIME_LIMIT = 10.0  # seconds one call of the learner's code may run; the answers take milliseconds
+MAX_TIME_LIMIT = 3600.0  # the longest limit accepted: an hour
+STOP_WAIT = 0.25  # seconds the learner's code is given to stop once its time is up
+T = TypeVar("T")
 
 
 class LearnerFileError(Exception):
@@ -53,40 +56,71 @@ class LearnerFileError(Exception):
 
 
 class _OutOfTime(BaseException):
-    """Raised in the learner's code when its time is up. Not an ``Exception``: ``except Exception`` in the
-    learner's loop cannot swallow it."""
+    """Raised in the learner's code to stop it when its time is up (not an ``Exception``: ``except Exception``
+    cannot swallow it), and in the checker's thread with ``stack``, where that code was then, and ``stopped``,
+    whether it stopped."""
+
+    def __init__(self, stack: traceback.StackSummary | None = None, *, stopped: bool = True) -> None:
+        super().__init__()
+        self.stack = stack or traceback.StackSummary()
+        self.stopped = stopped
 
 
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Stop the code inside after ``seconds`` by raising :class:`_OutOfTime` in it (``None`` or 0: no limit).
+def _limited(seconds: float | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, run in a thread of its own that this one waits for at most ``seconds`` (None or 0: no
+    limit, and ``fn`` runs here); what ``fn`` raises, ``SystemExit`` included, is raised here.
 
-    A timer already set by someone else (a test runner's, say) is put back afterwards, minus the time used.
+    Raises:
+        _OutOfTime: at the limit, with the stack ``fn`` was at, after an ``_OutOfTime`` raised in its thread
+            to stop it (``stopped``: whether it did within ``STOP_WAIT`` seconds).
     """
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
+    if not seconds:
+        return fn(*args)
+    outcome: list[tuple[T] | BaseException] = []
+
+    def run() -> None:
+        try:
+            try:
+                outcome.append((fn(*args),))
+            except BaseException as err:  # handed to the checker's thread, which reports it
+                outcome.append(err)
+        except _OutOfTime:  # a stop that arrived as fn was returning
+            pass
+
+    worker = threading.Thread(target=run, name="learner's code", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive() and worker.ident is not None:
+        frame = sys._current_frames().get(worker.ident)
+        stack = traceback.extract_stack(frame) if frame is not None else None
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_OutOfTime))
+        worker.join(STOP_WAIT)
+        raise _OutOfTime(stack, stopped=not worker.is_alive())
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result[0]
+
+
+def validate_time_limit(seconds: object, name: str = "time_limit", *, allow_none: bool = True) -> None:
+    """Check a time limit given as ``name``: a number of seconds from 0 (no limit) to ``MAX_TIME_LIMIT``, or
+    (with ``allow_none``) None, no limit too.
+
+    Raises:
+        ValueError: naming the value and what is accepted (NaN and infinity are not).
+    """
+    if seconds is None and allow_none:
         return
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise _OutOfTime
-
-    start = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, stop)
-    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if previous_handler is not None:  # None: a handler set outside Python, which cannot be put back
-            signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay:
-            left = max(previous_delay - (time.monotonic() - start), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds <= MAX_TIME_LIMIT:
+        return
+    accepted = f"{'None or ' if allow_none else ''}a number of seconds from 0 to {MAX_TIME_LIMIT:g} (0: no limit)"
+    shown = f"{seconds:g}" if isinstance(seconds, float) else repr(seconds)
+    raise ValueError(f"{name} must be {accepted}; got {shown}")
 
 
-def _valid_limit(seconds: object) -> None:
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0):
-        raise ValueError(f"time_limit must be None or 0 (no limit) or a number of seconds; got {seconds!r}")
+def _exit_call(err: SystemExit) -> str:
+    """``sys.exit(0)``: the call that raised ``err``, as the learner would have written it."""
+    return f"sys.exit({'' if err.code is None else repr(err.code)}) (it raised SystemExit)"
 
 
 @dataclass(frozen=True)
@@ -173,7 +207,7 @@ def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT
         LearnerFileError: the file is missing, is not Python, has a syntax error, raises while it runs
             (the message names the line, not a traceback), or runs longer than ``time_limit`` seconds.
     """
-    _valid_limit(time_limit)
+    validate_time_limit(time_limit)
     p = Path(path)
     if not p.is_file():
         raise LearnerFileError(f"there is no file {p}; give the path of your .py file or notebook")
@@ -204,15 +238,17 @@ def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT
     module = importlib.util.module_from_spec(spec)
     module.__file__ = filename
     sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
+    main_block = "`if __name__ == \"__main__\":` (the checker does not run that block)"
     try:
-        with _time_limit(time_limit):
-            exec(compiled, module.__dict__)
+        _limited(time_limit, exec, compiled, module.__dict__)
     except _OutOfTime as err:
         raise LearnerFileError(
-            f"running {p} took over {time_limit:g} s before any check and was stopped{_stopped_at(err, filename)}\n"
-            "  Code at the top level of the file runs when it is loaded: put long runs under "
-            "`if __name__ == \"__main__\":` (the checker does not run that block)"
+            f"running {p} took over {time_limit:g} s before any check and {_stopped_at(err, filename)}\n"
+            f"  Code at the top level of the file runs when it is loaded: put long runs under {main_block}"
         ) from None
+    except SystemExit as err:
+        raise LearnerFileError(f"running {p} called {_exit_call(err)} before any check\n  "
+                               f"{_learner_line(err, filename)}\n  Put it under {main_block}") from None
     except Exception as err:
         raise LearnerFileError(f"running {p} failed before any check: {_describe_error(err, filename)}") from None
     finally:
@@ -232,9 +268,10 @@ def _clone(obj: Any) -> Any:
 
 
 def _learner_line(err: BaseException, filename: str | None, *, any_file: bool = True) -> str:
-    """``at my_file.py, line 7: code``: the innermost line of the learner's file in ``err``'s traceback, or
-    (with ``any_file``) the innermost line of any file when none is the learner's; else ``""``."""
-    frames = traceback.extract_tb(err.__traceback__)
+    """``at my_file.py, line 7: code``: the innermost line of the learner's file in ``err``'s traceback (for an
+    :class:`_OutOfTime`, in the stack the code was at), or (with ``any_file``) the innermost line of any file
+    when none is the learner's; else ``""``."""
+    frames = err.stack if isinstance(err, _OutOfTime) else traceback.extract_tb(err.__traceback__)
     mine = [f for f in frames if filename is not None and f.filename == filename] or (frames[-1:] if any_file else [])
     if not mine:
         return ""
@@ -256,10 +293,15 @@ def _describe_error(err: BaseException, filename: str | None) -> str:
     return f"{type(err).__name__}: {err}".strip() + (f"\n  {at}" if at else "")
 
 
-def _stopped_at(err: BaseException, filename: str | None) -> str:
-    """``\n  at my_file.py, line 7: while True:``: the learner's line that was running when time ran out."""
+def _stopped_at(err: _OutOfTime, filename: str | None) -> str:
+    """``was stopped``, or why it was not, then ``\n  at my_file.py, line 7: while True:``: the learner's line
+    that was running when time ran out."""
     at = _learner_line(err, filename, any_file=False)
-    return f"\n  {at}" if at else ""
+    at = f"\n  {at}" if at else ""
+    if err.stopped:
+        return "was stopped" + at
+    return ("did not stop when told to" + at + "\n  It catches every exception (a bare `except:`?), the checker's stop "
+            "included,\n  so it goes on in the background until Python exits (in a notebook: restart the kernel)")
 
 
 def _outputs(fn: Callable[..., Any], case: Case) -> list[tuple[str, Any]]:
@@ -389,10 +431,11 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
     A call of ``fn`` that runs over ``time_limit`` seconds (``None`` or 0: no limit) is stopped, and reported.
 
     Raises:
-        ValueError: for an unknown exercise, or a ``time_limit`` that is not ``None`` or a number >= 0.
+        ValueError: for an unknown exercise, or a ``time_limit`` that is not ``None`` or a number of seconds
+            from 0 to ``MAX_TIME_LIMIT``.
     """
     ex = exercise(name)
-    _valid_limit(time_limit)
+    validate_time_limit(time_limit)
     expected = f"{name}{_params(ex.stub)}"
     if not callable(fn):
         return Result(name, "error", f"FAILED {name}: {name} is a {type(fn).__name__}, not a function {expected}")
@@ -410,12 +453,14 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
     for i, case in enumerate(cases):
         where = f"case {i + 1} of {len(cases)}: {case.label}"
         try:
-            with _time_limit(time_limit):
-                learner.append(_outputs(fn, case))
+            learner.append(_limited(time_limit, _outputs, fn, case))
         except _OutOfTime as err:
             return Result(name, "error", f"FAILED {name}: your function ran for over {time_limit:g} s on {where} "
-                          f"and was stopped{_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
+                          f"and {_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
                           "small inputs:\n  look for a loop that never ends (a condition that never changes)")
+        except SystemExit as err:
+            return Result(name, "error", f"FAILED {name}: your function called {_exit_call(err)} on {where}\n  "
+                          f"{_learner_line(err, filename)}\n  A function returns its answer: `return`, not `sys.exit`")
         except NotImplementedError:
             return Result(name, "not written", f"FAILED {name}: not written yet: it raises NotImplementedError "
                           "(replace the `raise` with your code)")
