@@ -507,6 +507,42 @@ def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path
         load_learner_file(path)
 
 
+def _notebook(tmp_path: Path, *cells: str) -> Path:
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "mine.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+NOTEBOOK_ANSWER = ("import torch\nfrom lessons_src.lab.exercises import check\n\n"
+                   "def split_heads(x, num_heads):\n    B, T, D = x.shape\n"
+                   "    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)")
+
+
+@pytest.mark.parametrize("cell", [
+    "%%bash\necho hello\nls -l | head -n 2",
+    "%%writefile notes.txt\nnot Python: (",
+    "torch.softmax?",
+    "?torch.softmax\ntorch.tril??\nx = 1",
+    "result = check(split_heads)",
+    "print(check(split_heads))",
+    "from lessons_src.lab.exercises import check as verify\nif True:\n    verify(split_heads).passed",
+    "for _ in range(2):\n    check('split_heads', split_heads)",
+], ids=["bash-cell", "writefile-cell", "help-after", "help-before", "assigned", "in-print", "aliased", "in-a-loop"])
+def test_a_notebook_s_cell_magics_help_lines_and_checks_are_left_out(
+    cell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: a `%%bash` cell or a `torch.softmax?` line was a syntax error, though Jupyter runs them; and a
+    check that was not a bare `check(...)` statement ran while the notebook loaded, so it printed twice."""
+    path = _notebook(tmp_path, NOTEBOOK_ANSWER, cell, "def causal_mask(T, S):\n    return T @ S")
+    (result,) = check_file(path, "split_heads")
+    assert result.passed, result.message
+    assert capsys.readouterr().out == "", "a check ran while the notebook was loaded"
+    (crash,) = check_file(path, "causal_mask")  # the lines after the left-out ones are still counted right
+    assert "mine.ipynb, code cell 3, line 2: return T @ S" in crash.message, crash.message
+
+
 def test_every_lesson_link_names_a_heading_of_its_page() -> None:
     """Checked again on the built site (tests/site/test_exercise_pages.py); this catches a typo without a build."""
     import re

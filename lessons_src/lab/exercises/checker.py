@@ -1,7 +1,8 @@
 """Run a learner's function against the answer, and say what is wrong in words, not a traceback.
 
 The learner's file is executed in a fresh module made by :mod:`importlib` (a notebook's code cells are
-joined first, with ``%`` and ``!`` lines and ``check(...)`` calls left out), so nothing of the checker's,
+joined first, less what IPython reads as its own: a cell magic's cell, ``%`` and ``!`` lines, ``x?`` help;
+and the statements that call ``check``, so that loading runs no check), so nothing of the checker's,
 the answer least of all, is in its namespace. Each exercise's cases (see :mod:`.catalogue`) are passed to
 the learner's function and to the answer as separate copies. On the first difference the checker runs the
 exercise's known-wrong variants (:mod:`.mistakes`) on the same cases: one that gives the learner's output
@@ -163,6 +164,14 @@ class _Source:
 _SOURCES: dict[str, _Source] = {}
 
 
+_HELP = re.compile(r"\s*(\?\??\s*[\w.*]+|[\w.*]+\s*\?\??)\s*")  # IPython's help: ?name, name?, name??
+
+
+def _ipython_line(line: str) -> bool:
+    """Whether IPython reads ``line`` as its own command: a ``%magic``, a ``!shell`` line or a help request."""
+    return line.lstrip().startswith(("%", "!")) or _HELP.fullmatch(line) is not None
+
+
 def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
     try:
         nb = json.loads(text)
@@ -176,11 +185,12 @@ def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
         src = cell.get("source", "")
         src = "".join(src) if isinstance(src, list) else str(src)
         lines = src.splitlines() or [""]
-        # IPython's %magics and !shell lines are not Python: keep the line count, drop the command
-        lines = [
-            (ln[: len(ln) - len(ln.lstrip())] + "pass  # " + ln.strip()) if ln.lstrip().startswith(("%", "!")) else ln
-            for ln in lines
-        ]
+        # what IPython reads as its own is not Python: keep the line count, drop the command
+        if lines[0].startswith("%%"):  # a cell magic (%%bash, %%writefile, ...): the whole cell is its input
+            lines = ["# " + ln for ln in lines]
+        else:
+            lines = [(ln[: len(ln) - len(ln.lstrip())] + "pass  # " + ln.strip()) if _ipython_line(ln) else ln
+                     for ln in lines]
         starts.append(line)
         parts.append("\n".join(lines))
         line += len(lines)
@@ -188,16 +198,31 @@ def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _without_check_calls(tree: ast.Module) -> ast.Module:
-    """Drop top-level ``check(...)`` statements: loading a notebook must not run its own checks."""
+    """Each statement that calls ``check`` made a ``pass``: ``check(f)``, ``r = check(f)``, ``print(check(f))``,
+    ``exercises.check(f)``, or under the name it was imported as. Loading a notebook must not run its own checks.
+    Function bodies, which do not run when the file is loaded, are left as they are."""
+    names = {"check"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                         for alias in node.names if alias.name == "check" and alias.asname}
 
-    def is_check(node: ast.stmt) -> bool:
-        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-            return False
-        f = node.value.func
-        return (isinstance(f, ast.Name) and f.id == "check") or (isinstance(f, ast.Attribute) and f.attr == "check")
+    def is_check(node: ast.AST) -> bool:
+        f = node.func if isinstance(node, ast.Call) else None
+        return (isinstance(f, ast.Name) and f.id in names) or (isinstance(f, ast.Attribute) and f.attr == "check")
 
-    tree.body = [n for n in tree.body if not is_check(n)]
-    return tree
+    class LeaveOut(ast.NodeTransformer):
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+            return node
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, ast.stmt):  # its own expressions, not the statements in its body
+                own = (child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
+                if any(is_check(n) for child in own for n in ast.walk(child)):
+                    return ast.copy_location(ast.Pass(), node)
+            return super().generic_visit(node)
+
+    tree.body = [LeaveOut().visit(node) for node in tree.body]
+    return ast.fix_missing_locations(tree)
 
 
 def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT) -> ModuleType:
