@@ -119,8 +119,17 @@ def _mistaken(name: str, changes: list[list[str]]) -> object:
 
 def test_the_mistake_table_is_every_exercise_and_mistake_the_catalogue_pairs() -> None:
     pairs = [(row["exercise"], row["mistake"]) for row in MISTAKE_TABLE]
-    assert len(pairs) == len(set(pairs))
+    changes = [(row["exercise"], json.dumps(row["learner_change"])) for row in MISTAKE_TABLE]
+    assert len(changes) == len(set(changes))
     assert set(pairs) == {(v.exercise, v.misconception) for v in VARIANTS}
+    variants = {v.key: v for v in VARIANTS}
+    for row in MISTAKE_TABLE:  # a row that writes the mistake one way of several names the variant that does
+        if "variant" in row:
+            assert row["variant"] in variants, f"no catalogued variant {row['variant']!r}"
+            v = variants[row["variant"]]
+            assert (v.exercise, v.misconception) == (row["exercise"], row["mistake"]), row
+    repeated = {pair for pair in pairs if pairs.count(pair) > 1}
+    assert all("variant" in row for row in MISTAKE_TABLE if (row["exercise"], row["mistake"]) in repeated)
     order = list(EXERCISES)
     assert [order.index(e) for e, _ in pairs] == sorted(order.index(e) for e, _ in pairs), "sorted by exercise"
     # the scale mistakes and the interleaved split in every exercise where they can occur
@@ -141,6 +150,14 @@ def test_each_exercise_and_mistake_pair_is_named(row: dict[str, object]) -> None
     named = {v.misconception for v in VARIANTS if v.key in result.diagnosis}
     assert named == {mistake}, f"{name} with {mistake} named as {named}:\n{result.message}"
     assert f"Known mistake: {MISCONCEPTIONS[mistake].name}." in result.message
+    flat = " ".join(result.message.split())
+    ways = [v for v in VARIANTS if v.exercise == name]
+    if "variant" in row:  # this way of writing the mistake is among those the message gives
+        assert row["variant"] in result.diagnosis, f"{row['variant']} not in {result.diagnosis}:\n{result.message}"
+        assert " ".join(next(v for v in ways if v.key == row["variant"]).what.split()) in flat
+    # a way of writing it is stated as the learner's ("You ...") only when it is the one known way to that output
+    stated = tuple(v.key for v in ways if f"You {' '.join(v.what.split())}." in flat)
+    assert stated == (result.diagnosis if len(result.diagnosis) == 1 else ()), result.message
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.key for v in VARIANTS])
@@ -150,7 +167,10 @@ def test_each_known_mistake_is_diagnosed_as_itself(variant: object) -> None:
     assert isinstance(variant, Variant)
     result = check_function(variant.exercise, variant.fn)
     assert result.status == "wrong", result.message
-    assert result.diagnosis == (variant.key,), f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}"
+    # named as itself, and beside it only as the same mistake written another way that gives the same output
+    named = {v.misconception for v in VARIANTS if v.key in result.diagnosis}
+    assert variant.key in result.diagnosis and named == {variant.misconception}, (
+        f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}")
     m = MISCONCEPTIONS[variant.misconception]
     flat = " ".join(result.message.split())  # the "Known mistake" and "Why" paragraphs are wrapped
     assert m.name in flat and m.lesson.path in result.message and variant.what in flat
@@ -180,7 +200,7 @@ def test_first_case_already_separates_every_variant_from_the_answer() -> None:
 
     for v in VARIANTS:
         case = EXERCISES[v.exercise].cases()[0]
-        if v.key in {"softmax_nan_rows", "online_nan_rows"}:
+        if v.key in {"softmax_nan_rows", "softmax_renormalised_nan_rows", "online_nan_rows"}:
             continue  # these differ only on a fully masked row, which the second case has
         assert not all(_same(a[1], b[1]) for a, b in zip(_outputs(v.fn, case), _outputs(
             getattr(solutions, v.exercise), case), strict=True)), v.key
@@ -213,6 +233,16 @@ def test_an_answer_from_scratch_passes_and_a_wrong_unknown_one_shows_the_first_d
     # an unknown constant factor is still recognised as one: case 1 has E = 4, S = 5, so yours = expected * 2 / sqrt(5)
     flat = " ".join(result.message.split())
     assert f"Every value of yours is the expected one times {2 / 5**0.5:.4g}: a constant factor" in flat
+
+
+def test_a_right_masked_softmax_written_as_softmax_times_the_mask_renormalised_passes() -> None:
+    """Equal to the answer: a softmax over every key, the hidden ones zeroed, divided by the sum where it is not 0."""
+    def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(scores, dim=-1) * mask
+        total = p.sum(dim=-1, keepdim=True)
+        return p / torch.where(total > 0, total, 1.0)
+
+    assert check(masked_softmax, quiet=True).passed
 
 
 def test_wrong_shape_dtype_signature_type_and_exceptions_get_messages() -> None:

@@ -429,6 +429,21 @@ def _matching_variants(ex: Exercise, cases: list[Case], learner: list[list[tuple
     return found
 
 
+def _by_misconception(variants: list[Variant]) -> dict[str, list[Variant]]:
+    grouped: dict[str, list[Variant]] = {}
+    for v in variants:
+        grouped.setdefault(v.misconception, []).append(v)
+    return grouped
+
+
+def _what_you_did(ways: list[Variant]) -> str:
+    """What the learner's code did, in words: the one known way that gives their output, or, when several
+    give it (so the output cannot tell which they wrote), each of them as a possibility."""
+    if len(ways) == 1:
+        return f"You {ways[0].what}."
+    return "Your output is what you would get if you " + ", or if you ".join(v.what for v in ways) + "."
+
+
 WRAP = 72  # columns of the "Known mistake" and "Why" paragraphs (a terminal's width, less a margin)
 _CODE_SPAN = re.compile(r"`[^`]*`")
 
@@ -503,9 +518,9 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
             if kind != "values":
                 return Result(name, "wrong", "\n".join(lines))
             matches = _matching_variants(ex, cases, learner)
-            for v in matches:
-                m = MISCONCEPTIONS[v.misconception]
-                lines += [_wrap(f"Known mistake: {m.name}. You {v.what}."), _wrap(f"Why: {m.why}"),
+            for key, ways in _by_misconception(matches).items():
+                m = MISCONCEPTIONS[key]
+                lines += [_wrap(f"Known mistake: {m.name}. {_what_you_did(ways)}"), _wrap(f"Why: {m.why}"),
                           f"  Read: {m.lesson.title} (on the course site: {m.lesson.path})"]
             if not matches and (ratio := _constant_ratio(got, expected_value)) is not None:
                 lines.append(_wrap(f"Every value of yours is the expected one times {ratio:.4g}: a constant factor "

@@ -217,6 +217,11 @@ def _masked_softmax_nan(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~mask, _NEG_INF), dim=-1)  # a fully masked row: NaN
 
 
+def _masked_softmax_renormalised(scores: Tensor, mask: Tensor) -> Tensor:
+    p = torch.softmax(scores, dim=-1) * mask  # every key, then the hidden ones zeroed
+    return p / p.sum(dim=-1, keepdim=True)  # a fully masked row: 0 / 0 = NaN
+
+
 def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
     return solutions.masked_softmax(scores, ~mask)
 
@@ -224,6 +229,10 @@ def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
 def _masked_softmax_queries(scores: Tensor, mask: Tensor) -> Tensor:
     s = scores.masked_fill(~mask, _NEG_INF).transpose(-2, -1)  # softmax over T, via the same zero-safe softmax
     return solutions.masked_softmax(s, torch.isfinite(s)).transpose(-2, -1)
+
+
+def _masked_softmax_queries_plain(scores: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(scores.masked_fill(~mask, _NEG_INF), dim=-2)  # a key no query sees: NaN
 
 
 def _mha(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor | None, num_heads: int, *,
@@ -434,10 +443,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("masked_softmax", "softmax_nan_rows", "nan_rows",
             "filled hidden scores with `-inf` and took a plain softmax: a fully masked row gives `NaN`",
             _masked_softmax_nan),
+    Variant("masked_softmax", "softmax_renormalised_nan_rows", "nan_rows",
+            "took a softmax over every key, multiplied it by the mask and divided by each row's sum: a fully masked "
+            "row gives `0 / 0 = NaN`", _masked_softmax_renormalised),
     Variant("masked_softmax", "softmax_inverted", "inverted_polarity",
             "hid the keys where the mask is `True` (`True` = blocked)", _masked_softmax_inverted),
     Variant("masked_softmax", "softmax_queries", "softmax_over_queries",
             "took the softmax over `dim=-2` (the queries)", _masked_softmax_queries),
+    Variant("masked_softmax", "softmax_queries_plain", "softmax_over_queries",
+            "took a plain softmax over `dim=-2` (the queries): a key that no query may see gives `NaN`",
+            _masked_softmax_queries_plain),
     Variant("mha_forward", "mha_no_w_o", "forgot_w_o", "returned the concatenated heads without applying `w_o`",
             _mha_no_w_o),
     Variant("mha_forward", "mha_reshape_only", "view_without_transpose",
