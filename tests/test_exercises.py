@@ -235,6 +235,14 @@ def test_an_answer_from_scratch_passes_and_a_wrong_unknown_one_shows_the_first_d
     assert f"Every value of yours is the expected one times {2 / 5**0.5:.4g}: a constant factor" in flat
 
 
+def test_the_block_watch_s_examples_hold() -> None:
+    import doctest
+
+    from lessons_src.lab.exercises import blocks
+
+    assert doctest.testmod(blocks).attempted == 3 and not doctest.testmod(blocks).failed
+
+
 def test_a_right_masked_softmax_written_as_softmax_times_the_mask_renormalised_passes() -> None:
     """Equal to the answer: a softmax over every key, the hidden ones zeroed, divided by the sum where it is not 0."""
     def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -243,6 +251,29 @@ def test_a_right_masked_softmax_written_as_softmax_times_the_mask_renormalised_p
         return p / torch.where(total > 0, total, 1.0)
 
     assert check(masked_softmax, quiet=True).passed
+
+
+def test_an_online_softmax_must_work_block_by_block() -> None:
+    """Issue 45: a softmax over whole rows, which ignores block_size, passed; one written block by block in
+    another way than the shown solution's passes."""
+    def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
+        lse = torch.full(x.shape[:-1], float("-inf"))  # running log of the sum of exp
+        for block in torch.split(x, block_size, dim=-1):
+            lse = torch.logaddexp(lse, torch.logsumexp(block, dim=-1))
+        return torch.nan_to_num(torch.exp(x - lse[..., None]), nan=0.0)  # a row of only -inf: 0
+
+    assert check(online_softmax, quiet=True).passed
+
+    def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:  # type: ignore[no-redef]
+        m = x.amax(dim=-1, keepdim=True)  # the whole row's maximum first: two passes, not one
+        m = torch.where(m == float("-inf"), 0.0, m)
+        e = torch.exp(x - m)
+        return e / torch.where(e.sum(dim=-1, keepdim=True) > 0, e.sum(dim=-1, keepdim=True), 1.0)
+
+    result = check(online_softmax, quiet=True)
+    assert result.status == "wrong" and result.diagnosis == ("online_whole_rows",), result.message
+    assert ("the value returned has the right values but was not computed block by block: your code took "
+            "`amax` over 6 values of a row at once (block_size=2)") in result.message
 
 
 def test_wrong_shape_dtype_signature_type_and_exceptions_get_messages() -> None:

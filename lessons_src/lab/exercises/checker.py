@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
+from .blocks import whole_rows
 from .catalogue import EXERCISES, Case, Exercise, exercise
 from .mistakes import MISCONCEPTIONS, Variant
 
@@ -346,7 +347,8 @@ def _value(t: Tensor) -> str:
 
 
 def _difference(got: Any, want: Any) -> tuple[str, str] | None:
-    """``(kind, what)`` of the first difference (kind: shape, type or values), or None when they agree."""
+    """``(kind, what)`` of the first difference (kind: shape, type, values, or how: right values computed from
+    whole rows where the answer works block by block), or None when they agree."""
     if isinstance(want, Tensor):
         if not isinstance(got, Tensor):
             return "type", f"is a {type(got).__name__}, expected a torch.Tensor of shape {tuple(want.shape)}"
@@ -359,7 +361,9 @@ def _difference(got: Any, want: Any) -> tuple[str, str] | None:
         else:
             bad = ~torch.isclose(got.detach(), want, rtol=RTOL, atol=ATOL)
         if not bad.any():
-            return None
+            how = whole_rows(got)
+            return None if how is None or whole_rows(want) else ("how", "has the right values but was not computed "
+                                                                  f"block by block: your code took {how}")
         idx = tuple(int(i) for i in bad.nonzero()[0])
         n = int(bad.sum())
         return "values", (
@@ -404,9 +408,12 @@ def _constant_ratio(got: Any, want: Any) -> float | None:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does)."""
+    """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does), and
+    were both computed block by block or both not."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if (whole_rows(a) is None) != (whole_rows(b) is None):
             return False
         if a.dtype == torch.bool:
             return bool(torch.equal(a, b))
@@ -515,7 +522,7 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
                 continue
             kind, text = diff
             lines = [f"FAILED {name}: on case {i + 1} of {len(cases)} ({case.label}),", f"  {what} {text}."]
-            if kind != "values":
+            if kind not in ("values", "how"):
                 return Result(name, "wrong", "\n".join(lines))
             matches = _matching_variants(ex, cases, learner)
             for key, ways in _by_misconception(matches).items():

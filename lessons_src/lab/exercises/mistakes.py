@@ -140,6 +140,13 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
         ),
         Misconception(
+            "not_block_by_block", "a softmax over whole rows, not block by block",
+            "Online softmax is for rows too long to hold at once (FlashAttention sees one block of keys at a time): "
+            "the running maximum `m` and sum `l` are updated block by block, and no maximum or sum is ever taken "
+            "over a whole row. A softmax over whole rows gives the same values and misses what the exercise is for.",
+            Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
+        ),
+        Misconception(
             "heads_at_full_width", "each head at full width",
             "Heads partition d_model: each works in E = d_model / H dimensions, so all heads' projections "
             "together have as many parameters as one full-width head.",
@@ -352,6 +359,14 @@ def _online_nan(x: Tensor, block_size: int) -> Tensor:
     return _online_stats(x, block_size, rescale=True, safe=False)
 
 
+def _online_whole_rows(x: Tensor, block_size: int) -> Tensor:
+    return solutions.online_softmax(x, x.shape[-1])  # one block: the whole row
+
+
+def _online_torch_softmax(x: Tensor, block_size: int) -> Tensor:
+    return torch.softmax(x, dim=-1)  # a row of only -inf: NaN
+
+
 def _absorb_wrong_order(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H, E = q_nope.shape[1], q_nope.shape[-1]
     w = w_uk.view(E, H, w_uk.shape[-1]).transpose(0, 1)  # (H, E, C) with rows dealt out head-minor
@@ -484,6 +499,11 @@ VARIANTS: tuple[Variant, ...] = (
             "added each block's sum without multiplying the running sum by `exp(m - m_new)`", _online_no_rescale),
     Variant("online_softmax", "online_nan_rows", "nan_rows",
             "shifted by the running maximum even when it is `-inf`: a row of only `-inf` gives `NaN`", _online_nan),
+    Variant("online_softmax", "online_whole_rows", "not_block_by_block",
+            "took the maximum and the sum over each whole row at once, ignoring `block_size`", _online_whole_rows),
+    Variant("online_softmax", "online_torch_softmax", "not_block_by_block",
+            "called `torch.softmax` on whole rows, ignoring `block_size` (and a row of only `-inf` gives `NaN`)",
+            _online_torch_softmax),
     Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
             "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
             _absorb_wrong_order),
