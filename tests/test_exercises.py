@@ -502,10 +502,7 @@ def test_a_loop_that_swallows_every_exception_is_still_stopped(tmp_path: Path, m
     assert time.monotonic() - t0 < 5
     assert proc.returncode == 1 and "FAILED split_heads: your function ran for over 0.5 s on case 1 of" in proc.stdout
     assert re.search(r"\n  at greedy\.py, line [5-9]: ", proc.stdout), proc.stdout
-    namespace: dict[str, object] = {}
-    exec(compile(SWALLOWS_EVERYTHING, "greedy.py", "exec"), namespace)
-    result = _in_child(lambda: check_function("split_heads", namespace["split_heads"], time_limit=0.3))
-    assert result.status == "error" and "ran for over 0.3 s" in result.message
+    assert "did not stop when told to" in proc.stdout and "goes on in the background" in proc.stdout
 
 
 def test_a_function_that_calls_sys_exit_is_an_error_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
