@@ -9,16 +9,23 @@ that never changes). The command line is run as a learner runs it, on files with
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import io
 import json
 import math
+import os
+import pickle
 import re
+import select
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 import torch
@@ -36,7 +43,11 @@ from lessons_src.lab.exercises import (
 from lessons_src.lab.exercises.__main__ import main
 from lessons_src.lab.exercises.checker import WRAP, LearnerFileError, check_function, load_learner_file
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 MISTAKE_TABLE = json.loads((ROOT / "docs" / "_data" / "exercise_mistakes.json").read_text(encoding="utf-8"))["pairs"]
 SHOWN_IMPORTS = {"math", "torch"}  # all a shown solution may import (from torch: Tensor)
 REQUIRED_MISCONCEPTIONS = {  # the issue's list: each must be in the catalogue with a real wrong function
@@ -108,8 +119,17 @@ def _mistaken(name: str, changes: list[list[str]]) -> object:
 
 def test_the_mistake_table_is_every_exercise_and_mistake_the_catalogue_pairs() -> None:
     pairs = [(row["exercise"], row["mistake"]) for row in MISTAKE_TABLE]
-    assert len(pairs) == len(set(pairs))
+    changes = [(row["exercise"], json.dumps(row["learner_change"])) for row in MISTAKE_TABLE]
+    assert len(changes) == len(set(changes))
     assert set(pairs) == {(v.exercise, v.misconception) for v in VARIANTS}
+    variants = {v.key: v for v in VARIANTS}
+    for row in MISTAKE_TABLE:  # a row that writes the mistake one way of several names the variant that does
+        if "variant" in row:
+            assert row["variant"] in variants, f"no catalogued variant {row['variant']!r}"
+            v = variants[row["variant"]]
+            assert (v.exercise, v.misconception) == (row["exercise"], row["mistake"]), row
+    repeated = {pair for pair in pairs if pairs.count(pair) > 1}
+    assert all("variant" in row for row in MISTAKE_TABLE if (row["exercise"], row["mistake"]) in repeated)
     order = list(EXERCISES)
     assert [order.index(e) for e, _ in pairs] == sorted(order.index(e) for e, _ in pairs), "sorted by exercise"
     # the scale mistakes and the interleaved split in every exercise where they can occur
@@ -130,6 +150,14 @@ def test_each_exercise_and_mistake_pair_is_named(row: dict[str, object]) -> None
     named = {v.misconception for v in VARIANTS if v.key in result.diagnosis}
     assert named == {mistake}, f"{name} with {mistake} named as {named}:\n{result.message}"
     assert f"Known mistake: {MISCONCEPTIONS[mistake].name}." in result.message
+    flat = " ".join(result.message.split())
+    ways = [v for v in VARIANTS if v.exercise == name]
+    if "variant" in row:  # this way of writing the mistake is among those the message gives
+        assert row["variant"] in result.diagnosis, f"{row['variant']} not in {result.diagnosis}:\n{result.message}"
+        assert " ".join(next(v for v in ways if v.key == row["variant"]).what.split()) in flat
+    # a way of writing it is stated as the learner's ("You ...") only when it is the one known way to that output
+    stated = tuple(v.key for v in ways if f"You {' '.join(v.what.split())}." in flat)
+    assert stated == (result.diagnosis if len(result.diagnosis) == 1 else ()), result.message
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.key for v in VARIANTS])
@@ -139,7 +167,10 @@ def test_each_known_mistake_is_diagnosed_as_itself(variant: object) -> None:
     assert isinstance(variant, Variant)
     result = check_function(variant.exercise, variant.fn)
     assert result.status == "wrong", result.message
-    assert result.diagnosis == (variant.key,), f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}"
+    # named as itself, and beside it only as the same mistake written another way that gives the same output
+    named = {v.misconception for v in VARIANTS if v.key in result.diagnosis}
+    assert variant.key in result.diagnosis and named == {variant.misconception}, (
+        f"{variant.key} diagnosed as {result.diagnosis}:\n{result.message}")
     m = MISCONCEPTIONS[variant.misconception]
     flat = " ".join(result.message.split())  # the "Known mistake" and "Why" paragraphs are wrapped
     assert m.name in flat and m.lesson.path in result.message and variant.what in flat
@@ -169,7 +200,7 @@ def test_first_case_already_separates_every_variant_from_the_answer() -> None:
 
     for v in VARIANTS:
         case = EXERCISES[v.exercise].cases()[0]
-        if v.key in {"softmax_nan_rows", "online_nan_rows"}:
+        if v.key in {"softmax_nan_rows", "softmax_renormalised_nan_rows", "online_nan_rows"}:
             continue  # these differ only on a fully masked row, which the second case has
         assert not all(_same(a[1], b[1]) for a, b in zip(_outputs(v.fn, case), _outputs(
             getattr(solutions, v.exercise), case), strict=True)), v.key
@@ -202,6 +233,47 @@ def test_an_answer_from_scratch_passes_and_a_wrong_unknown_one_shows_the_first_d
     # an unknown constant factor is still recognised as one: case 1 has E = 4, S = 5, so yours = expected * 2 / sqrt(5)
     flat = " ".join(result.message.split())
     assert f"Every value of yours is the expected one times {2 / 5**0.5:.4g}: a constant factor" in flat
+
+
+def test_the_block_watch_s_examples_hold() -> None:
+    import doctest
+
+    from lessons_src.lab.exercises import blocks
+
+    assert doctest.testmod(blocks).attempted == 3 and not doctest.testmod(blocks).failed
+
+
+def test_a_right_masked_softmax_written_as_softmax_times_the_mask_renormalised_passes() -> None:
+    """Equal to the answer: a softmax over every key, the hidden ones zeroed, divided by the sum where it is not 0."""
+    def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(scores, dim=-1) * mask
+        total = p.sum(dim=-1, keepdim=True)
+        return p / torch.where(total > 0, total, 1.0)
+
+    assert check(masked_softmax, quiet=True).passed
+
+
+def test_an_online_softmax_must_work_block_by_block() -> None:
+    """Issue 45: a softmax over whole rows, which ignores block_size, passed; one written block by block in
+    another way than the shown solution's passes."""
+    def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
+        lse = torch.full(x.shape[:-1], float("-inf"))  # running log of the sum of exp
+        for block in torch.split(x, block_size, dim=-1):
+            lse = torch.logaddexp(lse, torch.logsumexp(block, dim=-1))
+        return torch.nan_to_num(torch.exp(x - lse[..., None]), nan=0.0)  # a row of only -inf: 0
+
+    assert check(online_softmax, quiet=True).passed
+
+    def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:  # type: ignore[no-redef]
+        m = x.amax(dim=-1, keepdim=True)  # the whole row's maximum first: two passes, not one
+        m = torch.where(m == float("-inf"), 0.0, m)
+        e = torch.exp(x - m)
+        return e / torch.where(e.sum(dim=-1, keepdim=True) > 0, e.sum(dim=-1, keepdim=True), 1.0)
+
+    result = check(online_softmax, quiet=True)
+    assert result.status == "wrong" and result.diagnosis == ("online_whole_rows",), result.message
+    assert ("the value returned has the right values but was not computed block by block: your code took "
+            "`amax` over 6 values of a row at once (block_size=2)") in result.message
 
 
 def test_wrong_shape_dtype_signature_type_and_exceptions_get_messages() -> None:
@@ -293,7 +365,8 @@ def test_code_that_never_ends_is_stopped_with_the_line_it_was_on(tmp_path: Path)
     with pytest.raises(LearnerFileError, match=r"(?s)took over 0.3 s before any check and was stopped\n  at "
                                                r"\S*slow\.py, line [23]: .*if __name__ == "):
         load_learner_file(slow, time_limit=0.3)
-    with pytest.raises(ValueError, match=r"time_limit must be None or 0 \(no limit\) or a number of seconds; got -1"):
+    with pytest.raises(ValueError, match=r"time_limit must be None or a number of seconds from 0 to 3600 \(0: no "
+                                         r"limit\); got -1"):
         check_function("causal_mask", solutions.causal_mask, time_limit=-1)
 
 
@@ -305,18 +378,60 @@ def test_a_loop_defined_in_a_notebook_cell_is_reported_in_the_cells_words() -> N
     assert re.search(r"and was stopped\n  at your notebook cell, line [23]", result.message), result.message
 
 
-def test_a_timer_already_running_is_put_back() -> None:
+def test_a_timer_already_running_is_left_alone() -> None:
+    """The checker's limit is a wait for the thread the learner's code runs in: no signal, no timer."""
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
     try:
         signal.setitimer(signal.ITIMER_REAL, 30)
         assert check_function("causal_mask", solutions.causal_mask, time_limit=5).passed
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 0 < left <= 30  # re-armed, minus the time the check took
+        assert 0 < left <= 30  # still running
         assert signal.getsignal(signal.SIGALRM) is not None and not fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m lessons_src.lab.exercises ARGS`` as its ``main()`` in this process: the exit status and what
+    it printed (read with ``contextlib.redirect_stdout``, so it works under ``capsys`` and in a forked child)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _in_child(fn: Callable[[], T], timeout: float = 10) -> T:
+    """``fn()`` in a child forked from this process (torch is imported already: it starts in milliseconds),
+    killed after ``timeout`` seconds: a checker that hangs fails the test instead of hanging the suite."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send what fn returned (or its error) and exit, skipping pytest's clean-up
+        os.close(read)
+        try:
+            try:
+                outcome: tuple[bool, object] = (True, fn())
+            except BaseException:  # a SystemExit too: the test's failure, sent back
+                outcome = (False, traceback.format_exc())
+            with os.fdopen(write, "wb") as pipe:
+                pickle.dump(outcome, pipe)
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            if not select.select([pipe], [], [], timeout)[0]:
+                pytest.fail(f"still running after {timeout} s: the checker did not stop the learner's code")
+            ok, value = pickle.load(pipe)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert ok, value
+    return value  # type: ignore[no-any-return]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -326,9 +441,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_command_line_start_check_and_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_command_line_start_check_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first two runs are real `python -m lessons_src.lab.exercises` processes; the rest call its main()
     in this process (the same code after the interpreter starts, without a torch import each)."""
     proc = _cli("start", "mine.py", cwd=tmp_path)
@@ -338,18 +451,8 @@ def test_command_line_start_check_and_errors(
     assert proc.stdout.count("not written yet") == len(EXERCISES) and "Traceback" not in proc.stdout + proc.stderr
 
     monkeypatch.chdir(tmp_path)
-
-    def main_run(*args: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code if isinstance(stop.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
     _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
-    proc = main_run("check", "all", "done.py")
+    proc = _main("check", "all", "done.py")
     assert proc.returncode == 0 and f"{len(EXERCISES)} of {len(EXERCISES)} exercises pass" in proc.stdout
 
     _write(tmp_path, "wrong.py", """
@@ -360,23 +463,85 @@ def test_command_line_start_check_and_errors(
             k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
             return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
     """)
-    proc = main_run("check", "gqa_attention", "wrong.py")
+    proc = _main("check", "gqa_attention", "wrong.py")
     assert proc.returncode == 1 and "Known mistake: `repeat` instead of `repeat_interleave`" in proc.stdout
     assert "lessons/gqa-mqa/#a-silent-bug-repeat-instead-of-repeat_interleave" in proc.stdout
 
     _write(tmp_path, "broken.py", "def split_heads(x, num_heads):\n    return x.view(\n")
-    proc = main_run("check", "split_heads", "broken.py")
+    proc = _main("check", "split_heads", "broken.py")
     assert proc.returncode == 2 and "syntax error" in proc.stderr and "Traceback" not in proc.stderr
-    proc = main_run("check", "no_such_exercise", "done.py")
+    proc = _main("check", "no_such_exercise", "done.py")
     assert proc.returncode == 2 and "no exercise called 'no_such_exercise'" in proc.stderr
     _write(tmp_path, "loop.py", "def split_heads(x, num_heads):\n    while True:\n        pass\n")
-    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "0.5")
+    proc = _main("check", "split_heads", "loop.py", "--time-limit", "0.5")
     assert proc.returncode == 1 and "ran for over 0.5 s" in proc.stdout
     assert re.search(r"and was stopped\n  at loop\.py, line [23]: ", proc.stdout)
-    proc = main_run("check", "split_heads", "loop.py", "--time-limit", "-2")
-    assert proc.returncode == 2 and "--time-limit must be 0 (no limit) or more seconds; got -2" in proc.stderr
-    proc = main_run("hints", "online_softmax")
+    proc = _main("hints", "online_softmax")
     assert proc.returncode == 0 and "Hint 2:" in proc.stdout
+
+
+SWALLOWS_EVERYTHING = """\
+import time
+
+
+def split_heads(x, num_heads):
+    while True:  # waits for something that never comes, and the bare except swallows everything
+        try:
+            time.sleep(0.01)
+        except:  # noqa: E722
+            continue
+"""
+
+
+def test_a_loop_that_swallows_every_exception_is_still_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: a bare `except: continue` caught the SIGALRM-raised stop, and `check` ran forever."""
+    _write(tmp_path, "greedy.py", SWALLOWS_EVERYTHING)
+    monkeypatch.chdir(tmp_path)
+    t0 = time.monotonic()
+    proc = _in_child(lambda: _main("check", "split_heads", "greedy.py", "--time-limit", "0.5"))
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == 1 and "FAILED split_heads: your function ran for over 0.5 s on case 1 of" in proc.stdout
+    assert re.search(r"\n  at greedy\.py, line [5-9]: ", proc.stdout), proc.stdout
+    assert "did not stop when told to" in proc.stdout and "goes on in the background" in proc.stdout
+
+
+def test_a_function_that_calls_sys_exit_is_an_error_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: `sys.exit(0)` in a learner's function made `check all` print nothing and exit 0."""
+    _write(tmp_path, "exits.py", """
+        import sys
+
+        from lessons_src.lab.exercises.solutions import causal_mask  # noqa: F401
+
+        def split_heads(x, num_heads):
+            sys.exit(0)
+    """)
+    monkeypatch.chdir(tmp_path)
+    proc = _main("check", "all", "exits.py")
+    assert proc.returncode == 1, proc
+    assert re.search(r"FAILED split_heads: your function called sys\.exit\(0\) \(it raised SystemExit\) on case 1 "
+                     r"of \d+: .*\n  at exits\.py, line 7: sys\.exit\(0\)", proc.stdout), proc.stdout
+    assert "passed causal_mask" in proc.stdout and f"1 of {len(EXERCISES)} exercises pass" in proc.stdout
+    _write(tmp_path, "quits.py", "import sys\n\nsys.exit('done')\n")
+    with pytest.raises(LearnerFileError, match=r"running \S*quits\.py called sys\.exit\('done'\) \(it raised "
+                                               r"SystemExit\) before any check\n  at \S*quits\.py, line 3"):
+        load_learner_file(tmp_path / "quits.py")
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "1e300", "-2", "3601"])
+def test_a_time_limit_that_is_no_number_of_seconds_is_refused_up_front(
+    limit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: `--time-limit nan` was accepted, and the failure was later blamed on a correct file."""
+    _write(tmp_path, "done.py", "from lessons_src.lab.exercises.solutions import *  # noqa\n")
+    monkeypatch.chdir(tmp_path)
+    proc = _main("check", "causal_mask", "done.py", "--time-limit", limit)
+    accepted = "a number of seconds from 0 to 3600 (0: no limit)"
+    assert proc.returncode == 2 and f"--time-limit must be {accepted}; got {float(limit):g}" in proc.stderr, proc
+    assert "done.py" not in proc.stderr
+    with pytest.raises(ValueError, match=re.escape(f"time_limit must be None or {accepted}; got {float(limit):g}")):
+        check_function("causal_mask", solutions.causal_mask, time_limit=float(limit))
+    with pytest.raises(ValueError, match="time_limit must be None or"):
+        check(solutions.causal_mask, quiet=True, time_limit=float(limit))
 
 
 def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path: Path) -> None:
@@ -398,6 +563,42 @@ def test_a_notebook_is_checked_with_its_magics_and_check_calls_left_out(tmp_path
     path.write_text(json.dumps(nb), encoding="utf-8")
     with pytest.raises(LearnerFileError, match=r"mine\.ipynb, code cell 2, line 1: syntax error"):
         load_learner_file(path)
+
+
+def _notebook(tmp_path: Path, *cells: str) -> Path:
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "mine.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+NOTEBOOK_ANSWER = ("import torch\nfrom lessons_src.lab.exercises import check\n\n"
+                   "def split_heads(x, num_heads):\n    B, T, D = x.shape\n"
+                   "    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)")
+
+
+@pytest.mark.parametrize("cell", [
+    "%%bash\necho hello\nls -l | head -n 2",
+    "%%writefile notes.txt\nnot Python: (",
+    "torch.softmax?",
+    "?torch.softmax\ntorch.tril??\nx = 1",
+    "result = check(split_heads)",
+    "print(check(split_heads))",
+    "from lessons_src.lab.exercises import check as verify\nif True:\n    verify(split_heads).passed",
+    "for _ in range(2):\n    check('split_heads', split_heads)",
+], ids=["bash-cell", "writefile-cell", "help-after", "help-before", "assigned", "in-print", "aliased", "in-a-loop"])
+def test_a_notebook_s_cell_magics_help_lines_and_checks_are_left_out(
+    cell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: a `%%bash` cell or a `torch.softmax?` line was a syntax error, though Jupyter runs them; and a
+    check that was not a bare `check(...)` statement ran while the notebook loaded, so it printed twice."""
+    path = _notebook(tmp_path, NOTEBOOK_ANSWER, cell, "def causal_mask(T, S):\n    return T @ S")
+    (result,) = check_file(path, "split_heads")
+    assert result.passed, result.message
+    assert capsys.readouterr().out == "", "a check ran while the notebook was loaded"
+    (crash,) = check_file(path, "causal_mask")  # the lines after the left-out ones are still counted right
+    assert "mine.ipynb, code cell 3, line 2: return T @ S" in crash.message, crash.message
 
 
 def test_every_lesson_link_names_a_heading_of_its_page() -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .catalogue import EXERCISES, exercise
-from .checker import TIME_LIMIT, LearnerFileError, check_file
+from .checker import MAX_TIME_LIMIT, TIME_LIMIT, LearnerFileError, check_file, validate_time_limit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("exercise", help=f"an exercise name or 'all' ({', '.join(EXERCISES)})")
     p_check.add_argument("file", type=Path, help="your .py file or .ipynb notebook")
     p_check.add_argument("--time-limit", type=float, default=TIME_LIMIT, metavar="SECONDS",
-                         help=f"stop code that runs longer than this, per call (default {TIME_LIMIT:g}; 0: no limit)")
+                         help=f"stop code that runs longer than this, per call (default {TIME_LIMIT:g}; at most "
+                         f"{MAX_TIME_LIMIT:g}; 0: no limit)")
     p_start = sub.add_parser("start", help="write the stubs to a new file, to fill in")
     p_start.add_argument("file", type=Path)
     p_hints = sub.add_parser("hints", help="the hints of one exercise")
@@ -57,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             write_notebook(args.file)
             print(f"wrote {args.file}")
             return 0
-        if args.time_limit < 0:
-            raise ValueError(f"--time-limit must be 0 (no limit) or more seconds; got {args.time_limit:g}")
+        validate_time_limit(args.time_limit, "--time-limit", allow_none=False)
         results = check_file(args.file, args.exercise, time_limit=args.time_limit)
     except (LearnerFileError, ValueError) as err:
         print(f"FAILED: {err}", file=sys.stderr)

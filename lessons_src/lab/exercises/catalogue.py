@@ -4,7 +4,8 @@ The inputs are chosen to tell the mistakes apart: several of them give the right
 head (H = 1), one key/value head (K = 1), one query per KV head (n_rep = 1), as many queries as keys
 (T = S), one query (T = 1), or a running maximum that never changes. Every exercise's first case avoids all
 of those; later cases add the edges (one head, one token, a fully masked row). ``tests/test_exercises.py``
-proves the choice: each wrong variant is diagnosed as itself.
+proves the choice: each wrong variant is diagnosed as itself. What the values cannot show, whether an
+online softmax works block by block, its input notes (:mod:`.blocks`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import solutions, stubs
+from .blocks import in_blocks
 from .mistakes import MISCONCEPTIONS, VARIANTS, Link, Misconception, Variant
 
 if TYPE_CHECKING:
@@ -162,12 +164,12 @@ def _online_cases() -> list[Case]:
     masked = _randn(g, 3, 5)
     masked[0, 3:] = float("-inf")
     masked[1] = float("-inf")  # a row that sees nothing
-    return [
-        Case("x (2, 3, 6), rising along the row, block_size=2", (rising,), {"block_size": 2}),
-        Case("x (3, 5) with -inf entries and a row of only -inf, block_size=2", (masked,), {"block_size": 2}),
-        Case("x (4, 7), block_size=3", (_randn(g, 4, 7),), {"block_size": 3}),
-        Case("x (2, 5), block_size=5 (one block)", (_randn(g, 2, 5),), {"block_size": 5}),
-    ]
+    sizes = [("x (2, 3, 6), rising along the row", rising, 2),
+             ("x (3, 5) with -inf entries and a row of only -inf", masked, 2),
+             ("x (4, 7)", _randn(g, 4, 7), 3), ("x (2, 5)", _randn(g, 2, 5), 5)]
+    # x notes each max or sum taken over more than block_size values of a row at once (see .blocks)
+    return [Case(f"{label}, block_size={b}" + (" (one block)" if b == x.shape[-1] else ""), (in_blocks(x, b),),
+                 {"block_size": b}) for label, x, b in sizes]
 
 
 def _absorb_cases() -> list[Case]:

@@ -1,51 +1,56 @@
 """Run a learner's function against the answer, and say what is wrong in words, not a traceback.
 
 The learner's file is executed in a fresh module made by :mod:`importlib` (a notebook's code cells are
-joined first, with ``%`` and ``!`` lines and ``check(...)`` calls left out), so nothing of the checker's,
+joined first, less what IPython reads as its own: a cell magic's cell, ``%`` and ``!`` lines, ``x?`` help;
+and the statements that call ``check``, so that loading runs no check), so nothing of the checker's,
 the answer least of all, is in its namespace. Each exercise's cases (see :mod:`.catalogue`) are passed to
 the learner's function and to the answer as separate copies. On the first difference the checker runs the
 exercise's known-wrong variants (:mod:`.mistakes`) on the same cases: one that gives the learner's output
 on every case names the mistake and the lesson section that explains it; otherwise the checker shows the
 first differing element, its index and both values.
 
-A learner's code that runs too long (a loop that never ends) is stopped after ``time_limit`` seconds per
-call, and the checker says where it was stopped. The limit uses ``SIGALRM``, so it applies on Unix in the
-main thread (a script, a notebook cell); elsewhere the code runs without one.
+Each call of the learner's code (and the loading of their file) runs in a thread of its own, which the
+checker waits for at most ``time_limit`` seconds: since the checker only waits, nothing that code does (a
+bare ``except:`` that swallows every exception, ``sys.exit``) can keep it waiting longer or end it. At the
+limit the checker says where the code was, and raises an exception in it to stop it; code that catches that
+too goes on in the background until Python exits, and the checker says so.
 """
 
 from __future__ import annotations
 
 import ast
+import ctypes
 import importlib.util
 import inspect
 import json
 import linecache
 import re
-import signal
 import sys
 import textwrap
 import threading
-import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from .blocks import whole_rows
 from .catalogue import EXERCISES, Case, Exercise, exercise
 from .mistakes import MISCONCEPTIONS, Variant
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from types import FrameType, ModuleType
+    from collections.abc import Callable
+    from types import ModuleType
 
 __all__ = ["LearnerFileError", "Result", "check", "check_file", "check_function", "load_learner_file"]
 
 RTOL, ATOL = 1e-4, 1e-5
 TIME_LIMIT = 10.0  # seconds one call of the learner's code may run; the answers take milliseconds
+MAX_TIME_LIMIT = 3600.0  # the longest limit accepted: an hour
+STOP_WAIT = 0.25  # seconds the learner's code is given to stop once its time is up
+T = TypeVar("T")
 
 
 class LearnerFileError(Exception):
@@ -53,40 +58,71 @@ class LearnerFileError(Exception):
 
 
 class _OutOfTime(BaseException):
-    """Raised in the learner's code when its time is up. Not an ``Exception``: ``except Exception`` in the
-    learner's loop cannot swallow it."""
+    """Raised in the learner's code to stop it when its time is up (not an ``Exception``: ``except Exception``
+    cannot swallow it), and in the checker's thread with ``stack``, where that code was then, and ``stopped``,
+    whether it stopped."""
+
+    def __init__(self, stack: traceback.StackSummary | None = None, *, stopped: bool = True) -> None:
+        super().__init__()
+        self.stack = stack or traceback.StackSummary()
+        self.stopped = stopped
 
 
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Stop the code inside after ``seconds`` by raising :class:`_OutOfTime` in it (``None`` or 0: no limit).
+def _limited(seconds: float | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, run in a thread of its own that this one waits for at most ``seconds`` (None or 0: no
+    limit, and ``fn`` runs here); what ``fn`` raises, ``SystemExit`` included, is raised here.
 
-    A timer already set by someone else (a test runner's, say) is put back afterwards, minus the time used.
+    Raises:
+        _OutOfTime: at the limit, with the stack ``fn`` was at, after an ``_OutOfTime`` raised in its thread
+            to stop it (``stopped``: whether it did within ``STOP_WAIT`` seconds).
     """
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
+    if not seconds:
+        return fn(*args)
+    outcome: list[tuple[T] | BaseException] = []
+
+    def run() -> None:
+        try:
+            try:
+                outcome.append((fn(*args),))
+            except BaseException as err:  # handed to the checker's thread, which reports it
+                outcome.append(err)
+        except _OutOfTime:  # a stop that arrived as fn was returning
+            pass
+
+    worker = threading.Thread(target=run, name="learner's code", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive() and worker.ident is not None:
+        frame = sys._current_frames().get(worker.ident)
+        stack = traceback.extract_stack(frame) if frame is not None else None
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_OutOfTime))
+        worker.join(STOP_WAIT)
+        raise _OutOfTime(stack, stopped=not worker.is_alive())
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result[0]
+
+
+def validate_time_limit(seconds: object, name: str = "time_limit", *, allow_none: bool = True) -> None:
+    """Check a time limit given as ``name``: a number of seconds from 0 (no limit) to ``MAX_TIME_LIMIT``, or
+    (with ``allow_none``) None, no limit too.
+
+    Raises:
+        ValueError: naming the value and what is accepted (NaN and infinity are not).
+    """
+    if seconds is None and allow_none:
         return
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise _OutOfTime
-
-    start = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, stop)
-    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if previous_handler is not None:  # None: a handler set outside Python, which cannot be put back
-            signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay:
-            left = max(previous_delay - (time.monotonic() - start), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds <= MAX_TIME_LIMIT:
+        return
+    accepted = f"{'None or ' if allow_none else ''}a number of seconds from 0 to {MAX_TIME_LIMIT:g} (0: no limit)"
+    shown = f"{seconds:g}" if isinstance(seconds, float) else repr(seconds)
+    raise ValueError(f"{name} must be {accepted}; got {shown}")
 
 
-def _valid_limit(seconds: object) -> None:
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0):
-        raise ValueError(f"time_limit must be None or 0 (no limit) or a number of seconds; got {seconds!r}")
+def _exit_call(err: SystemExit) -> str:
+    """``sys.exit(0)``: the call that raised ``err``, as the learner would have written it."""
+    return f"sys.exit({'' if err.code is None else repr(err.code)}) (it raised SystemExit)"
 
 
 @dataclass(frozen=True)
@@ -129,6 +165,14 @@ class _Source:
 _SOURCES: dict[str, _Source] = {}
 
 
+_HELP = re.compile(r"\s*(\?\??\s*[\w.*]+|[\w.*]+\s*\?\??)\s*")  # IPython's help: ?name, name?, name??
+
+
+def _ipython_line(line: str) -> bool:
+    """Whether IPython reads ``line`` as its own command: a ``%magic``, a ``!shell`` line or a help request."""
+    return line.lstrip().startswith(("%", "!")) or _HELP.fullmatch(line) is not None
+
+
 def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
     try:
         nb = json.loads(text)
@@ -142,11 +186,12 @@ def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
         src = cell.get("source", "")
         src = "".join(src) if isinstance(src, list) else str(src)
         lines = src.splitlines() or [""]
-        # IPython's %magics and !shell lines are not Python: keep the line count, drop the command
-        lines = [
-            (ln[: len(ln) - len(ln.lstrip())] + "pass  # " + ln.strip()) if ln.lstrip().startswith(("%", "!")) else ln
-            for ln in lines
-        ]
+        # what IPython reads as its own is not Python: keep the line count, drop the command
+        if lines[0].startswith("%%"):  # a cell magic (%%bash, %%writefile, ...): the whole cell is its input
+            lines = ["# " + ln for ln in lines]
+        else:
+            lines = [(ln[: len(ln) - len(ln.lstrip())] + "pass  # " + ln.strip()) if _ipython_line(ln) else ln
+                     for ln in lines]
         starts.append(line)
         parts.append("\n".join(lines))
         line += len(lines)
@@ -154,16 +199,31 @@ def _notebook_source(path: Path, text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _without_check_calls(tree: ast.Module) -> ast.Module:
-    """Drop top-level ``check(...)`` statements: loading a notebook must not run its own checks."""
+    """Each statement that calls ``check`` made a ``pass``: ``check(f)``, ``r = check(f)``, ``print(check(f))``,
+    ``exercises.check(f)``, or under the name it was imported as. Loading a notebook must not run its own checks.
+    Function bodies, which do not run when the file is loaded, are left as they are."""
+    names = {"check"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                         for alias in node.names if alias.name == "check" and alias.asname}
 
-    def is_check(node: ast.stmt) -> bool:
-        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-            return False
-        f = node.value.func
-        return (isinstance(f, ast.Name) and f.id == "check") or (isinstance(f, ast.Attribute) and f.attr == "check")
+    def is_check(node: ast.AST) -> bool:
+        f = node.func if isinstance(node, ast.Call) else None
+        return (isinstance(f, ast.Name) and f.id in names) or (isinstance(f, ast.Attribute) and f.attr == "check")
 
-    tree.body = [n for n in tree.body if not is_check(n)]
-    return tree
+    class LeaveOut(ast.NodeTransformer):
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+            return node
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, ast.stmt):  # its own expressions, not the statements in its body
+                own = (child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
+                if any(is_check(n) for child in own for n in ast.walk(child)):
+                    return ast.copy_location(ast.Pass(), node)
+            return super().generic_visit(node)
+
+    tree.body = [LeaveOut().visit(node) for node in tree.body]
+    return ast.fix_missing_locations(tree)
 
 
 def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT) -> ModuleType:
@@ -173,7 +233,7 @@ def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT
         LearnerFileError: the file is missing, is not Python, has a syntax error, raises while it runs
             (the message names the line, not a traceback), or runs longer than ``time_limit`` seconds.
     """
-    _valid_limit(time_limit)
+    validate_time_limit(time_limit)
     p = Path(path)
     if not p.is_file():
         raise LearnerFileError(f"there is no file {p}; give the path of your .py file or notebook")
@@ -204,15 +264,17 @@ def load_learner_file(path: str | Path, *, time_limit: float | None = TIME_LIMIT
     module = importlib.util.module_from_spec(spec)
     module.__file__ = filename
     sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
+    main_block = "`if __name__ == \"__main__\":` (the checker does not run that block)"
     try:
-        with _time_limit(time_limit):
-            exec(compiled, module.__dict__)
+        _limited(time_limit, exec, compiled, module.__dict__)
     except _OutOfTime as err:
         raise LearnerFileError(
-            f"running {p} took over {time_limit:g} s before any check and was stopped{_stopped_at(err, filename)}\n"
-            "  Code at the top level of the file runs when it is loaded: put long runs under "
-            "`if __name__ == \"__main__\":` (the checker does not run that block)"
+            f"running {p} took over {time_limit:g} s before any check and {_stopped_at(err, filename)}\n"
+            f"  Code at the top level of the file runs when it is loaded: put long runs under {main_block}"
         ) from None
+    except SystemExit as err:
+        raise LearnerFileError(f"running {p} called {_exit_call(err)} before any check\n  "
+                               f"{_learner_line(err, filename)}\n  Put it under {main_block}") from None
     except Exception as err:
         raise LearnerFileError(f"running {p} failed before any check: {_describe_error(err, filename)}") from None
     finally:
@@ -232,9 +294,10 @@ def _clone(obj: Any) -> Any:
 
 
 def _learner_line(err: BaseException, filename: str | None, *, any_file: bool = True) -> str:
-    """``at my_file.py, line 7: code``: the innermost line of the learner's file in ``err``'s traceback, or
-    (with ``any_file``) the innermost line of any file when none is the learner's; else ``""``."""
-    frames = traceback.extract_tb(err.__traceback__)
+    """``at my_file.py, line 7: code``: the innermost line of the learner's file in ``err``'s traceback (for an
+    :class:`_OutOfTime`, in the stack the code was at), or (with ``any_file``) the innermost line of any file
+    when none is the learner's; else ``""``."""
+    frames = err.stack if isinstance(err, _OutOfTime) else traceback.extract_tb(err.__traceback__)
     mine = [f for f in frames if filename is not None and f.filename == filename] or (frames[-1:] if any_file else [])
     if not mine:
         return ""
@@ -256,10 +319,15 @@ def _describe_error(err: BaseException, filename: str | None) -> str:
     return f"{type(err).__name__}: {err}".strip() + (f"\n  {at}" if at else "")
 
 
-def _stopped_at(err: BaseException, filename: str | None) -> str:
-    """``\n  at my_file.py, line 7: while True:``: the learner's line that was running when time ran out."""
+def _stopped_at(err: _OutOfTime, filename: str | None) -> str:
+    """``was stopped``, or why it was not, then ``\n  at my_file.py, line 7: while True:``: the learner's line
+    that was running when time ran out."""
     at = _learner_line(err, filename, any_file=False)
-    return f"\n  {at}" if at else ""
+    at = f"\n  {at}" if at else ""
+    if err.stopped:
+        return "was stopped" + at
+    return ("did not stop when told to" + at + "\n  It catches every exception (a bare `except:`?), the checker's stop "
+            "included,\n  so it goes on in the background until Python exits (in a notebook: restart the kernel)")
 
 
 def _outputs(fn: Callable[..., Any], case: Case) -> list[tuple[str, Any]]:
@@ -279,7 +347,8 @@ def _value(t: Tensor) -> str:
 
 
 def _difference(got: Any, want: Any) -> tuple[str, str] | None:
-    """``(kind, what)`` of the first difference (kind: shape, type or values), or None when they agree."""
+    """``(kind, what)`` of the first difference (kind: shape, type, values, or how: right values computed from
+    whole rows where the answer works block by block), or None when they agree."""
     if isinstance(want, Tensor):
         if not isinstance(got, Tensor):
             return "type", f"is a {type(got).__name__}, expected a torch.Tensor of shape {tuple(want.shape)}"
@@ -292,7 +361,9 @@ def _difference(got: Any, want: Any) -> tuple[str, str] | None:
         else:
             bad = ~torch.isclose(got.detach(), want, rtol=RTOL, atol=ATOL)
         if not bad.any():
-            return None
+            how = whole_rows(got)
+            return None if how is None or whole_rows(want) else ("how", "has the right values but was not computed "
+                                                                  f"block by block: your code took {how}")
         idx = tuple(int(i) for i in bad.nonzero()[0])
         n = int(bad.sum())
         return "values", (
@@ -337,9 +408,12 @@ def _constant_ratio(got: Any, want: Any) -> float | None:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does)."""
+    """Whether two outputs agree (NaN equals NaN here: a variant that makes NaN matches a learner who does), and
+    were both computed block by block or both not."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if (whole_rows(a) is None) != (whole_rows(b) is None):
             return False
         if a.dtype == torch.bool:
             return bool(torch.equal(a, b))
@@ -360,6 +434,21 @@ def _matching_variants(ex: Exercise, cases: list[Case], learner: list[list[tuple
         if all(_same(a[1], b[1]) for a, b in pairs):
             found.append(variant)
     return found
+
+
+def _by_misconception(variants: list[Variant]) -> dict[str, list[Variant]]:
+    grouped: dict[str, list[Variant]] = {}
+    for v in variants:
+        grouped.setdefault(v.misconception, []).append(v)
+    return grouped
+
+
+def _what_you_did(ways: list[Variant]) -> str:
+    """What the learner's code did, in words: the one known way that gives their output, or, when several
+    give it (so the output cannot tell which they wrote), each of them as a possibility."""
+    if len(ways) == 1:
+        return f"You {ways[0].what}."
+    return "Your output is what you would get if you " + ", or if you ".join(v.what for v in ways) + "."
 
 
 WRAP = 72  # columns of the "Known mistake" and "Why" paragraphs (a terminal's width, less a margin)
@@ -389,10 +478,11 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
     A call of ``fn`` that runs over ``time_limit`` seconds (``None`` or 0: no limit) is stopped, and reported.
 
     Raises:
-        ValueError: for an unknown exercise, or a ``time_limit`` that is not ``None`` or a number >= 0.
+        ValueError: for an unknown exercise, or a ``time_limit`` that is not ``None`` or a number of seconds
+            from 0 to ``MAX_TIME_LIMIT``.
     """
     ex = exercise(name)
-    _valid_limit(time_limit)
+    validate_time_limit(time_limit)
     expected = f"{name}{_params(ex.stub)}"
     if not callable(fn):
         return Result(name, "error", f"FAILED {name}: {name} is a {type(fn).__name__}, not a function {expected}")
@@ -410,12 +500,14 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
     for i, case in enumerate(cases):
         where = f"case {i + 1} of {len(cases)}: {case.label}"
         try:
-            with _time_limit(time_limit):
-                learner.append(_outputs(fn, case))
+            learner.append(_limited(time_limit, _outputs, fn, case))
         except _OutOfTime as err:
             return Result(name, "error", f"FAILED {name}: your function ran for over {time_limit:g} s on {where} "
-                          f"and was stopped{_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
+                          f"and {_stopped_at(err, filename)}\n  The answer takes milliseconds on these "
                           "small inputs:\n  look for a loop that never ends (a condition that never changes)")
+        except SystemExit as err:
+            return Result(name, "error", f"FAILED {name}: your function called {_exit_call(err)} on {where}\n  "
+                          f"{_learner_line(err, filename)}\n  A function returns its answer: `return`, not `sys.exit`")
         except NotImplementedError:
             return Result(name, "not written", f"FAILED {name}: not written yet: it raises NotImplementedError "
                           "(replace the `raise` with your code)")
@@ -430,12 +522,12 @@ def check_function(name: str, fn: object, *, time_limit: float | None = TIME_LIM
                 continue
             kind, text = diff
             lines = [f"FAILED {name}: on case {i + 1} of {len(cases)} ({case.label}),", f"  {what} {text}."]
-            if kind != "values":
+            if kind not in ("values", "how"):
                 return Result(name, "wrong", "\n".join(lines))
             matches = _matching_variants(ex, cases, learner)
-            for v in matches:
-                m = MISCONCEPTIONS[v.misconception]
-                lines += [_wrap(f"Known mistake: {m.name}. You {v.what}."), _wrap(f"Why: {m.why}"),
+            for key, ways in _by_misconception(matches).items():
+                m = MISCONCEPTIONS[key]
+                lines += [_wrap(f"Known mistake: {m.name}. {_what_you_did(ways)}"), _wrap(f"Why: {m.why}"),
                           f"  Read: {m.lesson.title} (on the course site: {m.lesson.path})"]
             if not matches and (ratio := _constant_ratio(got, expected_value)) is not None:
                 lines.append(_wrap(f"Every value of yours is the expected one times {ratio:.4g}: a constant factor "

@@ -140,6 +140,13 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
         ),
         Misconception(
+            "not_block_by_block", "a softmax over whole rows, not block by block",
+            "Online softmax is for rows too long to hold at once (FlashAttention sees one block of keys at a time): "
+            "the running maximum `m` and sum `l` are updated block by block, and no maximum or sum is ever taken "
+            "over a whole row. A softmax over whole rows gives the same values and misses what the exercise is for.",
+            Link("lessons/flash-attention.md", "online-softmax", "FlashAttention: online softmax"),
+        ),
+        Misconception(
             "heads_at_full_width", "each head at full width",
             "Heads partition d_model: each works in E = d_model / H dimensions, so all heads' projections "
             "together have as many parameters as one full-width head.",
@@ -217,6 +224,11 @@ def _masked_softmax_nan(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~mask, _NEG_INF), dim=-1)  # a fully masked row: NaN
 
 
+def _masked_softmax_renormalised(scores: Tensor, mask: Tensor) -> Tensor:
+    p = torch.softmax(scores, dim=-1) * mask  # every key, then the hidden ones zeroed
+    return p / p.sum(dim=-1, keepdim=True)  # a fully masked row: 0 / 0 = NaN
+
+
 def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
     return solutions.masked_softmax(scores, ~mask)
 
@@ -224,6 +236,10 @@ def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
 def _masked_softmax_queries(scores: Tensor, mask: Tensor) -> Tensor:
     s = scores.masked_fill(~mask, _NEG_INF).transpose(-2, -1)  # softmax over T, via the same zero-safe softmax
     return solutions.masked_softmax(s, torch.isfinite(s)).transpose(-2, -1)
+
+
+def _masked_softmax_queries_plain(scores: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(scores.masked_fill(~mask, _NEG_INF), dim=-2)  # a key no query sees: NaN
 
 
 def _mha(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor | None, num_heads: int, *,
@@ -343,6 +359,14 @@ def _online_nan(x: Tensor, block_size: int) -> Tensor:
     return _online_stats(x, block_size, rescale=True, safe=False)
 
 
+def _online_whole_rows(x: Tensor, block_size: int) -> Tensor:
+    return solutions.online_softmax(x, x.shape[-1])  # one block: the whole row
+
+
+def _online_torch_softmax(x: Tensor, block_size: int) -> Tensor:
+    return torch.softmax(x, dim=-1)  # a row of only -inf: NaN
+
+
 def _absorb_wrong_order(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H, E = q_nope.shape[1], q_nope.shape[-1]
     w = w_uk.view(E, H, w_uk.shape[-1]).transpose(0, 1)  # (H, E, C) with rows dealt out head-minor
@@ -434,10 +458,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("masked_softmax", "softmax_nan_rows", "nan_rows",
             "filled hidden scores with `-inf` and took a plain softmax: a fully masked row gives `NaN`",
             _masked_softmax_nan),
+    Variant("masked_softmax", "softmax_renormalised_nan_rows", "nan_rows",
+            "took a softmax over every key, multiplied it by the mask and divided by each row's sum: a fully masked "
+            "row gives `0 / 0 = NaN`", _masked_softmax_renormalised),
     Variant("masked_softmax", "softmax_inverted", "inverted_polarity",
             "hid the keys where the mask is `True` (`True` = blocked)", _masked_softmax_inverted),
     Variant("masked_softmax", "softmax_queries", "softmax_over_queries",
             "took the softmax over `dim=-2` (the queries)", _masked_softmax_queries),
+    Variant("masked_softmax", "softmax_queries_plain", "softmax_over_queries",
+            "took a plain softmax over `dim=-2` (the queries): a key that no query may see gives `NaN`",
+            _masked_softmax_queries_plain),
     Variant("mha_forward", "mha_no_w_o", "forgot_w_o", "returned the concatenated heads without applying `w_o`",
             _mha_no_w_o),
     Variant("mha_forward", "mha_reshape_only", "view_without_transpose",
@@ -469,6 +499,11 @@ VARIANTS: tuple[Variant, ...] = (
             "added each block's sum without multiplying the running sum by `exp(m - m_new)`", _online_no_rescale),
     Variant("online_softmax", "online_nan_rows", "nan_rows",
             "shifted by the running maximum even when it is `-inf`: a row of only `-inf` gives `NaN`", _online_nan),
+    Variant("online_softmax", "online_whole_rows", "not_block_by_block",
+            "took the maximum and the sum over each whole row at once, ignoring `block_size`", _online_whole_rows),
+    Variant("online_softmax", "online_torch_softmax", "not_block_by_block",
+            "called `torch.softmax` on whole rows, ignoring `block_size` (and a row of only `-inf` gives `NaN`)",
+            _online_torch_softmax),
     Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
             "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
             _absorb_wrong_order),
