@@ -11,12 +11,13 @@ The files the package loads ship inside it and are read with :mod:`importlib.res
 the same from a wheel as from a checkout:
 
 * ``artifacts/``: results of the seeded training and ablation scripts in ``tools/train/`` (the
-  induction model's checkpoint and training log, the one-vs-many-heads sweep, MiniLM's head ablations);
+  induction model's checkpoint and training log, the one-vs-many-heads sweep, MiniLM's head ablations), and
+  the decode benchmark's report (``tools/bench/bench_decode.py``), which the lessons' shown blocks read;
 * ``data/model_configs.json``: published attention configurations with their sources;
 * ``data/course_text.txt``: the course's own prose, the text model's corpus (``tools/train/text_corpus.py``).
 
 >>> sorted(ARTIFACT_FILES)[:2]
-['induction_model.safetensors', 'induction_training.json']
+['decode_bench.json', 'induction_model.safetensors']
 >>> read_artifact_json("induction_training.json")["config"]["num_layers"]
 2
 """
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["ARTIFACT_FILES", "DATA_FILES", "artifact", "data_file", "read_artifact_json"]
 
 ARTIFACT_FILES = (
+    "decode_bench.json",
     "induction_model.safetensors",
     "induction_training.json",
     "minilm_ablation.json",
