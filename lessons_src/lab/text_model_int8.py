@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import artifact
+from . import artifact, requires_extra
 from .text_model import TEXT_CHECKPOINT, TextGPT, load_text_model
 
 __all__ = [
@@ -62,7 +62,8 @@ TEXTS = (
 
 def stored() -> dict[str, torch.Tensor]:
     """The committed float16 checkpoint's tensors, as stored."""
-    from safetensors.torch import load_file
+    with requires_extra("toy"):
+        from safetensors.torch import load_file
 
     with resources.as_file(artifact(TEXT_CHECKPOINT)) as file:
         return load_file(str(file))
