@@ -15,7 +15,8 @@ Hidden blocks (exec="on" without source=) are not shown; notebooks run as notebo
   from one warm process (snippet_runner.py), so `import torch` is paid once. A whole package file shown on its
   page (`--8<-- "lessons_src/masks.py"`) runs as the installed module, `python -m lessons_src.masks`.
 * **Print what the page printed.** With a built site/, what a block prints must equal what its page shows under
-  it, numbers followed by a time unit masked (timings differ from run to run).
+  it, numbers followed by a time unit masked (timings differ from run to run), and every number of a block that
+  times something (it may print a table of times without units).
 * **Say which extra it needs.** A block that imports a module only one of the package's extras installs (the
   optional dependencies in pyproject.toml) has a line just above it naming an extra that installs it:
   Needs `pip install "mha-computed[toy]"`.
@@ -59,8 +60,11 @@ _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*\{?[ \t]*\.?
 _INCLUDE = re.compile(r"^[ \t]*--8<--[ \t]*[\"'](?P<path>[^\"']+)[\"'][ \t]*$", re.M)
 _SESSION = re.compile(r"\bsession=[\"']?([\w-]+)")
 _EXTRA_NOTE = re.compile(rf'pip install "{re.escape(PROJECT["name"])}\[([\w,]+)\]"')
-# A number with a time unit (ms, s, µs, ...) or a speed-up (3.2x, 3.2×) after it: timings differ run to run.
+# A number with a time unit (ms, s, µs, ...) or a speed-up (3.2x, 3.2×) after it: timings differ run to run. A
+# block that times something (_TIMED) may print them in a table without units: all its numbers are masked.
 _TIMING = re.compile(r"\d[\d,.]*(?:e[-+]?\d+)?\s?(?:ns|µs|us|ms|s|sec|seconds|x|×)(?!\w)")
+_TIMED = re.compile(r"perf_counter|median_times|timeit|time\.time\(")
+_NUMBER = re.compile(r"\s*[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -279,8 +283,10 @@ def built_blocks(page: str) -> list[tuple[str, str]]:
             _PAGE_BLOCK.finditer(built.read_text(encoding="utf-8"))]
 
 
-def masked(printed: str) -> list[str]:
-    return [_TIMING.sub("#", line).rstrip() for line in printed.strip("\n").splitlines()]
+def masked(printed: str, *, timed: bool = False) -> list[str]:
+    """The printed lines with timings masked (with ``timed``, every number, and the spaces that align it)."""
+    mask = (lambda line: _NUMBER.sub(" #", line)) if timed else (lambda line: _TIMING.sub("#", line))
+    return [mask(line).rstrip() for line in printed.strip("\n").splitlines()]
 
 
 def printed_at_build(block: Block) -> str:
@@ -304,7 +310,8 @@ def test_block_runs_with_the_wheel_alone(block: Block, runner: Runner) -> None:
         pytest.fail(f"the block {block.where} needs an extra: {message}")
     if block.whole_file or not SITE.joinpath("index.html").exists():
         return
-    assert masked(reply.stdout[-1]) == masked(printed_at_build(block)), (
+    timed = _TIMED.search(block.code) is not None
+    assert masked(reply.stdout[-1], timed=timed) == masked(printed_at_build(block), timed=timed), (
         f"the block {block.where} prints, with the wheel alone, what its page did not (left: now; right: page)")
 
 
@@ -363,6 +370,8 @@ def test_extras_are_read_from_pyproject() -> None:
 def test_timings_are_masked_and_nothing_else() -> None:
     assert masked("decode 1.25 ms, 3.2x faster, 12 s\nrows 12, bytes 4,096\n") == [
         "decode #, # faster, #", "rows 12, bytes 4,096"]
+    assert masked("MHA    5.74   1.0x\nMQA   11.20", timed=True) == ["MHA #x", "MQA #"]
+    assert masked("MHA   15.01   1.2x\nMQA    1.52", timed=True) == ["MHA #x", "MQA #"]
 
 
 # -- pasting them into Python's prompt ---------------------------------------------------------------------------
