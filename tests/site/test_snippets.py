@@ -370,8 +370,8 @@ def test_extras_are_read_from_pyproject() -> None:
 def test_timings_are_masked_and_nothing_else() -> None:
     assert masked("decode 1.25 ms, 3.2x faster, 12 s\nrows 12, bytes 4,096\n") == [
         "decode #, # faster, #", "rows 12, bytes 4,096"]
-    assert masked("MHA    5.74   1.0x\nMQA   11.20", timed=True) == ["MHA #x", "MQA #"]
-    assert masked("MHA   15.01   1.2x\nMQA    1.52", timed=True) == ["MHA #x", "MQA #"]
+    assert masked("MHA    5.74   1.0x\nMQA   11.20", timed=True) == ["MHA # #x", "MQA #"]
+    assert masked("MHA   15.01   1.2x\nMQA    1.52", timed=True) == ["MHA # #x", "MQA #"]
 
 
 # -- pasting them into Python's prompt ---------------------------------------------------------------------------
