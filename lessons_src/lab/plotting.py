@@ -1,6 +1,7 @@
 """Figures for the lessons, emitted as byte-for-byte reproducible SVG.
 
-matplotlib is imported lazily, so the rest of the package needs only torch.
+matplotlib is imported lazily, so the rest of the package needs only torch; without it a figure's import says
+which extra installs it (``pip install "mha-computed[plot]"``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import pickle
 import re
 from typing import TYPE_CHECKING, Any
+
+from . import requires_extra
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,7 +32,8 @@ def figure(**kwargs: Any) -> Figure:
         >>> fig = figure(figsize=(3, 2))
         >>> ax = fig.subplots()
     """
-    from matplotlib.figure import Figure
+    with requires_extra("plot"):
+        from matplotlib.figure import Figure
 
     kwargs.setdefault("layout", "constrained")
     return Figure(**kwargs)
@@ -72,7 +76,8 @@ def svg(fig: Figure, *, title: str | None = None, narrow: Figure | None = None) 
     Raises:
         TypeError: if ``fig`` or ``narrow`` is not a matplotlib ``Figure``.
     """
-    from matplotlib.figure import Figure
+    with requires_extra("plot"):
+        from matplotlib.figure import Figure
 
     for name, value in (("fig", fig), ("narrow", narrow)):
         if value is not None and not isinstance(value, Figure):
@@ -116,8 +121,9 @@ def category_labels(fig: Figure) -> list[str]:
 
 def _named(axis: Any) -> bool:
     """Whether ``axis`` shows labels the figure names (fixed ticks with given labels, or categories)."""
-    from matplotlib.category import StrCategoryLocator
-    from matplotlib.ticker import FixedLocator, LogFormatter, ScalarFormatter
+    with requires_extra("plot"):
+        from matplotlib.category import StrCategoryLocator
+        from matplotlib.ticker import FixedLocator, LogFormatter, ScalarFormatter
 
     formatter, locator = axis.get_major_formatter(), axis.get_major_locator()
     return isinstance(locator, FixedLocator | StrCategoryLocator) and not isinstance(
@@ -136,8 +142,9 @@ def _desktop_copy(fig: Figure) -> Figure:
     least_pt = MIN_TEXT_PX * 72 / 96 * width_px / DESKTOP_COLUMN_PX * 1.01
     if fig.get_layout_engine() is None:
         return fig
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Text
+    with requires_extra("plot"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.text import Text
 
     if all(float(t.get_fontsize()) * _math_scale(t) >= least_pt for t in fig.findobj(Text) if t.get_text()):
         return fig
@@ -156,7 +163,8 @@ def _enlarge_type(copy: Figure, least_pt: float) -> None:
     """Raise every visible text of ``copy`` to ``least_pt`` points; wrap what then outgrows the figure or its axes."""
     import textwrap
 
-    from matplotlib.text import Text
+    with requires_extra("plot"):
+        from matplotlib.text import Text
 
     for ax in copy.axes:
         for axis in ("x", "y"):
@@ -186,7 +194,8 @@ def _enlarge_type(copy: Figure, least_pt: float) -> None:
 def _svg_text(
     fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False, categories: Sequence[str] = ()
 ) -> str:
-    import matplotlib
+    with requires_extra("plot"):
+        import matplotlib
 
     buf = io.StringIO()
     crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.04} if tight else {}
@@ -202,7 +211,8 @@ def _svg_text(
 
 def _narrow_copy(fig: Figure) -> Figure:
     """A copy of ``fig`` laid out for a phone's column (see :func:`svg`)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    with requires_extra("plot"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     copy: Figure = pickle.loads(pickle.dumps(fig))
     FigureCanvasAgg(copy)  # measures text while laying out; savefig picks its own canvas for SVG

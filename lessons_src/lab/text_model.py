@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, attention
 from ..rope import apply_rope, rope_cos_sin
-from . import artifact, data_file, read_artifact_json
+from . import artifact, data_file, read_artifact_json, requires_extra
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -223,7 +223,8 @@ class TextGPT(nn.Module):
         self, path: str | Path, metadata: dict[str, str] | None = None, dtype: torch.dtype = torch.float16
     ) -> None:
         """Write the weights (as ``dtype``) and the config (JSON metadata) to a safetensors file."""
-        from safetensors.torch import save_file
+        with requires_extra("toy"):
+            from safetensors.torch import save_file
 
         meta = {"config": json.dumps(asdict(self.cfg), sort_keys=True), **(metadata or {})}
         state = {k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}
@@ -232,8 +233,9 @@ class TextGPT(nn.Module):
     @classmethod
     def load(cls, path: str | Path) -> TextGPT:
         """Read a file written by :meth:`save` into a float32 model in eval mode."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
+        with requires_extra("toy"):
+            from safetensors import safe_open
+            from safetensors.torch import load_file
 
         with safe_open(str(path), "pt") as f:
             meta = f.metadata()

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
-from . import artifact
+from . import artifact, requires_extra
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -147,7 +147,8 @@ class TinyTransformer(nn.Module):
 
     def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
         """Write the weights and the config (as JSON metadata) to a safetensors file."""
-        from safetensors.torch import save_file
+        with requires_extra("toy"):
+            from safetensors.torch import save_file
 
         meta = {"config": json.dumps(asdict(self.cfg), sort_keys=True), **(metadata or {})}
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(path), metadata=meta)
@@ -155,8 +156,9 @@ class TinyTransformer(nn.Module):
     @classmethod
     def load(cls, path: str | Path) -> TinyTransformer:
         """Read a file written by :meth:`save`; the model is returned in eval mode."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
+        with requires_extra("toy"):
+            from safetensors import safe_open
+            from safetensors.torch import load_file
 
         with safe_open(str(path), "pt") as f:
             meta = f.metadata()

@@ -1,10 +1,10 @@
 """The text model page (docs/practice/live-text-model.md): the byte-level GPT running in the browser.
 
 The page runs the weights the build exports: each matrix of the committed float16 checkpoint in int8 with a
-float16 scale per group of 32 values of a row (``live_text_model.export``). The reference here is PyTorch
-running those same weights, dequantized (``live_text_model.exported_model``: ``load_text_model`` with the
+float16 scale per group of 32 values of a row (``lessons_src.lab.text_model_int8.export``). The reference here
+is PyTorch running those same weights, dequantized (``text_model_int8.exported_model``: ``load_text_model`` with the
 exported weights loaded, ``ablate_heads`` for switched-off heads), computed at test time. The page computes
-in float64 on the same weights, so the two agree to within ``live_text_model.PROB_ATOL`` (the tolerance the
+in float64 on the same weights, so the two agree to within ``text_model_int8.PROB_ATOL`` (the tolerance the
 page prints). What int8 itself changes, against the committed float16 weights, is measured separately
 (``live_text_model.int8_error``) and bounded by ``INT8_PROB_BOUND``:
 
@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_text_model as ltm
 import model_files
 
+from lessons_src.lab import text_model_int8 as int8
 from lessons_src.lab.heads import ablate_heads
 from lessons_src.lab.text_model import decode, encode, load_text_model
 
@@ -58,7 +59,7 @@ TEXTS = [
 def model() -> Any:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model run step by step: one thread is several times faster on a busy machine
-    yield ltm.exported_model()  # the weights the page runs
+    yield int8.exported_model()  # the weights the page runs
     torch.set_num_threads(threads)
 
 
@@ -101,33 +102,33 @@ def greedy(model: Any, text: str, n: int, off: list[str]) -> tuple[list[int], fl
 def test_the_page_is_in_the_site_and_its_weights_are_the_checkpoint_in_int8() -> None:
     """The page's file is the export; int8 times scale is the committed value to within half a step."""
     assert PATH in site_pages()
-    data, meta, stem = ltm.export()
+    data, meta, stem = int8.export()
     assert (SITE / model_files.MODEL_DIR / f"{stem}.bin").read_bytes() == data
     assert f"{stem}.json" in (SITE / PATH / "index.html").read_text(encoding="utf-8")
-    stored, exported = ltm._stored(), ltm.exported_state()
+    stored, exported = int8.stored(), int8.exported_state()
     assert sorted(stored) == sorted(exported) == sorted(load_text_model().state_dict())
-    int8 = 0
+    quantized = 0
     for spec in meta["tensors"]:
         committed, got = stored[spec["name"]].float(), exported[spec["name"]]
         if spec["dtype"] == "int8":
             rows = committed.shape[0]
-            step = committed.reshape(rows, -1, ltm.GROUP).abs().amax(-1, keepdim=True) / 127  # (R, C/G, 1)
-            err = (committed - got).reshape(rows, -1, ltm.GROUP).abs()
+            step = committed.reshape(rows, -1, int8.GROUP).abs().amax(-1, keepdim=True) / 127  # (R, C/G, 1)
+            err = (committed - got).reshape(rows, -1, int8.GROUP).abs()
             assert bool((err <= 0.5 * step * 1.001 + 1e-12).all()), spec["name"]  # 1.001: the scale is float16
-            int8 += committed.numel()
+            quantized += committed.numel()
         else:
             assert torch.equal(committed, got), spec["name"]
-    assert int8 > 0.95 * sum(t.numel() for t in stored.values())  # the matrices, nearly every weight
+    assert quantized > 0.95 * sum(t.numel() for t in stored.values())  # the matrices, nearly every weight
     assert len(data) < 0.6 * 2 * sum(t.numel() for t in stored.values())  # well under the float16 file
 
 
 def test_int8_against_the_committed_weights() -> None:
     """int8 moves no probability by more than the stated bound; greedy text parts only at a near-tie."""
     error = ltm.int8_error()
-    assert 0 < error["max_dp"] <= ltm.INT8_PROB_BOUND, error
+    assert 0 < error["max_dp"] <= int8.INT8_PROB_BOUND, error
     for d in error["diverged"]:  # the committed model's two likeliest bytes were within the bound there
-        assert d["margin"] <= ltm.INT8_PROB_BOUND, d
-    assert error["greedy_same"] + len(error["diverged"]) == error["texts"] == len(ltm.TEXTS)
+        assert d["margin"] <= int8.INT8_PROB_BOUND, d
+    assert error["greedy_same"] + len(error["diverged"]) == error["texts"] == len(int8.TEXTS)
 
 
 def test_tokenizer_equals_python(live: Any) -> None:
@@ -154,9 +155,9 @@ def test_probabilities_and_attention_equal_pytorch(live: Any, model: Any) -> Non
     for text, off in CASES:
         got = live.evaluate("([t, off]) => window.liveTextModel.run(t, off)", [text, off])
         probs, weights = reference(model, text, off)
-        torch.testing.assert_close(torch.tensor(got["probs"], dtype=torch.float64), probs, atol=ltm.PROB_ATOL, rtol=0)
+        torch.testing.assert_close(torch.tensor(got["probs"], dtype=torch.float64), probs, atol=int8.PROB_ATOL, rtol=0)
         torch.testing.assert_close(
-            torch.tensor(got["attention"], dtype=torch.float64), weights, atol=ltm.PROB_ATOL, rtol=0
+            torch.tensor(got["attention"], dtype=torch.float64), weights, atol=int8.PROB_ATOL, rtol=0
         )
         worst = max(worst, float((torch.tensor(got["probs"], dtype=torch.float64) - probs).abs().max()))
     assert worst > 0  # the comparison is of two computations, not of a copy
@@ -172,11 +173,11 @@ def test_greedy_text_equals_pytorch(live: Any, model: Any) -> None:
     for text, off in CASES[:5]:
         expected, margin = greedy(model, text, n, off)
         got = live.evaluate("([t, n, off]) => window.liveTextModel.generate(t, n, off, 0, 1)", [text, n, off])
-        if margin > ltm.PROB_ATOL:  # every step's choice is beyond the tolerance: the bytes must agree
+        if margin > int8.PROB_ATOL:  # every step's choice is beyond the tolerance: the bytes must agree
             assert got["bytes"] == expected, (text, off, decode(got["bytes"]), decode(expected))
             assert got["text"] == decode(encode(text).tolist() + expected)
             checked += 1
-    assert checked >= 4, f"only {checked} cases had a top-2 margin above {ltm.PROB_ATOL} at every step"
+    assert checked >= 4, f"only {checked} cases had a top-2 margin above {int8.PROB_ATOL} at every step"
 
 
 def widget_state(page: Any) -> dict[str, Any]:
@@ -214,7 +215,7 @@ def test_a_head_switched_off_by_keyboard_updates_everything(page: Any, server: s
     assert after["generated"] != before["generated"]
     assert after["map"] != before["map"]  # layer 1 reads what layer 0 wrote
     expected, margin = greedy(model, text, ltm.GENERATE_BYTES, [head])
-    if margin > ltm.PROB_ATOL:
+    if margin > int8.PROB_ATOL:
         assert after["generated"] == decode(encode(text).tolist() + expected)[len(text) :]
     probs, _ = reference(model, text, [head])
     top = probs[-1].topk(ltm.TOP_K)

@@ -1,75 +1,104 @@
-"""Runs snippets one by one, each in a child process forked from this warm parent, so imports are paid once.
+"""Runs shown blocks as a reader would, each chain of them in a child forked from this warm parent.
 
-A reader pastes a snippet into a fresh interpreter. A forked child is as fresh as that for what a snippet can
-see: its ``__main__`` namespace is new and empty, nothing another snippet did is there, and the only work done
-before the fork is ``import lessons_src`` (torch and the core modules: no tensor made, no seed drawn, no thread
-pool started), which the snippet imports again by name anyway. Only the import time (about 3 CPU seconds a
-snippet) is saved. A snippet that leans on a name it did not import still fails with NameError
-(tests/site/test_snippets.py checks that the harness catches it).
+tests/site/test_snippets.py starts this file with the python of an environment where only the installed wheel
+provides ``lessons_src``, from an empty folder outside the repository. A reader pastes a block into a fresh
+``python``; a forked child is as fresh as that for what a block can see: its ``__main__`` is a new, empty module,
+nothing another request did is there, and the only work done before the fork is ``import lessons_src`` (torch and
+the core modules: no tensor made, no seed drawn, no thread pool started), which the block imports again by name
+anyway. Only the import time (about 3 CPU seconds a block) is saved. A block that leans on a name it did not
+import still fails with NameError (the test module checks that the harness catches it).
 
-Protocol: one JSON request per line on stdin, ``{"code": "...", "timeout": 60}`` (code is a script,
-or ``-m package.module``); one JSON reply per line on stdout, ``{"returncode": n, "stdout": "...", "stderr": "..."}``.
-A child that runs past its timeout is killed by its own alarm (returncode -14, SIGALRM).
+Protocol: one JSON request per line on stdin, ``{"blocks": ["...", ...], "timeout": 60}``: the blocks run in
+order in one ``__main__`` (a page's earlier shown blocks of a session, then the block under test), each a script,
+or ``-m package.module`` alone. One JSON reply per line on stdout: ``{"returncode": n, "stdout": [what each block
+printed], "stderr": "...", "imported": [top-level modules the last block imported first]}``. Each request runs
+in a new empty working folder. A child that runs past its timeout is killed by its own alarm (returncode -14,
+SIGALRM).
 """
 
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import runpy
 import signal
 import sys
 import tempfile
 import traceback
+import types
 
-import lessons_src  # noqa: F401  (the imports every snippet repeats: torch and the core; paid here once)
+sys.path[0] = ""  # as at the interactive prompt: the working directory first (an empty folder), not this file's
+
+import lessons_src  # noqa: E402, F401  (the imports every block repeats: torch and the core; paid here once)
 
 
-def run_child(code: str, workdir: str) -> int:
-    """In the forked child: run `code` as __main__ and return the exit status a `python` process would have."""
+def top_level_modules() -> set[str]:
+    return {name.partition(".")[0] for name in sys.modules}
+
+
+def run_blocks(blocks: list[str], outputs: list[str]) -> tuple[int, set[str]]:
+    """In the forked child: run ``blocks`` in one new ``__main__``, each printing into its own file of ``outputs``.
+
+    Returns the exit status a ``python`` process would have, and the top-level modules the last block imported.
+    """
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    before = top_level_modules()
     try:
-        if code.startswith("-m "):
-            module = code.split()[1]
-            sys.argv = [module]
-            sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        else:
-            script = os.path.join(workdir, "snippet.py")
-            with open(script, "w", encoding="utf-8") as f:
-                f.write(code)
-            sys.argv = [script]
-            sys.path[0] = workdir  # `python script.py` puts the script's folder first
-            runpy.run_path(script, run_name="__main__")
+        for i, (block, output) in enumerate(zip(blocks, outputs, strict=True)):
+            sys.stdout.flush()
+            os.dup2(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+            before = top_level_modules()
+            if block.startswith("-m "):
+                sys.argv = [block.split()[1]]
+                runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+                continue
+            name = f"<block {i + 1}>"
+            linecache.cache[name] = (len(block), None, block.splitlines(keepends=True), name)  # for tracebacks
+            exec(compile(block, name, "exec"), main.__dict__)
     except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            return stop.code or 0
-        print(stop.code, file=sys.stderr)
-        return 1
+        if not (stop.code is None or isinstance(stop.code, int)):
+            print(stop.code, file=sys.stderr)
+            return 1, set()
+        return stop.code or 0, top_level_modules() - before
     except BaseException:
         traceback.print_exc()
-        return 1
-    return 0
+        return 1, set()
+    return 0, top_level_modules() - before
 
 
 def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
-        with tempfile.TemporaryDirectory() as workdir:
-            out_path, err_path = os.path.join(workdir, "stdout"), os.path.join(workdir, "stderr")
+        blocks = request["blocks"]
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = os.path.join(tmp, "cwd")
+            os.mkdir(workdir)
+            outputs = [os.path.join(tmp, f"stdout{i}") for i in range(len(blocks))]
+            err_path, imported_path = os.path.join(tmp, "stderr"), os.path.join(tmp, "imported")
             pid = os.fork()
             if pid == 0:
                 signal.alarm(int(request["timeout"]))
-                for fd, path in ((1, out_path), (2, err_path)):
-                    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-                status = run_child(request["code"], workdir)
+                os.chdir(workdir)
+                os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+                status, imported = run_blocks(blocks, outputs)
+                with open(imported_path, "w", encoding="utf-8") as f:
+                    json.dump(sorted(imported), f)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(status)
             _, wait_status = os.waitpid(pid, 0)
-            reply = {"returncode": os.waitstatus_to_exitcode(wait_status)}
-            for name, path in (("stdout", out_path), ("stderr", err_path)):
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    reply[name] = f.read()
+            reply = {"returncode": os.waitstatus_to_exitcode(wait_status), "stdout": [], "imported": []}
+            for path in outputs:
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        reply["stdout"].append(f.read())
+            with open(err_path, encoding="utf-8", errors="replace") as f:
+                reply["stderr"] = f.read()
+            if os.path.exists(imported_path):
+                with open(imported_path, encoding="utf-8") as f:
+                    reply["imported"] = json.load(f)
         print(json.dumps(reply), flush=True)
 
 

@@ -1,40 +1,94 @@
-"""Every Python snippet the site shows runs on its own in a fresh interpreter.
+"""Every Python block the site shows runs with the published wheel alone, and pastes into Python's prompt.
 
-A reader copies a code block (Material adds a copy button to each) and runs it. The shown Python blocks
-are taken from the lesson sources in docs/ (the built HTML of markdown-exec's blocks does not say which
-language a block is): every ```python fence that is shown to the reader, that is, a plain fence, or an
-executed one (exec="on") with a source= option; `--8<--` includes are expanded as the build does. Each is
-run alone in a new `python` process from the repository root, with a timeout. Hidden blocks (exec="on"
-without source=) are not shown and may share a session; notebooks run in order as notebooks, and bash
-and console (`pycon`) blocks are not Python scripts: they are left out. The snippets run in children forked
-from one warm process (snippet_runner.py), so `import torch` is paid once per worker, not once per snippet.
+The site promises (home page, Start here, Get the code) that every shown block runs once the package is
+installed. The shown blocks are taken from the lesson sources in docs/ (the built HTML of markdown-exec's blocks
+does not say which language a block is): every ```python fence that is shown to the reader, that is, a plain
+fence, or an executed one (exec="on") with a source= option; `--8<--` includes are expanded as the build does.
+Hidden blocks (exec="on" without source=) are not shown; notebooks run as notebooks, and bash and console
+(`pycon`) blocks are not Python: they are left out.
+
+* **Run with the wheel alone.** The wheel this checkout builds (tools/package/build_wheel.py, the site build's
+  cache) is installed into an environment of its own, kept under .cache/snippet-venv/ by the wheel's hash, that
+  borrows the project's installed dependencies, torch and every extra's, but not its checkout
+  (tools/package/wheel_env.py). Each block runs there from an empty folder outside the repository, after the
+  shown blocks before it on its page that share its `session=` (a reader runs those first), in a child forked
+  from one warm process (snippet_runner.py), so `import torch` is paid once. A whole package file shown on its
+  page (`--8<-- "lessons_src/masks.py"`) runs as the installed module, `python -m lessons_src.masks`.
+* **Print what the page printed.** With a built site/, what a block prints must equal what its page shows under
+  it, numbers followed by a time unit masked (timings differ from run to run), and every number of a block that
+  times something (it may print a table of times without units).
+* **Say which extra it needs.** A block that imports a module only one of the package's extras installs (the
+  optional dependencies in pyproject.toml) has a line just above it naming an extra that installs it:
+  Needs `pip install "mha-computed[toy]"`.
+* **Paste into the prompt.** Each block is fed line by line to Python's interactive console, as pasting does; a
+  compound statement followed directly by a dedented line, or a blank line inside an indented body, stops it
+  with SyntaxError. A whole package file is a file (its page says so), not a paste: it is left out.
 """
 
 from __future__ import annotations
 
+import code
+import html
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "package"))
+import wheel_env  # noqa: E402
+from build_wheel import build_wheel  # noqa: E402
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+DOCS, SITE = ROOT / "docs", ROOT / "site"
 TIMEOUT_S = 60
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*\{?[ \t]*\.?(?P<lang>[\w+-]*)(?P<options>[^\n`]*)$")
 _INCLUDE = re.compile(r"^[ \t]*--8<--[ \t]*[\"'](?P<path>[^\"']+)[\"'][ \t]*$", re.M)
+_SESSION = re.compile(r"\bsession=[\"']?([\w-]+)")
+_EXTRA_NOTE = re.compile(rf'pip install "{re.escape(PROJECT["name"])}\[([\w,]+)\]"')
+# A number with a time unit (ms, s, µs, ...) or a speed-up (3.2x, 3.2×) after it: timings differ run to run. A
+# block that times something (_TIMED) may print them in a table without units: all its numbers are masked.
+_TIMING = re.compile(r"\d[\d,.]*(?:e[-+]?\d+)?\s?(?:ns|µs|us|ms|s|sec|seconds|x|×)(?!\w)")
+_TIMED = re.compile(r"perf_counter|median_times|timeit|time\.time\(")
+_NUMBER = re.compile(r"\s*[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
 
 
-def fences(text: str) -> list[tuple[int, str, str, str]]:
-    """(line, language, options, code) for each top-level fenced block (a fence inside a fence is content)."""
+@dataclass(frozen=True)
+class Block:
+    """One shown Python block: its page, line, code ("-m module" for a whole package file) and what is above it."""
+
+    page: str
+    line: int
+    code: str
+    session: str | None
+    above: str  # the paragraph just above the fence
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    @property
+    def whole_file(self) -> bool:
+        return self.code.startswith("-m ")
+
+
+def fences(text: str) -> list[tuple[int, str, str, str, str]]:
+    """(line, language, options, code, paragraph above) for each top-level fenced block (a fence in a fence is
+    content)."""
     lines = text.splitlines()
     found = []
     i = 0
@@ -48,8 +102,14 @@ def fences(text: str) -> list[tuple[int, str, str, str]]:
         j = i + 1
         while j < len(lines) and not close.match(lines[j]):
             j += 1
+        start = i
+        while start > 0 and not lines[start - 1].strip():
+            start -= 1
+        top = start
+        while top > 0 and lines[top - 1].strip():
+            top -= 1
         body = textwrap.dedent("\n".join(lines[i + 1 : j]))
-        found.append((i + 1, m.group("lang").lower(), m.group("options"), body))
+        found.append((i + 1, m.group("lang").lower(), m.group("options"), body, "\n".join(lines[top:start])))
         i = j + 1
     return found
 
@@ -81,62 +141,79 @@ def included_module(code: str) -> str | None:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
-def snippets() -> list[tuple[str, str]]:
-    """(where, code) for each shown Python block; code is "-m module" for a shown package file."""
-    found: dict[str, tuple[str, str]] = {}
+def shown_blocks() -> list[Block]:
+    """Every shown Python block, page by page, in page order."""
+    found = []
     for md in sorted(DOCS.rglob("*.md")):
         rel = md.relative_to(DOCS)
         if any(part.startswith("_") for part in rel.parts):
             continue  # exclude_docs: _*/ is not published
-        for line, lang, options, code in fences(md.read_text(encoding="utf-8")):
-            if lang in {"python", "py", "python3"} and shown_python(options) and code.strip():
-                module = included_module(code)
-                payload = f"-m {module}" if module else expand_includes(code)
-                found.setdefault(payload, (f"{rel.as_posix()}:{line}", payload))
-    return sorted(found.values())
+        for line, lang, options, body, above in fences(md.read_text(encoding="utf-8")):
+            if lang in {"python", "py", "python3"} and shown_python(options) and body.strip():
+                module = included_module(body)
+                session = _SESSION.search(options)
+                found.append(Block(rel.as_posix(), line, f"-m {module}" if module else expand_includes(body),
+                                   session.group(1) if session else None, above))
+    return found
 
 
-SNIPPETS = snippets()
+BLOCKS = shown_blocks()
+SCRIPTS = [b for b in BLOCKS if not b.whole_file]
 
 
-def test_the_site_shows_python_snippets() -> None:
-    assert len(SNIPPETS) >= 3
+def chain(block: Block) -> list[str]:
+    """The shown blocks a reader runs for ``block``: its page's earlier shown blocks of its session, then it."""
+    earlier = [b.code for b in BLOCKS
+               if block.session and (b.page, b.session) == (block.page, block.session) and b.line < block.line]
+    return [*earlier, block.code]
 
 
-def snippet_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT), PYTHONWARNINGS="error::DeprecationWarning")
+def test_the_site_shows_python_blocks() -> None:
+    assert len(SCRIPTS) >= 100 and len(BLOCKS) > len(SCRIPTS)
+
+
+# -- running them with the wheel alone -----------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    returncode: int
+    stdout: list[str]  # what each block of the chain printed
+    stderr: str
+    imported: list[str]  # the top-level modules the last block imported first
+
+
+@cache
+def installed_python() -> Path:
+    """The python of an environment holding this checkout's wheel (built and installed once per wheel)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = build_wheel(Path(tmp), cache=ROOT / ".cache" / "wheels")
+        return wheel_env.cached(wheel, ROOT / ".cache" / "snippet-venv")
+
+
+def reader_env(home: str) -> dict[str, str]:
+    """The test's environment without what points Python at the repository (PYTHONPATH) or at pytest."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(HOME=home, MPLBACKEND="Agg", PYTHONWARNINGS="error::DeprecationWarning")
     return env
 
 
-def run_alone(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a new `python` process, as a reader would."""
-    script = tmp_path / "snippet.py"
-    script.write_text(code, encoding="utf-8")
-    args = code.split() if code.startswith("-m ") else [str(script)]
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=snippet_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
-        check=False,
-    )
-
-
 class Runner:
-    """snippet_runner.py: each snippet in a child forked from a parent that has imported torch once."""
+    """snippet_runner.py in the wheel's environment: each chain in a child forked from a warm parent."""
 
-    def __init__(self) -> None:
+    def __init__(self, home: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("snippet_runner.py"))], cwd=ROOT, env=snippet_env(),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [str(installed_python()), str(Path(__file__).with_name("snippet_runner.py"))], cwd=home,
+            env=reader_env(str(home)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
 
-    def run(self, code: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *blocks: str) -> Reply:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"code": code, "timeout": TIMEOUT_S}) + "\n")
+        self.proc.stdin.write(json.dumps({"blocks": blocks, "timeout": TIMEOUT_S}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
-        assert line, f"the snippet runner died (exit status {self.proc.poll()})"
-        reply = json.loads(line)
-        return subprocess.CompletedProcess(code, reply["returncode"], reply["stdout"], reply["stderr"])
+        assert line, f"the block runner died (exit status {self.proc.poll()})"
+        return Reply(**json.loads(line))
 
     def close(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -146,36 +223,196 @@ class Runner:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[Runner]:
-    r = Runner()
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
+    r = Runner(tmp_path_factory.mktemp("reader"))
     yield r
     r.close()
 
 
-@pytest.mark.parametrize(("where", "code"), SNIPPETS, ids=[w for w, _ in SNIPPETS])
-def test_snippet_runs_alone(where: str, code: str, runner: Runner) -> None:
-    proc = runner.run(code)
-    message = f"the snippet {where} fails in a fresh interpreter:\n{code}\n---\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, message
+def extra_modules() -> dict[str, set[str]]:
+    """Each extra of pyproject.toml and the top-level modules its distributions install (``lab``: all of them)."""
+    modules: dict[str, set[str]] = {}
+    for module, dists in packages_distributions().items():
+        for dist in dists:
+            modules.setdefault(dist.lower().replace("_", "-"), set()).add(module)
+    extras = PROJECT["optional-dependencies"]
+    own = f"{PROJECT['name']}["
+
+    def of(extra: str) -> set[str]:
+        found: set[str] = set()
+        for req in extras[extra]:
+            if req.startswith(own):
+                found |= {m for e in req[len(own) :].split("]")[0].split(",") for m in of(e)}
+            else:
+                found |= modules.get(re.split(r"[<>=!~;\[ ]", req)[0].lower().replace("_", "-"), set())
+        return found
+
+    return {extra: of(extra) for extra in extras}
 
 
-def test_a_snippet_that_needs_earlier_state_is_caught(runner: Runner) -> None:
-    """The harness really runs each snippet alone: state from another block, or an import it left out, is not
-    there (the runner's parent has imported torch, the child sees no name of it); a failure is reported."""
+EXTRA_MODULES = extra_modules()
+
+
+def missing_extra(block: Block, imported: list[str]) -> str | None:
+    """What the line above ``block`` should say, if the modules it imported need an extra that line does not name."""
+    needed = {m for m in imported if any(m in mods for mods in EXTRA_MODULES.values())}
+    named = {e for m in _EXTRA_NOTE.finditer(block.above) for e in m.group(1).split(",")}
+    covered = set().union(*(EXTRA_MODULES.get(e, set()) for e in named))
+    if needed <= covered:
+        return None
+    fits = sorted((e for e, mods in EXTRA_MODULES.items() if needed <= mods), key=lambda e: len(EXTRA_MODULES[e]))
+    return (f"it imports {sorted(needed)}, which the extra {fits[0]!r} installs, and the line above it does not say "
+            f'so; write just above the block: Needs `pip install "{PROJECT["name"]}[{fits[0]}]"`.')
+
+
+_PAGE_BLOCK = re.compile(
+    r'<div class="language-python highlight"><pre>(?P<source>.*?)</pre></div>\s*'
+    r'(?:<div class="language-text highlight[^"]*"><pre>(?P<printed>.*?)</pre></div>)?', re.S)
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+@cache
+def built_blocks(page: str) -> list[tuple[str, str]]:
+    """(source, what it printed) for each Python block of ``page`` as built in site/ (empty text if nothing)."""
+    rel = Path(page).with_suffix("")
+    built = SITE / (rel.parent if rel.name == "index" else rel) / "index.html"
+    return [(_text(m.group("source")).strip(), _text(m.group("printed") or "")) for m in
+            _PAGE_BLOCK.finditer(built.read_text(encoding="utf-8"))]
+
+
+def masked(printed: str, *, timed: bool = False) -> list[str]:
+    """The printed lines with timings masked (with ``timed``, every number, and the spaces that align it)."""
+    mask = (lambda line: _NUMBER.sub(" #", line)) if timed else (lambda line: _TIMING.sub("#", line))
+    return [mask(line).rstrip() for line in printed.strip("\n").splitlines()]
+
+
+def printed_at_build(block: Block) -> str:
+    source = "\n".join(line for line in block.code.split("\n") if "markdown-exec: hide" not in line).strip()
+    for shown, printed in built_blocks(block.page):
+        if shown == source:
+            return printed
+    raise AssertionError(f"{block.where} is not on its built page site/{block.page}: is site/ stale?")
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
+def test_block_runs_with_the_wheel_alone(block: Block, runner: Runner) -> None:
+    """It runs, says which extra it needs, and prints what its page printed (with a built site/)."""
+    reply = runner.run(*chain(block))
+    assert reply.returncode == 0, (
+        f"the block {block.where} fails with the installed wheel alone, from an empty folder"
+        f"{' after the earlier shown blocks of its session' if len(chain(block)) > 1 else ''}:\n{block.code}\n---\n"
+        f"{reply.stderr[-3000:]}"
+    )
+    if message := missing_extra(block, reply.imported):
+        pytest.fail(f"the block {block.where} needs an extra: {message}")
+    if block.whole_file or not SITE.joinpath("index.html").exists():
+        return
+    timed = _TIMED.search(block.code) is not None
+    assert masked(reply.stdout[-1], timed=timed) == masked(printed_at_build(block), timed=timed), (
+        f"the block {block.where} prints, with the wheel alone, what its page did not (left: now; right: page)")
+
+
+def test_blocks_see_the_installed_wheel_only(runner: Runner) -> None:
+    """The repository is not importable: lessons_src is the wheel's, tools/ is not on the path, the folder is
+    empty and outside the repository."""
+    reply = runner.run(
+        "import importlib.util, json, os, sys\nimport lessons_src\n"
+        "print(json.dumps({'file': lessons_src.__file__, 'cwd': os.getcwd(), 'files': os.listdir(),"
+        " 'tools': [importlib.util.find_spec(m) is not None for m in ('live_text_model', 'code_pages', 'tools')],"
+        " 'path': sys.path}))\n"
+    )
+    assert reply.returncode == 0, reply.stderr
+    seen = json.loads(reply.stdout[0])
+    assert Path(seen["file"]).is_relative_to(installed_python().parents[1]), seen["file"]
+    assert not Path(seen["cwd"]).is_relative_to(ROOT) and seen["files"] == []
+    assert seen["tools"] == [False, False, False]
+    assert str(ROOT) not in seen["path"] and seen["path"][0] == ""
+
+
+def test_a_block_that_needs_earlier_state_is_caught(runner: Runner) -> None:
+    """The harness really runs each chain alone: state from another request, or an import it left out, is not
+    there (the runner's parent has imported torch, the child sees no name of it); a failure is reported; a
+    chain's blocks share one namespace and each prints into its own output."""
     runner.run("import torch\nfrom lessons_src import MultiHeadAttention\nmha = MultiHeadAttention(8, 2)\n")
-    for code, error in (("print(mha(x).shape)\n", "NameError"), ("torch.zeros(1)\n", "NameError"),
-                        ("raise SystemExit('stopped')\n", "stopped")):
-        proc = runner.run(code)
-        assert proc.returncode != 0 and error in proc.stderr, (code, proc)
-    proc = runner.run("import sys\nprint(sys.argv[0].endswith('snippet.py'), 6 * 7)\n")
-    assert (proc.returncode, proc.stdout) == (0, "True 42\n")
+    for block, error in (("print(mha(x).shape)\n", "NameError"), ("torch.zeros(1)\n", "NameError"),
+                         ("raise SystemExit('stopped')\n", "stopped")):
+        reply = runner.run(block)
+        assert reply.returncode != 0 and error in reply.stderr, (block, reply)
+    reply = runner.run("x = 6\nprint('first')\n", "print(x * 7)\n")
+    assert (reply.returncode, reply.stdout) == (0, ["first\n", "42\n"])
 
 
 def test_the_runner_agrees_with_a_fresh_interpreter(runner: Runner, tmp_path: Path) -> None:
-    """The same snippet, run by the runner and by a new `python` process, prints the same: a seeded draw (the
-    RNG is untouched before the fork), its module list's shape, a module's own `-m` run."""
-    code = ("import sys, torch\ntorch.manual_seed(0)\nprint(torch.randn(3).tolist(), torch.get_num_threads(),"
-            " torch.get_default_dtype(), sys.path[0] == __import__('os').path.dirname(__file__))\n")
-    fresh, forked = run_alone(code, tmp_path), runner.run(code)
+    """The same block, run by the runner and by a new `python` of the same environment, prints the same: a seeded
+    draw (the RNG is untouched before the fork), the thread count, the default dtype, the modules it imported."""
+    block = ("import torch\ntorch.manual_seed(0)\nprint(torch.randn(3).tolist(), torch.get_num_threads(),"
+             " torch.get_default_dtype())\n")
+    fresh = subprocess.run([str(installed_python()), "-c", block], cwd=tmp_path, env=reader_env(str(tmp_path)),
+                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    forked = runner.run(block)
     assert fresh.returncode == forked.returncode == 0, (fresh.stderr, forked.stderr)
-    assert forked.stdout == fresh.stdout
+    assert forked.stdout == [fresh.stdout]
+    assert "safetensors" in runner.run("import safetensors.torch\n").imported
+
+
+def test_extras_are_read_from_pyproject() -> None:
+    assert {"safetensors"} <= EXTRA_MODULES["toy"] and "matplotlib" in EXTRA_MODULES["plot"]
+    assert EXTRA_MODULES["lab"] >= EXTRA_MODULES["toy"] | EXTRA_MODULES["plot"] | EXTRA_MODULES["minilm"]
+    needy = Block("p.md", 1, "", None, "Needs `pip install \"mha-computed[minilm]\"`:")
+    assert missing_extra(needy, ["safetensors", "torch"]) is None
+    assert "'toy'" in (missing_extra(Block("p.md", 1, "", None, ""), ["safetensors", "torch"]) or "")
+    assert missing_extra(Block("p.md", 1, "", None, ""), ["torch", "numpy"]) is None
+
+
+def test_timings_are_masked_and_nothing_else() -> None:
+    assert masked("decode 1.25 ms, 3.2x faster, 12 s\nrows 12, bytes 4,096\n") == [
+        "decode #, # faster, #", "rows 12, bytes 4,096"]
+    assert masked("MHA    5.74   1.0x\nMQA   11.20", timed=True) == ["MHA # #x", "MQA #"]
+    assert masked("MHA   15.01   1.2x\nMQA    1.52", timed=True) == ["MHA # #x", "MQA #"]
+
+
+# -- pasting them into Python's prompt ---------------------------------------------------------------------------
+
+
+class Prompt(code.InteractiveConsole):
+    """Python's interactive prompt fed a paste line by line: it compiles as `python` does and runs nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(filename="<stdin>")
+        self.error: BaseException | None = None
+
+    def runcode(self, code: object) -> None:
+        pass
+
+    def showsyntaxerror(self, filename: str | None = None, **kwargs: object) -> None:
+        self.error = self.error or sys.exc_info()[1]
+
+
+def paste_error(source: str) -> str | None:
+    """Where the prompt stops a paste of ``source`` with a SyntaxError, or None."""
+    prompt = Prompt()
+    for n, line in enumerate([*source.splitlines(), ""], start=1):  # the last Enter ends the last statement
+        prompt.push(line)
+        if prompt.error is not None:
+            return f"line {n}, {line!r}: {prompt.error}"
+    return None
+
+
+@pytest.mark.parametrize("block", SCRIPTS, ids=[b.where for b in SCRIPTS])
+def test_block_pastes_into_the_prompt(block: Block) -> None:
+    error = paste_error(block.code)
+    assert error is None, (
+        f"the block {block.where}, pasted into `python`, stops at {error}: at the prompt a blank line ends an "
+        "indented body, and a dedented line must follow one (put a blank line after a top-level compound "
+        "statement, none inside its body)"
+    )
+
+
+def test_the_prompt_check_stops_where_python_does() -> None:
+    assert paste_error("for i in range(2):\n    print(i)\nprint('done')\n") is not None
+    assert paste_error("def f():\n    x = 1\n\n    return x\n") is not None
+    assert paste_error("for i in range(2):\n    print(i)\n\nprint('done')\nif i:\n    pass\nelse:\n    pass\n") is None
+    assert paste_error('x = """a\n\nb"""\nprint(x)\n') is None

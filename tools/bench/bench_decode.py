@@ -17,7 +17,7 @@ every variant advances one token in turn, so at each step all of them attend ove
 cached positions. The report gives medians (per decoded token, per prefill) and ratios to MHA. Cache
 bytes are measured from the cache tensors after the run and checked to equal the formula exactly.
 
-    python tools/bench/bench_decode.py          # writes docs/_data/bench/decode.json and prints a table
+    python tools/bench/bench_decode.py          # writes lessons_src/lab/artifacts/decode_bench.json and prints a table
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from lessons_src.mla import MultiHeadLatentAttention
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "decode.json"
+OUT = Path(__file__).resolve().parents[2] / "lessons_src" / "lab" / "artifacts" / "decode_bench.json"
 B, D, H, PROMPT, NEW = 8, 512, 8, 2048, 256
 C, R = 256, 32  # MLA latent and RoPE sizes
 DTYPE = torch.float32

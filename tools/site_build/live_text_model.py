@@ -3,17 +3,15 @@
 The page runs the committed byte-level GPT (``lessons_src/lab/artifacts/text_model.safetensors``, trained by
 ``make train-text``) in the reader's browser (``docs/assets/js/live-text-model.js``). This module:
 
-* exports the checkpoint for the browser, smaller than it is committed (the page weighs at most 1 MB in
-  ``make bench-site``): every weight matrix in int8 with one float16 scale per group of :data:`GROUP` values
-  of a row (symmetric: ``w = q * scale``, ``q`` in -127..127, ``scale = max |w| / 127`` over the group), and
-  the LayerNorms and biases in float16 as committed, in one little-endian file plus a small JSON of names,
-  shapes, offsets and the model's config: ``site/assets/models/text-<hash>.bin`` and ``.json``, where
-  ``<hash>`` is the start of the SHA-256 of both, so a new checkpoint gets a new name and no browser keeps a
-  stale copy. The script dequantizes to float32 (exactly: an int8 times a float16 fits float32's 24 bits)
-  and computes in float64. The bytes depend only on the checkpoint, so two builds are identical;
-* gives PyTorch the same dequantized weights (:func:`exported_model`), the model the browser tests compare
-  the page with, and measures what int8 does to the output against the committed float16 weights
-  (:func:`int8_error`);
+* writes the checkpoint for the browser, smaller than it is committed (the page weighs at most 1 MB in
+  ``make bench-site``), as :mod:`lessons_src.lab.text_model_int8` exports it (int8 with a float16 scale per
+  group of a row's values; the page's shown blocks run the same weights from the package): one little-endian
+  file plus a small JSON of names, shapes, offsets and the model's config, ``site/assets/models/text-<hash>.bin``
+  and ``.json``, where ``<hash>`` is the start of the SHA-256 of both, so a new checkpoint gets a new name and
+  no browser keeps a stale copy. The script dequantizes to float32 (exactly: an int8 times a float16 fits
+  float32's 24 bits) and computes in float64. The bytes depend only on the checkpoint, so two builds are
+  identical;
+* measures what int8 does to the output against the committed float16 weights (:func:`int8_error`);
 * renders the page's widget (:func:`render_widget`): the text box, an empty stage the script fills, and the
   head switches; the page's stylesheet (``live_text_model.css`` beside this file) is inlined into the widget,
   so no other page loads it;
@@ -28,13 +26,14 @@ and runs the model in a Web Worker made from the same script file, so no forward
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from lessons_src.lab.text_model_int8 import TEXTS, export, exported_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules
 
@@ -48,182 +47,6 @@ CSS_FILE = Path(__file__).with_name("live_text_model.css")
 MAX_TEXT_BYTES = 64
 GENERATE_BYTES = 64
 TOP_K = 5  # bars shown for the next byte
-
-GROUP = 32  # values of a row sharing one int8 scale
-
-# Largest difference the browser tests allow between the page's next-byte probabilities (and attention weights)
-# and PyTorch's, on the same exported weights (PyTorch computes in float32, the page in float64).
-PROB_ATOL = 1e-5
-# Largest difference int8 may make to a next-byte probability, against the committed float16 weights, over
-# TEXTS (what int8_error measures; the browser tests and the page check it).
-INT8_PROB_BOUND = 0.05
-# The texts int8_error measures (the browser tests' texts).
-TEXTS = (
-    "Multi-head attention",
-    "The query looks at every key.",
-    "The query looks at every key. The query looks at every key.",
-    "héllo wörld, naïve café",
-    "日本語のテキスト",
-    "emoji 🙂 and €100 — «quotes»",
-    "tab\tand\nnewline",
-    "a" * 64,
-    "x",
-)
-
-
-def _stored() -> dict[str, Any]:
-    from importlib import resources
-
-    from safetensors.torch import load_file
-
-    from lessons_src.lab import artifact
-    from lessons_src.lab.text_model import TEXT_CHECKPOINT
-
-    with resources.as_file(artifact(TEXT_CHECKPOINT)) as file:
-        return load_file(str(file))
-
-
-def quantize(w: Any, group: int = GROUP) -> tuple[Any, Any]:
-    """A float matrix ``(R, C)`` as int8 values ``(R, C)`` and float16 scales ``(R, C // group)`` (numpy).
-
-    Each group of ``group`` consecutive values of a row is ``q * scale`` with ``scale = max |w| / 127``
-    (rounded to float16) and ``q = round(w / scale)`` in -127..127; a group of zeros has scale 0.
-    """
-    import numpy as np
-
-    rows, cols = w.shape
-    if cols % group:
-        raise ValueError(f"a row of {cols} values does not split into groups of {group}; use a divisor of {cols}")
-    g = np.asarray(w, dtype=np.float32).reshape(rows, cols // group, group)
-    scale = (np.abs(g).max(axis=-1, keepdims=True) / 127).astype(np.float16)
-    s32 = scale.astype(np.float32)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(s32 > 0, np.rint(g / s32), 0)
-    q = np.clip(q, -127, 127).astype(np.int8)
-    return q.reshape(rows, cols), scale.reshape(rows, cols // group)
-
-
-def dequantize(q: Any, scale: Any) -> Any:
-    """float32 ``q * scale`` (exact: an int8 times a float16 fits in float32), as the page computes it."""
-    import numpy as np
-
-    rows, cols = q.shape
-    w = q.reshape(rows, scale.shape[1], -1).astype(np.float32) * scale.astype(np.float32)[..., None]
-    return w.reshape(rows, cols)
-
-
-@cache
-def export() -> tuple[bytes, dict[str, Any], str]:
-    """The checkpoint for the page as ``(bytes, metadata, file stem)``.
-
-    The file holds first every float16 part (1-D tensors as stored, then each matrix's scales), then every
-    matrix's int8 values, row-major in the model's state-dict order; the metadata gives each tensor's name,
-    shape, dtype and byte offsets (``offset``; for int8 also ``scales`` and ``group``).
-    """
-    from lessons_src.lab.text_model import load_text_model
-
-    model = load_text_model()
-    cfg = model.cfg
-    names = list(model.state_dict())
-    stored = _stored()
-    if sorted(stored) != sorted(names):
-        raise ValueError(f"the checkpoint holds {sorted(stored)}; the model reads {sorted(names)}")
-    halves: list[bytes] = []
-    bytes8: list[bytes] = []
-    specs: list[dict[str, Any]] = []
-    for name in names:
-        t = stored[name]
-        if str(t.dtype) != "torch.float16":
-            raise ValueError(f"{name} is stored as {t.dtype}; the exporter reads float16 checkpoints")
-        values = t.contiguous().numpy()
-        if values.ndim == 2:
-            q, scale = quantize(values)
-            specs.append(
-                {
-                    "name": name,
-                    "shape": list(values.shape),
-                    "dtype": "int8",
-                    "group": GROUP,
-                    "int8": q.tobytes(order="C"),
-                    "half": scale.astype("<f2").tobytes(order="C"),
-                }
-            )
-        else:
-            specs.append(
-                {
-                    "name": name,
-                    "shape": list(values.shape),
-                    "dtype": "float16",
-                    "half": values.astype("<f2").tobytes(order="C"),
-                }
-            )
-    tensors, offset = [], 0
-    for spec in specs:
-        entry = {k: spec[k] for k in ("name", "shape", "dtype")}
-        entry["scales" if spec["dtype"] == "int8" else "offset"] = offset
-        offset += len(spec["half"])
-        halves.append(spec["half"])
-        tensors.append(entry)
-    for spec, entry in zip(specs, tensors, strict=True):
-        if spec["dtype"] == "int8":
-            entry["offset"] = offset
-            entry["group"] = spec["group"]
-            offset += len(spec["int8"])
-            bytes8.append(spec["int8"])
-    data = b"".join(halves + bytes8)
-    meta: dict[str, Any] = {
-        "format": "little-endian; float16 parts first, then int8 matrices; int8 value * its group's float16 scale",
-        "config": {
-            "vocab_size": cfg.vocab_size,
-            "d_model": cfg.d_model,
-            "num_heads": cfg.num_heads,
-            "num_layers": cfg.num_layers,
-            "max_len": cfg.max_len,
-            "d_ff": cfg.d_ff,
-            "rope_base": cfg.rope_base,
-            "head_dim": cfg.d_model // cfg.num_heads,
-            "layer_norm_eps": model.ln_f.eps,
-        },
-        "tensors": tensors,
-        "num_bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-    if offset != len(data):
-        raise AssertionError(f"the offsets end at {offset}; the file has {len(data)} bytes")
-    digest = hashlib.sha256(data + json.dumps(meta, sort_keys=True).encode()).hexdigest()[:12]
-    stem = f"text-{digest}"
-    meta["weights"] = f"{stem}.bin"
-    return data, meta, stem
-
-
-def exported_state() -> dict[str, Any]:
-    """The exported weights as the page reads them (float32 torch tensors, int8 matrices dequantized)."""
-    import numpy as np
-    import torch
-
-    data, meta, _ = export()
-    state = {}
-    for spec in meta["tensors"]:
-        shape, n = spec["shape"], int(np.prod(spec["shape"]))
-        if spec["dtype"] == "int8":
-            q = np.frombuffer(data, dtype=np.int8, count=n, offset=spec["offset"]).reshape(shape)
-            groups = shape[1] // spec["group"]
-            scale = np.frombuffer(data, dtype="<f2", count=shape[0] * groups, offset=spec["scales"])
-            values = dequantize(q, scale.reshape(shape[0], groups))
-        else:
-            values = np.frombuffer(data, dtype="<f2", count=n, offset=spec["offset"]).astype(np.float32)
-        state[spec["name"]] = torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))
-    return state
-
-
-def exported_model() -> Any:
-    """The text model with the weights the page runs (int8 matrices dequantized), in eval mode, float32."""
-    from lessons_src.lab.text_model import load_text_model
-
-    model = load_text_model()
-    model.load_state_dict(exported_state())
-    return model.eval()
-
 
 def greedy_with_margins(model: Any, text: str, n: int) -> tuple[list[int], list[float]]:
     """PyTorch's ``n`` greedy bytes after ``text`` and each step's top-2 probability margin."""
