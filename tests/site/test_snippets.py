@@ -18,8 +18,8 @@ Hidden blocks (exec="on" without source=) are not shown; notebooks run as notebo
   it, numbers followed by a time unit masked (timings differ from run to run), and every number of a block that
   times something (it may print a table of times without units).
 * **Say which extra it needs.** A block that imports a module only one of the package's extras installs (the
-  optional dependencies in pyproject.toml) has a line just above it naming an extra that installs it:
-  Needs `pip install "mha-computed[toy]"`.
+  optional dependencies in pyproject.toml) names an extra that installs it in its first line, a comment the
+  reader copies with the code: `# needs: pip install "mha-computed[toy]"`.
 * **Paste into the prompt.** Each block is fed line by line to Python's interactive console, as pasting does; a
   compound statement followed directly by a dedented line, or a blank line inside an indented body, stops it
   with SyntaxError. A whole package file is a file (its page says so), not a paste: it is left out.
@@ -69,13 +69,12 @@ _NUMBER = re.compile(r"\s*[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
 
 @dataclass(frozen=True)
 class Block:
-    """One shown Python block: its page, line, code ("-m module" for a whole package file) and what is above it."""
+    """One shown Python block: its page, line, code ("-m module" for a whole package file) and session."""
 
     page: str
     line: int
     code: str
     session: str | None
-    above: str  # the paragraph just above the fence
 
     @property
     def where(self) -> str:
@@ -86,9 +85,8 @@ class Block:
         return self.code.startswith("-m ")
 
 
-def fences(text: str) -> list[tuple[int, str, str, str, str]]:
-    """(line, language, options, code, paragraph above) for each top-level fenced block (a fence in a fence is
-    content)."""
+def fences(text: str) -> list[tuple[int, str, str, str]]:
+    """(line, language, options, code) for each top-level fenced block (a fence in a fence is content)."""
     lines = text.splitlines()
     found = []
     i = 0
@@ -102,14 +100,8 @@ def fences(text: str) -> list[tuple[int, str, str, str, str]]:
         j = i + 1
         while j < len(lines) and not close.match(lines[j]):
             j += 1
-        start = i
-        while start > 0 and not lines[start - 1].strip():
-            start -= 1
-        top = start
-        while top > 0 and lines[top - 1].strip():
-            top -= 1
         body = textwrap.dedent("\n".join(lines[i + 1 : j]))
-        found.append((i + 1, m.group("lang").lower(), m.group("options"), body, "\n".join(lines[top:start])))
+        found.append((i + 1, m.group("lang").lower(), m.group("options"), body))
         i = j + 1
     return found
 
@@ -148,12 +140,12 @@ def shown_blocks() -> list[Block]:
         rel = md.relative_to(DOCS)
         if any(part.startswith("_") for part in rel.parts):
             continue  # exclude_docs: _*/ is not published
-        for line, lang, options, body, above in fences(md.read_text(encoding="utf-8")):
+        for line, lang, options, body in fences(md.read_text(encoding="utf-8")):
             if lang in {"python", "py", "python3"} and shown_python(options) and body.strip():
                 module = included_module(body)
                 session = _SESSION.search(options)
                 found.append(Block(rel.as_posix(), line, f"-m {module}" if module else expand_includes(body),
-                                   session.group(1) if session else None, above))
+                                   session.group(1) if session else None))
     return found
 
 
@@ -254,15 +246,16 @@ EXTRA_MODULES = extra_modules()
 
 
 def missing_extra(block: Block, imported: list[str]) -> str | None:
-    """What the line above ``block`` should say, if the modules it imported need an extra that line does not name."""
+    """What ``block``'s first line should say, if the modules it imported need an extra that line does not name."""
     needed = {m for m in imported if any(m in mods for mods in EXTRA_MODULES.values())}
-    named = {e for m in _EXTRA_NOTE.finditer(block.above) for e in m.group(1).split(",")}
+    first = block.code.lstrip().partition("\n")[0]
+    named = {e for m in _EXTRA_NOTE.finditer(first) for e in m.group(1).split(",")} if first.startswith("#") else set()
     covered = set().union(*(EXTRA_MODULES.get(e, set()) for e in named))
     if needed <= covered:
         return None
     fits = sorted((e for e, mods in EXTRA_MODULES.items() if needed <= mods), key=lambda e: len(EXTRA_MODULES[e]))
-    return (f"it imports {sorted(needed)}, which the extra {fits[0]!r} installs, and the line above it does not say "
-            f'so; write just above the block: Needs `pip install "{PROJECT["name"]}[{fits[0]}]"`.')
+    return (f"it imports {sorted(needed)}, which the extra {fits[0]!r} installs, and its first line does not say "
+            f'so; begin the block with: # needs: pip install "{PROJECT["name"]}[{fits[0]}]"')
 
 
 _PAGE_BLOCK = re.compile(
@@ -361,10 +354,11 @@ def test_the_runner_agrees_with_a_fresh_interpreter(runner: Runner, tmp_path: Pa
 def test_extras_are_read_from_pyproject() -> None:
     assert {"safetensors"} <= EXTRA_MODULES["toy"] and "matplotlib" in EXTRA_MODULES["plot"]
     assert EXTRA_MODULES["lab"] >= EXTRA_MODULES["toy"] | EXTRA_MODULES["plot"] | EXTRA_MODULES["minilm"]
-    needy = Block("p.md", 1, "", None, "Needs `pip install \"mha-computed[minilm]\"`:")
+    needy = Block("p.md", 1, '# needs: pip install "mha-computed[minilm]"\nimport safetensors', None)
     assert missing_extra(needy, ["safetensors", "torch"]) is None
-    assert "'toy'" in (missing_extra(Block("p.md", 1, "", None, ""), ["safetensors", "torch"]) or "")
-    assert missing_extra(Block("p.md", 1, "", None, ""), ["torch", "numpy"]) is None
+    said_lower = Block("p.md", 1, 'import safetensors  # pip install "mha-computed[toy]"', None)  # not a comment line
+    assert "'toy'" in (missing_extra(said_lower, ["safetensors", "torch"]) or "")
+    assert missing_extra(Block("p.md", 1, "import torch", None), ["torch", "numpy"]) is None
 
 
 def test_timings_are_masked_and_nothing_else() -> None:
