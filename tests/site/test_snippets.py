@@ -59,6 +59,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*\{?[ \t]*\.?(?P<lang>[\w+-]*)(?P<options>[^\n`]*)$")
 _INCLUDE = re.compile(r"^[ \t]*--8<--[ \t]*[\"'](?P<path>[^\"']+)[\"'][ \t]*$", re.M)
 _SESSION = re.compile(r"\bsession=[\"']?([\w-]+)")
+_PRINTS_TEXT = re.compile(r"""\bexec=["']?(?:on|true|1)\b.*\bresult=["']?text\b""")
 _EXTRA_NOTE = re.compile(rf'pip install "{re.escape(PROJECT["name"])}\[([\w,]+)\]"')
 # A number with a time unit (ms, s, µs, ...) or a speed-up (3.2x, 3.2×) after it: timings differ run to run. A
 # block that times something (_TIMED) may print them in a table without units: all its numbers are masked.
@@ -69,12 +70,14 @@ _NUMBER = re.compile(r"\s*[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
 
 @dataclass(frozen=True)
 class Block:
-    """One shown Python block: its page, line, code ("-m module" for a whole package file) and session."""
+    """One shown Python block: its page, line, code ("-m module" for a whole package file), session, and whether
+    its page prints its output as text (``exec`` with ``result="text"``: not a plain block, nor Markdown or HTML)."""
 
     page: str
     line: int
     code: str
     session: str | None
+    prints_text: bool = False
 
     @property
     def where(self) -> str:
@@ -145,7 +148,7 @@ def shown_blocks() -> list[Block]:
                 module = included_module(body)
                 session = _SESSION.search(options)
                 found.append(Block(rel.as_posix(), line, f"-m {module}" if module else expand_includes(body),
-                                   session.group(1) if session else None))
+                                   session.group(1) if session else None, _PRINTS_TEXT.search(options) is not None))
     return found
 
 
@@ -301,7 +304,7 @@ def test_block_runs_with_the_wheel_alone(block: Block, runner: Runner) -> None:
     )
     if message := missing_extra(block, reply.imported):
         pytest.fail(f"the block {block.where} needs an extra: {message}")
-    if block.whole_file or not SITE.joinpath("index.html").exists():
+    if block.whole_file or not block.prints_text or not SITE.joinpath("index.html").exists():
         return
     timed = _TIMED.search(block.code) is not None
     assert masked(reply.stdout[-1], timed=timed) == masked(printed_at_build(block), timed=timed), (
