@@ -49,3 +49,42 @@ def test_benchmarks_page_shows_the_report(report: dict[str, Any]) -> None:
         assert row in text, f"the benchmarks page does not show {row!r}"
     if report["build"] is not None:
         assert f"cold {report['build']['cold_s']:.1f} s, warm {report['build']['warm_s']:.1f} s" in text
+
+
+def _report(load: float, **scores: int) -> dict[str, Any]:
+    page = {"page": "p/", "bytes": scores.pop("bytes", 500_000),
+            "lighthouse": {"mobile": {"scores": {c: scores.get(c.replace("-", "_"), 100) for c in CATEGORIES}}}}
+    return {"machine": {"load_average_at_start": load}, "pages": [page],
+            "budgets": {"performance": 95, "below_yardstick": 3, "page_bytes": 1_000_000},
+            "yardstick": {"scores": {"performance": 90}}}
+
+
+@pytest.mark.parametrize(
+    ("load", "scores", "missed"),
+    [
+        (1.2, {"performance": 96}, []),
+        (1.2, {"performance": 94}, ["performance 94 < 95"]),  # quiet: the score goal itself
+        (1.2, {"performance": 99, "seo": 92}, ["seo 92"]),  # the other categories: full marks
+        (1.2, {"performance": 99, "best_practices": 96}, ["best-practices 96"]),
+        (1.2, {"performance": 99, "bytes": 1_200_000}, ["1.20 MB > 1 MB"]),
+        (6.9, {"performance": 88}, []),  # busy: within 3 of the stock page's 90
+        (6.9, {"performance": 86}, ["performance 86, 4 below the stock page's 90"]),
+        (6.9, {"performance": 99, "accessibility": 98}, ["accessibility 98"]),
+    ],
+)
+def test_every_goal_the_page_states_is_judged(load: float, scores: dict[str, int], missed: list[str]) -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    from site_goals import misses
+
+    r = _report(load, **scores)
+    assert misses(r["pages"][0], r) == missed
+
+
+def test_benchmarks_page_says_what_the_report_covers(report: dict[str, Any]) -> None:
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", PAGE.read_text(encoding="utf-8"))))
+    load, total, n = report["machine"]["load_average_at_start"], report.get("site_pages"), len(report["pages"])
+    covers = (f"every page of the site ({total})" if total == n else f"{n} of the site's {total} pages" if total
+              else f"{n} pages (how many the site had was not recorded)")
+    assert f"This report covers {covers}, measured at load average {load}" in text
