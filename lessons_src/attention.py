@@ -195,7 +195,13 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     Example:
         >>> soft_cap(torch.tensor([0.1, 10.0, float("-inf")]), 5.0)  # -inf would come back as -5: mask after
         tensor([ 0.1000,  4.8201, -5.0000])
+
+    Raises:
+        ValueError, TypeError: if ``cap`` is not a positive finite number.
     """
+    cap = _check_softcap(cap)  # not None: None is refused below
+    if cap is None:
+        raise TypeError("soft_cap needs a cap, a positive number; got None")
     return cap * torch.tanh(scores / cap)
 
 

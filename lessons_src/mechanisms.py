@@ -68,18 +68,17 @@ __all__ = [
     "ProjectionRMSNorm",
     "Rotary",
     "WeightlessRMSNorm",
-    "rms_normalize",
 ]
 
 
-def rms_normalize(x: Tensor, dims: tuple[int, ...], eps: float) -> Tensor:
+def _rms_normalize(x: Tensor, dims: tuple[int, ...], eps: float) -> Tensor:
     """``x / sqrt(mean(x^2 over dims) + eps)``, computed in float32 for half-precision ``x`` (and returned so).
 
     Shapes:
         x: any; output: like ``x``, in float32 if ``x`` is float16 or bfloat16, else in ``x``'s dtype.
 
     Example:
-        >>> rms_normalize(torch.tensor([3.0, 4.0]), (-1,), 0.0)  # RMS is sqrt(12.5)
+        >>> _rms_normalize(torch.tensor([3.0, 4.0]), (-1,), 0.0)  # RMS is sqrt(12.5)
         tensor([0.8485, 1.1314])
     """
     x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
@@ -145,8 +144,8 @@ class PerHeadRMSNorm(nn.Module):
         _fits(self, {"head_dim": self.head_dim}, {"head_dim": head_dim})
 
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        q_out = rms_normalize(q, (-1,), self.eps) * (self.offset + self.q_weight)  # (B, H, T, E)
-        k_out = rms_normalize(k, (-1,), self.eps) * (self.offset + self.k_weight)  # (B, K, S, E)
+        q_out = _rms_normalize(q, (-1,), self.eps) * (self.offset + self.q_weight)  # (B, H, T, E)
+        k_out = _rms_normalize(k, (-1,), self.eps) * (self.offset + self.k_weight)  # (B, K, S, E)
         return q_out.to(q.dtype), k_out.to(k.dtype)
 
     def extra_repr(self) -> str:
@@ -190,8 +189,8 @@ class ProjectionRMSNorm(nn.Module):
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         w_q = self.q_weight.view(self.num_heads, 1, self.head_dim)  # (H, 1, E): head h, feature e
         w_k = self.k_weight.view(self.num_kv_heads, 1, self.head_dim)  # (K, 1, E)
-        q_out = rms_normalize(q, (1, 3), self.eps) * w_q  # (B, H, T, E)
-        k_out = rms_normalize(k, (1, 3), self.eps) * w_k  # (B, K, S, E)
+        q_out = _rms_normalize(q, (1, 3), self.eps) * w_q  # (B, H, T, E)
+        k_out = _rms_normalize(k, (1, 3), self.eps) * w_k  # (B, K, S, E)
         return q_out.to(q.dtype), k_out.to(k.dtype)
 
     def extra_repr(self) -> str:
@@ -223,7 +222,7 @@ class WeightlessRMSNorm(nn.Module):
         """Fits any layer: it has no weights."""
 
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return rms_normalize(q, (-1,), self.eps).to(q.dtype), rms_normalize(k, (-1,), self.eps).to(k.dtype)
+        return _rms_normalize(q, (-1,), self.eps).to(q.dtype), _rms_normalize(k, (-1,), self.eps).to(k.dtype)
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}"

@@ -126,7 +126,6 @@ def _on_meta() -> dict[str, object]:
         "mechanisms.Rotary": lambda: mc.Rotary(4)(q, _meta(1, 2, 3, 8), start=2),
         "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
         "mechanisms.ElementwiseGate": lambda: mc.ElementwiseGate(16, 4, 8).to(META)(_meta(1, 3, 16), q),
-        "mechanisms.rms_normalize": lambda: mc.rms_normalize(q, (1, 3), 1e-6),
         "attention.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
             MultiHeadAttention(
                 16, 4, num_kv_heads=2, implementation=impl, qk_norm=mc.PerHeadRMSNorm(4), rope=mc.Rotary(4),
