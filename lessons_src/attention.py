@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
 
 import torch
 import torch.nn.functional as F
@@ -199,10 +199,10 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     Raises:
         ValueError, TypeError: if ``cap`` is not a positive finite number.
     """
-    cap = _check_softcap(cap)  # not None: None is refused below
-    if cap is None:
+    checked = _check_softcap(cap)
+    if checked is None:
         raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return cap * torch.tanh(scores / cap)
+    return checked * torch.tanh(scores / checked)
 
 
 def _check_softcap(softcap: object) -> float | None:
@@ -377,7 +377,71 @@ def sdpa_attention(
 def _sdpa_with_sinks(
     q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
 ) -> AttentionResult:
-    """Sinks through SDPA: one more key whose key and value are zero, its score set by the float mask.
+    """Sinks through SDPA: on the CPU, torch's flash kernel with its log-sum-exp; elsewhere, one more key.
+
+    Both are exact, forward and backward; the first runs at the plain kernel's speed, the second
+    (:func:`_sdpa_sinks_as_a_key`) works on every device, with dropout and with a mask that needs a gradient.
+    """
+    fused = (q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64)
+             and v.shape[-1] == q.shape[-1] and mask.T > 0 and mask.S > 0  # what the kernel accepts
+             and not (mask.mask is not None and mask.mask.requires_grad))
+    if not fused:
+        return _sdpa_sinks_as_a_key(q, k, v, mask, scale=scale, dropout_p=dropout_p, sinks=sinks)
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, E): the kernel wants one KV head per query head
+    flag = mask.causal and mask.mask is None and mask.window is None and mask.T == mask.S  # top-left = bottom-right
+    full = None if flag else mask.combined()
+    if full is not None and full.dtype == torch.bool:
+        full = q.new_zeros(full.shape).masked_fill(~full, float("-inf"))  # the kernel adds a float mask
+    if full is not None:
+        full = full.reshape((1,) * (4 - full.ndim) + tuple(full.shape)).to(q.dtype)
+    out = _SinkFlashCPU.apply(q, k, v, sinks.to(q.dtype), flag, full, scale)  # type: ignore[no-untyped-call]
+    return AttentionResult(out)
+
+
+class _SinkFlashCPU(torch.autograd.Function):
+    """Attention with sinks from torch's CPU flash kernel, which returns each query's log-sum-exp ``lse``.
+
+    The sink joins the normaliser: ``lse' = log(exp(lse) + exp(sink))``, and the output, ``sum_j exp(s_j - lse')
+    v_j``, is the kernel's output times ``exp(lse - lse')``. The backward pass is the kernel's own, given that
+    output and ``lse'``: it recomputes ``P = exp(s - lse')``, the weights with the sink, and ``D = rowsum(dO * O)``
+    with the sinks' output, so its gradients are the sink attention's (FlashAttention with sinks, as gpt-oss's
+    kernels do it). The sink's own gradient is ``-sum_t P_sink(t) D(t)``. The kernel's ``lse`` carries no gradient
+    of its own: rescaling its output by ``sigmoid(lse - sink)`` under autograd gives wrong query gradients.
+
+    ``_SinkFlashCPU.apply(q, k, v, sinks, is_causal, mask, scale)``: q, k, v ``(B, H, T|S, E)``, sinks ``(H,)``,
+    ``mask`` a float mask or ``None``; returns ``(B, H, T, E)``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, is_causal: bool, mask: Tensor | None,
+                scale: float) -> Tensor:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale
+        )  # (B, H, T, E), (B, H, T)
+        lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): keys and the sink
+        y = (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # a query that sees nothing: exp(-inf) = 0
+        y = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(y), y)  # even if the kernel gave NaN there
+        ctx.save_for_backward(q, k, v, sinks, mask, y, lse_all)
+        ctx.config = (is_causal, scale)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, sinks, mask, y, lse_all = ctx.saved_tensors
+        is_causal, scale = ctx.config
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy.contiguous(), q, k, v, y, lse_all, 0.0, is_causal, attn_mask=mask, scale=scale
+        )
+        p_sink = torch.exp(sinks.view(1, -1, 1).to(lse_all.dtype) - lse_all)  # (B, H, T)
+        d_sinks = -(p_sink * (dy * y).sum(dim=-1)).sum(dim=(0, 2))  # (H,): dS_sink = P_sink (0 - D)
+        return dq, dk, dv, d_sinks.to(sinks.dtype), None, None, None
+
+
+def _sdpa_sinks_as_a_key(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
+) -> AttentionResult:
+    """Sinks through SDPA on any device: one more key whose key and value are zero, its score set by the float mask.
 
     The extra key, put first, scores ``q . 0 * scale = 0``; the float mask adds head ``h``'s sink logit to that
     column and the caller's mask (``-inf`` where hidden) to the others. The softmax then runs over the keys and

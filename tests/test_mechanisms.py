@@ -291,21 +291,23 @@ def _reference(q, k, v, visible, softcap, sinks):
 @given(
     T_=st.integers(1, 4), S=st.integers(1, 5), H_K=st.sampled_from([(1, 1), (2, 2), (4, 2), (2, 1)]),
     kind=st.sampled_from(["none", "bool", "float"]), causal=st.booleans(),
-    softcap=st.sampled_from([None, 0.3, 2.0]), sinks=st.booleans(), seed=st.integers(0, 2**16),
+    softcap=st.sampled_from([None, 0.3, 2.0]), sinks=st.booleans(), Ev=st.sampled_from([3, 4]),
+    seed=st.integers(0, 2**16),
 )
-def test_every_implementation_caps_and_sinks_as_the_definition(T_, S, H_K, kind, causal, softcap, sinks, seed):
+def test_every_implementation_caps_and_sinks_as_the_definition(T_, S, H_K, kind, causal, softcap, sinks, Ev, seed):
+    """Ev = 4 = E takes SDPA's fused sink path on the CPU, Ev = 3 the extra key (the kernel needs Ev = E)."""
     Hq, Kv = H_K
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, Hq, T_, 4, generator=g, dtype=torch.float64) * 2  # scores large enough for the cap to bite
     k = torch.randn(2, Kv, S, 4, generator=g, dtype=torch.float64) * 2
-    v = torch.randn(2, Kv, S, 3, generator=g, dtype=torch.float64)
+    v = torch.randn(2, Kv, S, Ev, generator=g, dtype=torch.float64)
     s = torch.randn(Hq, generator=g, dtype=torch.float64) if sinks else None
     keep = torch.rand(T_, S, generator=g) > 0.3
     mask = {"none": None, "bool": keep, "float": torch.zeros(T_, S, dtype=torch.float64).masked_fill(~keep, -math.inf)}
     visible = (torch.ones(T_, S, dtype=torch.bool) if kind == "none" else keep).expand(2, Hq, T_, S)
     if causal:
         visible = visible & (torch.arange(S)[None] <= torch.arange(T_)[:, None] + S - T_)
-    up = torch.randn(2, Hq, T_, 3, generator=g, dtype=torch.float64)
+    up = torch.randn(2, Hq, T_, Ev, generator=g, dtype=torch.float64)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)] + ([s.clone().requires_grad_()] if sinks else [])
     want = _reference(*leaves[:3], visible, softcap, leaves[3] if sinks else None)
     want_grads = torch.autograd.grad((want * up).sum(), leaves)
@@ -320,10 +322,13 @@ def test_every_implementation_caps_and_sinks_as_the_definition(T_, S, H_K, kind,
             torch.testing.assert_close(a, b, **TOL64, msg=lambda m, i=impl, n=n: f"{i} grad {'qkvs'[n]}: {m}")
 
 
-@pytest.mark.parametrize("impl", sorted(ATTENTION_FUNCTIONS))
+@pytest.mark.parametrize("impl", [*sorted(ATTENTION_FUNCTIONS), "sdpa-as-a-key"])
 def test_sink_gradients_pass_gradcheck(impl: str) -> None:
     """Queries, keys, values and sinks: finite differences agree, GQA, causal, with a query that sees nothing
-    (a rescaling by ``sigmoid(lse - sink)`` on a log-sum-exp without gradient gets the queries' wrong)."""
+    (a rescaling by ``sigmoid(lse - sink)`` on a log-sum-exp without gradient gets the queries' wrong).
+    ``"sdpa"`` takes the fused CPU path here; ``"sdpa-as-a-key"`` is the path for other devices."""
+    from lessons_src.attention import _sdpa_sinks_as_a_key, prepare_mask
+
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(1, 1, 4, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -331,6 +336,9 @@ def test_sink_gradients_pass_gradcheck(impl: str) -> None:
     keep = torch.tensor([[False] * 4, [True, False, True, True], [True] * 4])  # query 0 sees nothing
 
     def f(q, k, v, s):
+        if impl == "sdpa-as-a-key":
+            prep = prepare_mask(keep, is_causal=True, shape=(1, 2, 3, 4), dtype=q.dtype, device=q.device)
+            return _sdpa_sinks_as_a_key(q, k, v, prep, scale=0.5**0.5, dropout_p=0.0, sinks=s).output
         return attention(q, k, v, attn_mask=keep, is_causal=True, implementation=impl, sinks=s).output
 
     assert torch.autograd.gradcheck(f, (q, k, v, s))
