@@ -817,8 +817,25 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}"
+            f"head_dim={self.head_dim}" + ("" if self.softcap is None else f", softcap={self.softcap}")
         )
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        """The names of the mechanisms this layer has beyond plain attention (``()`` for a plain layer).
+
+        Example:
+            >>> MultiHeadAttention(8, 2, sinks=True).mechanisms
+            ('sinks',)
+        """
+        names = ("qk_norm", "rope", "gate", "softcap", "sinks")
+        return tuple(name for name in names if getattr(self, name) is not None)
+
+    def check_plain(self, what: str) -> None:
+        """Raise a ValueError naming ``what`` if this layer has a mechanism that ``what`` would silently drop."""
+        if self.mechanisms:
+            raise ValueError(f"{what} handles plain attention; this layer also has {', '.join(self.mechanisms)}, "
+                             "which it would drop: use a layer without them")
 
     def head_weights(self) -> HeadWeights:
         """Per-head views of ``W_Q``, ``W_K``, ``W_V`` and ``W_O`` (they share storage with the parameters).

@@ -342,6 +342,12 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("Rotary", "value", lambda: Rotary(3), ValueError, r"dim must be even and at least 2; got dim=3"),
     ("HeadwiseGate", "value", lambda: HeadwiseGate(16, 0), ValueError, r"num_heads must be at least 1; got num_heads=0"),
     ("ElementwiseGate", "type", lambda: ElementwiseGate(16, 4, "4"), TypeError, r"head_dim must be an int; got '4' of type str"),  # type: ignore[arg-type]
+    ("mha_to_gqa", "value", lambda: mha_to_gqa(MultiHeadAttention(16, 4, sinks=True), 2), ValueError,
+     r"mha_to_gqa handles plain attention; this layer also has sinks, which it would drop"),
+    ("ulysses_attention", "value", lambda: ulysses_attention(MultiHeadAttention(16, 4, gate=HeadwiseGate(16, 4)),
+     torch.randn(1, 4, 16), _Stub(2)), ValueError, r"ulysses_attention handles plain attention; this layer also has gate"),  # type: ignore[arg-type]
+    ("TensorParallelAttention", "value", lambda: TensorParallelAttention.from_module(MultiHeadAttention(
+     16, 4, softcap=5.0, implementation="eager"), _Stub(2)), ValueError, r"from_module handles plain attention; this layer also has softcap"),  # type: ignore[arg-type]
     ("soft_cap", "value", lambda: soft_cap(torch.ones(2), 0.0), ValueError, r"softcap must be positive and finite .*; got softcap=0.0"),
 ]
 
