@@ -16,6 +16,11 @@ act *inside* the softmax, the soft-cap and the sinks, are not pieces: they are a
 (``"sdpa"``, ``"eager"``, ``"tiled"``) honours them; the layer passes them on (``softcap=50.0``, and
 ``sinks=True`` for a learned logit per head).
 
+Where they live: this file needs only ``rope.py``, and ``attention.py`` never imports it (a layer calls the
+piece it is given: ``qk_norm(q, k)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``
+the layer's sizes), so ``attention.py`` still copies with ``masks.py`` alone, and each of ``flash.py``,
+``convert.py``, ``interop.py`` and ``parallel.py`` keeps its two siblings.
+
 The order, from the layer's input ``x`` to its output (each step with the model that fixes it):
 
 1. project ``x`` to ``q, k, v`` (one matmul);

@@ -91,24 +91,28 @@ def _compare(ours: MultiHeadAttention, ref: torch.nn.Module, x: torch.Tensor, ca
         torch.testing.assert_close(a, b, **tol, msg=lambda s, i=i: f"gradient {i} (0: x, then the pieces'): {s}")
 
 
-# --------------------------------------------------------------------------- QK-norm, per head (Qwen3, Gemma 3)
+# ---------------------------------------------------------------- QK-norm with a weight (Qwen3, Gemma 3, OLMo 3)
+
+
+def _norm_oracle(ref: torch.nn.Module, norm: torch.nn.Module) -> None:
+    """``ref``'s q_norm and k_norm against ``norm``, with RoPE: outputs, gradients of x and of the weights."""
+    _randomise(ref, 0)
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=Rotary(E))
+    _copy_projections(ours, ref)
+    with torch.no_grad():
+        norm.q_weight.copy_(ref.q_norm.weight)
+        norm.k_weight.copy_(ref.k_norm.weight)
+    x, mask, pe = _inputs(torch.float32, rotary=E)
+    pairs = [(norm.q_weight, ref.q_norm.weight), (norm.k_weight, ref.k_norm.weight)]
+    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL32)
 
 
 def test_per_head_rms_norm_is_qwen3s() -> None:
     """Qwen3: RMSNorm of each head's q and k with a weight ``w`` (``offset=0``), before RoPE."""
     from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
-    cfg = _config(transformers.Qwen3Config, rms_norm_eps=1e-6)
-    ref = Qwen3Attention(cfg, layer_idx=0)
-    _randomise(ref, 0)
-    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=PerHeadRMSNorm(E, eps=1e-6), rope=Rotary(E))
-    _copy_projections(ours, ref)
-    with torch.no_grad():
-        ours.qk_norm.q_weight.copy_(ref.q_norm.weight)
-        ours.qk_norm.k_weight.copy_(ref.k_norm.weight)
-    x, mask, pe = _inputs(torch.float32, rotary=E)
-    pairs = [(ours.qk_norm.q_weight, ref.q_norm.weight), (ours.qk_norm.k_weight, ref.k_norm.weight)]
-    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL32)
+    ref = Qwen3Attention(_config(transformers.Qwen3Config, rms_norm_eps=1e-6), layer_idx=0)
+    _norm_oracle(ref, PerHeadRMSNorm(E, eps=1e-6))
 
 
 def test_per_head_rms_norm_is_gemma3s() -> None:
@@ -116,38 +120,15 @@ def test_per_head_rms_norm_is_gemma3s() -> None:
     from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention
 
     cfg = _config(transformers.Gemma3TextConfig, rms_norm_eps=1e-6, query_pre_attn_scalar=E)
-    ref = Gemma3Attention(cfg, layer_idx=0)
-    _randomise(ref, 0)
-    norm = PerHeadRMSNorm(E, eps=1e-6, offset=1.0)
-    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=Rotary(E))
-    _copy_projections(ours, ref)
-    with torch.no_grad():
-        norm.q_weight.copy_(ref.q_norm.weight)
-        norm.k_weight.copy_(ref.k_norm.weight)
-    x, mask, pe = _inputs(torch.float32, rotary=E)
-    pairs = [(norm.q_weight, ref.q_norm.weight), (norm.k_weight, ref.k_norm.weight)]
-    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL32)
-
-
-# --------------------------------------------------------------------------- QK-norm over the projection (OLMo 3)
+    _norm_oracle(Gemma3Attention(cfg, layer_idx=0), PerHeadRMSNorm(E, eps=1e-6, offset=1.0))
 
 
 def test_projection_rms_norm_is_olmo3s() -> None:
     """OLMo 3 (as OLMo 2): RMSNorm over the whole query and key projections, before they split into heads."""
     from transformers.models.olmo3.modeling_olmo3 import Olmo3Attention
 
-    cfg = _config(transformers.Olmo3Config, rms_norm_eps=1e-6)
-    ref = Olmo3Attention(cfg, layer_idx=0)
-    _randomise(ref, 0)
-    norm = ProjectionRMSNorm(H, K, E, eps=1e-6)
-    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=Rotary(E))
-    _copy_projections(ours, ref)
-    with torch.no_grad():
-        norm.q_weight.copy_(ref.q_norm.weight)
-        norm.k_weight.copy_(ref.k_norm.weight)
-    x, mask, pe = _inputs(torch.float32, rotary=E)
-    pairs = [(norm.q_weight, ref.q_norm.weight), (norm.k_weight, ref.k_norm.weight)]
-    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL32)
+    ref = Olmo3Attention(_config(transformers.Olmo3Config, rms_norm_eps=1e-6), layer_idx=0)
+    _norm_oracle(ref, ProjectionRMSNorm(H, K, E, eps=1e-6))
 
 
 # --------------------------------------------------------------------------- weightless norm after RoPE (Llama 4)
