@@ -11,6 +11,7 @@ The package has two layers. The **core** is what a reader copies into a project;
 ``paged_cache.py``    ``PagedKVCache`` (block pool, block tables) and ``paged_attention``
 ``mla.py``            ``MultiHeadLatentAttention`` (DeepSeek-V2), naive and absorbed
 ``rope.py``           rotary position embedding
+``mechanisms.py``     QK-norm, rotary positions and output gates, as pieces ``MultiHeadAttention`` is given
 ``convert.py``        MHA -> GQA checkpoint conversion
 ``flash.py``          online softmax and tiled (FlashAttention-2) attention, registered as ``"tiled"``
 ``parallel.py``       attention across processes: tensor parallelism by heads, Ulysses

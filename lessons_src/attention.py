@@ -16,8 +16,17 @@ multi-query attention (MQA). Query head ``h`` uses KV head ``h // n_rep`` (the o
 ``repeat_interleave``). With a :class:`lessons_src.kv_cache.KVCache`, :meth:`MultiHeadAttention.forward`
 decodes incrementally.
 
+Two of today's changes to the scores act inside the softmax, so they are arguments of :func:`attention` that every
+implementation honours: ``softcap`` (:func:`soft_cap`, Gemma 2) and ``sinks`` (a learned logit per head that
+joins the softmax and takes no value, gpt-oss). The changes around the kernel (QK-norm, output gates) are
+pieces that :class:`MultiHeadAttention` is given by name; they live in :mod:`lessons_src.mechanisms`, whose
+docstring gives the order of all of them and why.
+
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (arXiv:1706.03762), section 3.2.
+    Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024 (arXiv:2408.00118):
+    the soft-cap.
+    OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025 (arXiv:2508.10925): the learned sinks.
     Shazeer, "Fast Transformer Decoding: One Write-Head is All You Need", 2019 (arXiv:1911.02150).
     Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
     Checkpoints", EMNLP 2023 (arXiv:2305.13245).
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +63,7 @@ __all__ = [
     "repeat_kv",
     "scaled_dot_product_attention",
     "sdpa_attention",
+    "soft_cap",
 ]
 
 
@@ -161,11 +171,65 @@ class AttentionResult(NamedTuple):
 
 
 class AttentionFunction(Protocol):
-    """``(q, k, v, mask, *, scale, dropout_p) -> AttentionResult``, with ``q (B, H, T, E)``, ``k (B, K, S, E)``."""
+    """``(q, k, v, mask, *, scale, dropout_p) -> AttentionResult``, with ``q (B, H, T, E)``, ``k (B, K, S, E)``.
+
+    An implementation that can cap the scores or add sinks also takes ``softcap=`` and ``sinks=`` (see
+    :func:`attention`); they are passed only when set, so one that cannot still works without them.
+    """
 
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
     ) -> AttentionResult: ...
+
+
+def soft_cap(scores: Tensor, cap: float) -> Tensor:
+    """Squash scores smoothly into ``(-cap, cap)``: ``cap * tanh(scores / cap)`` (Gemma 2's attention soft-cap).
+
+    Near zero it is the identity (``tanh(x) ~ x``), so small scores pass unchanged; a large score can no
+    longer dominate the softmax by growing without bound. Apply it to the *scaled* scores *before* the mask:
+    a masked ``-inf`` capped would become ``-cap``, a finite score, and the hidden key would come back.
+
+    Shapes:
+        scores: any; output: like ``scores``.
+
+    Example:
+        >>> soft_cap(torch.tensor([0.1, 10.0, float("-inf")]), 5.0)  # -inf would come back as -5: mask after
+        tensor([ 0.1000,  4.8201, -5.0000])
+
+    Raises:
+        ValueError, TypeError: if ``cap`` is not a positive finite number.
+    """
+    checked = _check_softcap(cap)
+    if checked is None:
+        raise TypeError("soft_cap needs a cap, a positive number; got None")
+    return checked * torch.tanh(scores / checked)
+
+
+def _check_softcap(softcap: object) -> float | None:
+    """``softcap`` as a positive finite float, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, int | float):
+        raise TypeError(f"softcap must be a positive number or None; got {softcap!r} of type {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap must be positive and finite (Gemma 2 uses 50.0); got softcap={softcap!r}")
+    return float(softcap)
+
+
+def _check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+    """``sinks``: one logit per query head, ``(H,)``, in the queries' dtype and on their device (or ``None``)."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor of shape (H,) or None; got {type(sinks).__name__}")
+    if tuple(sinks.shape) != (num_heads,):
+        raise ValueError(f"sinks must have shape (H,) = ({num_heads},), one logit per query head; "
+                         f"got shape {tuple(sinks.shape)}")
+    if sinks.dtype != dtype:
+        raise ValueError(f"sinks have dtype {sinks.dtype} but the queries are {dtype}; convert them: sinks.to({dtype})")
+    if sinks.device != device:
+        raise ValueError(f"sinks are on {sinks.device} but the queries are on {device}; move them there")
+    return sinks
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -210,30 +274,43 @@ def _softmax_zero_rows(scores: Tensor) -> Tensor:
 
 
 def eager_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
+    softcap: float | None = None, sinks: Tensor | None = None,
 ) -> AttentionResult:
     """The textbook formula, ``softmax(q k^T * scale + mask) v``, which builds and returns the weights.
 
+    With ``softcap`` the scaled scores are capped (:func:`soft_cap`) before the mask; with ``sinks`` each
+    head's sink logit is one more column of the softmax, dropped before the values (it has none), so a
+    query's weights sum to less than 1.
+
     Shapes:
-        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``; output ``(B, H, T, Ev)``,
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``,
         weights ``(B, H, T, S)``.
     """
-    n_rep = q.shape[1] // k.shape[1]
+    B, H, T, _ = q.shape
+    n_rep = H // k.shape[1]
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, E), (B, H, S, Ev)
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)  # before the mask: a hidden key stays at -inf
     full = mask.combined()
     if full is not None and full.dtype == torch.bool:
         scores = scores.masked_fill(~full, float("-inf"))
     elif full is not None:
         scores = scores + full.to(scores.dtype)
-    weights = _softmax_zero_rows(scores)  # (B, H, T, S); a row with no visible key is all zeros
+    if sinks is None:
+        weights = _softmax_zero_rows(scores)  # (B, H, T, S); a row with no visible key is all zeros
+    else:
+        sink = sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, T, 1)  # (B, H, T, 1)
+        weights = _softmax_zero_rows(torch.cat([scores, sink], dim=-1))[..., :-1]  # (B, H, T, S): sink dropped
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return AttentionResult(weights @ v, weights)  # (B, H, T, Ev), (B, H, T, S)
 
 
 def sdpa_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
+    softcap: float | None = None, sinks: Tensor | None = None,
 ) -> AttentionResult:
     """PyTorch's fused ``F.scaled_dot_product_attention``, for ``H`` query heads sharing ``K`` KV heads.
 
@@ -241,11 +318,25 @@ def sdpa_attention(
       (new tokens after cached ones) ``causal_lower_right``, which keeps SDPA on its fused kernel;
     * ``K < H``: the ``n_rep`` query heads of each group are stacked along the query axis,
       ``q (B, H, T, E) -> (B, K, n_rep * T, E)``, so each KV head is read once and serves its whole
-      group in one matmul (the mask is tiled the same way). This is what makes GQA/MQA decoding fast.
+      group in one matmul (the mask is tiled the same way). This is what makes GQA/MQA decoding fast;
+    * ``sinks``: one more key, see :func:`_sdpa_with_sinks`;
+    * ``softcap``: refused. SDPA applies no function to its scores, and capping after it is impossible; a
+      silent switch to another implementation would hide a slower path, so the error names the ones that cap.
 
     Shapes:
-        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``; output ``(B, H, T, Ev)``.
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``.
+
+    Raises:
+        ValueError: with ``softcap``.
     """
+    if softcap is not None:
+        raise ValueError(
+            f"implementation='sdpa' cannot soft-cap the scores (got softcap={softcap}): "
+            "F.scaled_dot_product_attention applies no function to them. Use implementation='eager' "
+            "(builds the weights) or 'tiled' (never builds them)"
+        )
+    if sinks is not None:
+        return _sdpa_with_sinks(q, k, v, mask, scale=scale, dropout_p=dropout_p, sinks=sinks)
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
     n_rep = H // K
@@ -281,6 +372,104 @@ def sdpa_attention(
     qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E)
     y = F.scaled_dot_product_attention(qg, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
     return AttentionResult(y.reshape(B, H, T, Ev))  # (B, H, T, Ev)
+
+
+def _sdpa_with_sinks(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
+) -> AttentionResult:
+    """Sinks through SDPA: on the CPU, torch's flash kernel with its log-sum-exp; elsewhere, one more key.
+
+    Both are exact, forward and backward; the first runs at the plain kernel's speed, the second
+    (:func:`_sdpa_sinks_as_a_key`) works on every device, with dropout and with a mask that needs a gradient.
+    """
+    fused = (q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64)
+             and v.shape[-1] == q.shape[-1] and mask.T > 0 and mask.S > 0  # what the kernel accepts
+             and not (mask.mask is not None and mask.mask.requires_grad))
+    if not fused:
+        return _sdpa_sinks_as_a_key(q, k, v, mask, scale=scale, dropout_p=dropout_p, sinks=sinks)
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, E): the kernel wants one KV head per query head
+    flag = mask.causal and mask.mask is None and mask.window is None and mask.T == mask.S  # top-left = bottom-right
+    full = None if flag else mask.combined()
+    if full is not None and full.dtype == torch.bool:
+        full = q.new_zeros(full.shape).masked_fill(~full, float("-inf"))  # the kernel adds a float mask
+    if full is not None:
+        full = full.reshape((1,) * (4 - full.ndim) + tuple(full.shape)).to(q.dtype)
+    out = _SinkFlashCPU.apply(q, k, v, sinks.to(q.dtype), flag, full, scale)  # type: ignore[no-untyped-call]
+    return AttentionResult(out)
+
+
+class _SinkFlashCPU(torch.autograd.Function):
+    """Attention with sinks from torch's CPU flash kernel, which returns each query's log-sum-exp ``lse``.
+
+    The sink joins the normaliser: ``lse' = log(exp(lse) + exp(sink))``, and the output, ``sum_j exp(s_j - lse')
+    v_j``, is the kernel's output times ``exp(lse - lse')``. The backward pass is the kernel's own, given that
+    output and ``lse'``: it recomputes ``P = exp(s - lse')``, the weights with the sink, and ``D = rowsum(dO * O)``
+    with the sinks' output, so its gradients are the sink attention's (FlashAttention with sinks, as gpt-oss's
+    kernels do it). The sink's own gradient is ``-sum_t P_sink(t) D(t)``. The kernel's ``lse`` carries no gradient
+    of its own: rescaling its output by ``sigmoid(lse - sink)`` under autograd gives wrong query gradients.
+
+    ``_SinkFlashCPU.apply(q, k, v, sinks, is_causal, mask, scale)``: q, k, v ``(B, H, T|S, E)``, sinks ``(H,)``,
+    ``mask`` a float mask or ``None``; returns ``(B, H, T, E)``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, is_causal: bool, mask: Tensor | None,
+                scale: float) -> Tensor:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale
+        )  # (B, H, T, E), (B, H, T)
+        lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): keys and the sink
+        y = (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # a query that sees nothing: exp(-inf) = 0
+        y = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(y), y)  # even if the kernel gave NaN there
+        ctx.save_for_backward(q, k, v, sinks, mask, y, lse_all)
+        ctx.config = (is_causal, scale)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, sinks, mask, y, lse_all = ctx.saved_tensors
+        is_causal, scale = ctx.config
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy.contiguous(), q, k, v, y, lse_all, 0.0, is_causal, attn_mask=mask, scale=scale
+        )
+        p_sink = torch.exp(sinks.view(1, -1, 1).to(lse_all.dtype) - lse_all)  # (B, H, T)
+        d_sinks = -(p_sink * (dy * y).sum(dim=-1)).sum(dim=(0, 2))  # (H,): dS_sink = P_sink (0 - D)
+        return dq, dk, dv, d_sinks.to(sinks.dtype), None, None, None
+
+
+def _sdpa_sinks_as_a_key(
+    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
+) -> AttentionResult:
+    """Sinks through SDPA on any device: one more key whose key and value are zero, its score set by the float mask.
+
+    The extra key, put first, scores ``q . 0 * scale = 0``; the float mask adds head ``h``'s sink logit to that
+    column and the caller's mask (``-inf`` where hidden) to the others. The softmax then runs over the keys and
+    the sink, and the sink's value, zero, adds nothing to the output. A query that sees no key puts all its
+    weight on the sink and gets zero. The sink logits reach the scores only through the mask, so their
+    gradient is SDPA's gradient of its mask: exact, with no log-sum-exp (torch's CPU kernel returns one that
+    carries no gradient, so rescaling the plain output by ``sigmoid(lse - sink)`` gives wrong query gradients).
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``.
+    """
+    B, H, T, _ = q.shape
+    K, S = k.shape[1], k.shape[2]
+    k1 = torch.cat([k.new_zeros(B, K, 1, k.shape[-1]), k], dim=2)  # (B, K, 1 + S, E): the sink's key is zero
+    v1 = torch.cat([v.new_zeros(B, K, 1, v.shape[-1]), v], dim=2)  # (B, K, 1 + S, Ev): so is its value
+    full = mask.combined()  # (.., T or 1, S or 1) or None
+    if full is None:
+        bias = q.new_zeros(1, 1, 1, S)
+    elif full.dtype == torch.bool:
+        bias = q.new_zeros(full.shape).masked_fill(~full, float("-inf"))
+    else:
+        bias = full.to(q.dtype)
+    bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))  # (b, H or 1, T or 1, S or 1)
+    b, rows = bias.shape[0], bias.shape[2]
+    sink = sinks.to(q.dtype).view(1, H, 1, 1).expand(b, H, rows, 1)  # (b, H, T or 1, 1)
+    bias = torch.cat([sink, bias.expand(b, H, rows, S)], dim=-1)  # (b, H, T or 1, 1 + S)
+    with_sink = PreparedMask(bias, False, T, S + 1, device=q.device)
+    return sdpa_attention(q, k1, v1, with_sink, scale=scale, dropout_p=dropout_p)
 
 
 ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
@@ -347,6 +536,8 @@ def attention(
     dropout_p: float = 0.0,
     implementation: str = "sdpa",
     window: int | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
@@ -369,18 +560,24 @@ def attention(
         implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel), ``"eager"`` (explicit,
             with the weights) or ``"tiled"`` (FlashAttention-2 in PyTorch; registered by :mod:`lessons_src.flash`).
         window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
+        softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` before the mask (:func:`soft_cap`,
+            Gemma 2); ``"eager"`` and ``"tiled"`` only: ``"sdpa"`` raises, naming them.
+        sinks: one learned logit per query head ``(H,)``, in the queries' dtype: a column of the softmax
+            with no value (gpt-oss), so each query may put weight on "nothing"; every implementation.
 
     Returns:
-        An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``.
+        An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``
+        (with ``sinks`` they are the keys' weights, summing to less than 1).
 
     Shapes:
-        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``;
-        output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``.
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``,
+        sinks ``(H,)``; output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``.
 
     Raises:
         ValueError: on an unknown implementation (the message lists them), mismatched shapes, dtypes or
-            devices, a mask that does not fit, or ``dropout_p`` outside ``[0, 1)``.
-        TypeError: if an input is not a tensor.
+            devices, a mask that does not fit, ``dropout_p`` outside ``[0, 1)``, a ``softcap`` that is not
+            positive (or any with ``"sdpa"``), or ``sinks`` of the wrong shape, dtype or device.
+        TypeError: if an input is not a tensor, or ``softcap`` not a number.
 
     Example:
         >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)  # 4 query heads, 2 KV heads
@@ -398,7 +595,21 @@ def attention(
         attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p))
+    mods = _score_mods(softcap, sinks, H, q.dtype, q.device)
+    return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p), **mods)
+
+
+def _score_mods(softcap: object, sinks: object, num_heads: int, dtype: torch.dtype,
+                device: torch.device) -> dict[str, float | Tensor]:
+    """The checked ``softcap`` and ``sinks`` as keyword arguments for an implementation, only those that are set."""
+    mods: dict[str, float | Tensor] = {}
+    cap = _check_softcap(softcap)
+    if cap is not None:
+        mods["softcap"] = cap
+    checked = _check_sinks(sinks, num_heads, dtype, device)
+    if checked is not None:
+        mods["sinks"] = checked
+    return mods
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None,
@@ -511,15 +722,25 @@ class MultiHeadAttention(nn.Module):
         implementation: the attention function :meth:`forward` runs by default, a name in
             :data:`ATTENTION_FUNCTIONS` (``"sdpa"``: the fused kernel). Every implementation accepts the
             same inputs and gives the same answer; ``need_weights=True`` runs ``"eager"``, which returns them.
+        qk_norm: a QK-norm piece from :mod:`lessons_src.mechanisms` (``PerHeadRMSNorm``,
+            ``ProjectionRMSNorm``, ``WeightlessRMSNorm``): ``(q, k) -> (q, k)``, before ``rope``.
+        rope: a :class:`lessons_src.mechanisms.Rotary`: rotary positions for self-attention (with a cache,
+            the new tokens' positions follow the cached ones).
+        gate: an output gate (``HeadwiseGate``, ``ElementwiseGate``): ``(x, y) -> y``, each head's output
+            gated from the layer's input, before ``W_O``.
+        softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` (Gemma 2 uses 50.0); needs an
+            implementation that can, ``"eager"`` or ``"tiled"``.
+        sinks: learn one sink logit per head (gpt-oss), a parameter ``sinks`` ``(H,)`` starting at zero.
 
     Shapes:
         x: ``(B, T, D)``; context: ``(B, S, D)``; attn_mask: broadcastable to ``(B, H, T, S)``;
         output: ``(B, T, D)``; weights: ``(B, H, T, S)``. With a cache, ``S`` = cached + ``T``.
 
     Raises:
-        TypeError: if a size is not an int (``8.0`` is not a size).
+        TypeError: if a size is not an int (``8.0`` is not a size), or a piece is not an ``nn.Module``.
         ValueError: if a size is below 1, ``num_heads`` does not divide ``d_model`` or ``num_kv_heads``
-            does not divide ``num_heads`` (the messages list the counts that would), and, in
+            does not divide ``num_heads`` (the messages list the counts that would), a piece was made for
+            other sizes, ``softcap`` is not positive or comes with ``implementation="sdpa"``, and, in
             :meth:`forward`, on malformed inputs.
 
     Example:
@@ -539,6 +760,11 @@ class MultiHeadAttention(nn.Module):
         bias: bool = False,
         dropout: float = 0.0,
         implementation: str = "sdpa",
+        qk_norm: nn.Module | None = None,
+        rope: nn.Module | None = None,
+        gate: nn.Module | None = None,
+        softcap: float | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         d_model, num_heads = _size("d_model", d_model), _size("num_heads", num_heads)
@@ -570,12 +796,46 @@ class MultiHeadAttention(nn.Module):
         self.implementation = implementation  # the default; forward(implementation=...) overrides it
         self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        # today's mechanisms (lessons_src.mechanisms): each is absent (None) unless the layer is given it
+        sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": self.head_dim}
+        for name, piece in (("qk_norm", qk_norm), ("rope", rope), ("gate", gate)):
+            if piece is not None and not isinstance(piece, nn.Module):
+                raise TypeError(f"{name} must be an nn.Module piece (see lessons_src.mechanisms) or None; "
+                                f"got {type(piece).__name__}")
+            check = getattr(piece, "check", None)
+            if callable(check):
+                check(**sizes)  # a piece made for other sizes: a ValueError naming them
+        self.qk_norm, self.rope, self.gate = qk_norm, rope, gate
+        self.softcap = _check_softcap(softcap)
+        if self.softcap is not None and implementation == "sdpa":
+            raise ValueError(f"softcap={self.softcap} needs an implementation that can cap the scores: pass "
+                             "implementation='eager' or 'tiled' (F.scaled_dot_product_attention cannot)")
+        if not isinstance(sinks, bool):
+            raise TypeError(f"sinks must be True or False (a learned logit per head, or none); got {sinks!r}")
+        self.sinks = nn.Parameter(self.qkv_proj.weight.new_zeros(num_heads)) if sinks else None  # (H,)
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}"
+            f"head_dim={self.head_dim}" + ("" if self.softcap is None else f", softcap={self.softcap}")
         )
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        """The names of the mechanisms this layer has beyond plain attention (``()`` for a plain layer).
+
+        Example:
+            >>> MultiHeadAttention(8, 2, sinks=True).mechanisms
+            ('sinks',)
+        """
+        names = ("qk_norm", "rope", "gate", "softcap", "sinks")
+        return tuple(name for name in names if getattr(self, name) is not None)
+
+    def check_plain(self, what: str) -> None:
+        """Raise a ValueError naming ``what`` if this layer has a mechanism that ``what`` would silently drop."""
+        if self.mechanisms:
+            raise ValueError(f"{what} handles plain attention; this layer also has {', '.join(self.mechanisms)}, "
+                             "which it would drop: use a layer without them")
 
     def head_weights(self) -> HeadWeights:
         """Per-head views of ``W_Q``, ``W_K``, ``W_V`` and ``W_O`` (they share storage with the parameters).
@@ -718,6 +978,8 @@ class MultiHeadAttention(nn.Module):
         elif cache_position is not None:
             raise ValueError("cache_position is only meaningful with a cache; pass cache=... or drop it")
         S = (T if context is None else context.shape[1]) + (0 if cache is None else cache.length)
+        if self.rope is not None and context is not None:
+            raise ValueError("rope gives positions to self-attention; pass context=None, or a layer without rope")
         dtype = torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
@@ -725,19 +987,28 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length
+        if self.qk_norm is not None:
+            q, k = self.qk_norm(q, k)  # (B, H, T, E), (B, K, S, E)
+        if self.rope is not None:
+            q, k = self.rope(q, k, start=start)  # the new tokens at positions start .. start + T - 1
+        mods: dict[str, float | Tensor] = {} if self.softcap is None else {"softcap": self.softcap}
+        if self.sinks is not None:
+            mods["sinks"] = self.sinks.to(q.dtype)  # (H,)
         try:
             if cache is not None:
                 k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
             if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
                 mask = replace(mask, mask=mask.mask.to(q.dtype))
-            result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim), dropout_p=dropout_p)
+            result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim),
+                                               dropout_p=dropout_p, **mods)
             if need_weights and result.weights is None:
                 raise ValueError(f"implementation {impl!r} does not return attention weights; use 'eager' for them")
         except BaseException:
             if cache is not None:
                 cache.length = start  # the step failed: forget the positions it appended
             raise
-        y = result.output.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
+        heads = result.output if self.gate is None else self.gate(x, result.output)  # (B, H, T, E)
+        y = heads.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
         out: Tensor = self.out_proj(y)  # (B, T, D)
         if need_weights:
             assert result.weights is not None

@@ -118,6 +118,7 @@ def mha_to_gqa(mha: MultiHeadAttention, num_kv_heads: int, method: Method = "mea
             f"mha must be a lessons_src MultiHeadAttention; got {type(mha).__name__} "
             "(convert an nn.MultiheadAttention with lessons_src.interop.from_torch first)"
         )
+    mha.check_plain("mha_to_gqa")
     H, D = mha.num_heads, mha.d_model
     if mha.num_kv_heads != H:
         raise ValueError(f"expected an MHA layer (num_kv_heads == num_heads={H}); got num_kv_heads={mha.num_kv_heads}")

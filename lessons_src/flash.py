@@ -16,6 +16,12 @@ repeating keys and values) and dtypes as the others, and gives the same answer. 
 ``window`` it skips the tiles that lie wholly before the window as well as those after the diagonal, so
 its work grows with ``T * window`` instead of ``T * S``.
 
+It honours the two changes to the softmax that :func:`lessons_src.attention.attention` takes: a ``softcap``
+is applied to each tile's scaled scores before its mask (and its derivative, ``1 - tanh^2``, in the backward
+pass), and ``sinks`` start each query's online softmax: the running maximum starts at the sink logit and the
+running sum at ``exp(0) = 1``, with nothing added to the output, so the log-sum-exp includes the sink and
+the backward pass needs only one more sum, the sink's gradient ``-sum_t p_sink(t) * D(t)``.
+
 It is not fast: the fused kernels (``F.scaled_dot_product_attention``) run the same loop inside one
 kernel, keeping each tile in on-chip memory, which plain PyTorch cannot express. What it shows is the
 arithmetic, and that the memory no longer grows with ``T x S``.
@@ -240,20 +246,28 @@ def _tile_scores(
     span: tuple[int, int, int, int, int, int],
     scale: float,
     window: int | None = None,
-) -> Tensor:
-    """Scaled, masked scores of one tile, with the ``n_rep`` query heads of each KV head stacked on the rows.
+    softcap: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled (capped) and masked scores of one tile, the ``n_rep`` query heads of each KV head stacked on the rows.
+
+    Returns the scores and, with ``softcap``, ``tanh(s / softcap)`` of the scaled scores (the backward pass
+    needs it for the cap's derivative), else ``None``.
 
     Shapes:
         q_i: ``(B, K, n_rep * tq, E)``; k_j: ``(B, K, tk, E)``; mask: ``(b, H or 1, T or 1, S or 1)``;
-        output: ``(B, K, n_rep * tq, tk)``.
+        output: ``(B, K, n_rep * tq, tk)``, and the tanh of the same shape.
     """
     i0, i1, j0, j1, T, S = span
     B, K, rows, _ = q_i.shape
     tq, tk = i1 - i0, j1 - j0
     n_rep = rows // tq
     s = (q_i @ k_j.transpose(-2, -1)) * scale  # (B, K, n_rep * tq, tk)
+    tanh = None
+    if softcap is not None:
+        tanh = torch.tanh(s / softcap)
+        s = softcap * tanh  # the cap, before the mask
     if mask is None and kind == "full":
-        return s
+        return s, tanh
     s5 = s.view(B, K, n_rep, tq, tk)
     if mask is not None:
         m = _mask_tile(mask, i0, i1, j0, j1)  # (b, H or 1, tq or 1, tk or 1)
@@ -266,7 +280,12 @@ def _tile_scores(
         if window is not None:
             hidden = hidden | (j <= i + S - T - window)  # older than the window
         s5 = s5.masked_fill(hidden, _NEG_INF)
-    return s5.reshape(B, K, n_rep * tq, tk)
+    return s5.reshape(B, K, n_rep * tq, tk), tanh
+
+
+def _sink_rows(sinks: Tensor, K: int, tq: int, dtype: torch.dtype) -> Tensor:
+    """Each row's sink logit in the grouped layout of a query block: ``(H,) -> (K, n_rep * tq)``."""
+    return sinks.to(dtype).view(K, -1, 1).expand(K, sinks.shape[0] // K, tq).reshape(K, -1)
 
 
 # --------------------------------------------------------------------------- forward (FlashAttention-2, algorithm 1)
@@ -274,9 +293,9 @@ def _tile_scores(
 
 def _forward(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
-    window: int | None = None,
+    window: int | None = None, softcap: float | None = None, sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time."""
+    """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time (a sink starts each row)."""
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
     n_rep = H // K
@@ -290,6 +309,9 @@ def _forward(
         q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)  # one block of queries, every head of a group
         m = torch.full((B, K, n_rep * tq), _NEG_INF, dtype=cd, device=q.device)  # running max
         l = torch.zeros(B, K, n_rep * tq, dtype=cd, device=q.device)  # running sum of exp(s - m)
+        if sinks is not None:  # the sink is the first score seen: max = sink, sum = exp(sink - sink) = 1
+            m = _sink_rows(sinks, K, tq, cd).expand(B, K, n_rep * tq).clone()  # (B, K, n_rep * tq)
+            l = torch.ones_like(m)
         acc = torch.zeros(B, K, n_rep * tq, Ev, dtype=cd, device=q.device)  # running sum of exp(s - m) v
         for j0 in range(0, S, block_k):
             j1 = min(j0 + block_k, S)
@@ -297,7 +319,7 @@ def _forward(
             if kind == "skip":
                 continue  # hidden by the causal mask (or before the window): never computed
             k_j = k[:, :, j0:j1].to(cd)  # (B, K, tk, E)
-            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window)  # (B, K, n_rep*tq, tk)
+            s, _ = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window, softcap)
             m_new = torch.maximum(m, s.amax(dim=-1))
             shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
             p = torch.exp(s - shift[..., None])  # (B, K, n_rep * tq, tk), unnormalised
@@ -324,12 +346,15 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
 def _backward(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
     out: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor | None, mask_grad: bool, window: int | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Gradients of q, k, v (and of a float mask), each tile's weights recomputed from the saved log-sum-exp.
+    softcap: float | None = None, sinks: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Gradients of q, k, v (and of a float mask and the sinks), each tile's weights recomputed from the lse.
 
     With ``P = exp(S - lse)`` recomputed per tile, ``dV = P^T dO``, ``dP = dO V^T`` and
     ``dS = P * (dP - D)``, where ``D = rowsum(dO * O)`` equals ``rowsum(P * dP)``; ``dQ = scale dS K`` and
-    ``dK = scale dS^T Q``. A gradient reaching the log-sum-exp adds ``P * d_lse`` to ``dS``.
+    ``dK = scale dS^T Q``. A gradient reaching the log-sum-exp adds ``P * d_lse`` to ``dS``. A cap multiplies
+    ``dS`` by its derivative ``1 - tanh^2`` (the mask's gradient is taken after it). A sink's value is zero,
+    so its ``dP`` is zero and its gradient is ``-sum P_sink * D`` with ``P_sink = exp(sink - lse)``.
     """
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
@@ -338,6 +363,9 @@ def _backward(
     D = (d_out.to(cd) * out.to(cd)).sum(dim=-1)  # (B, H, T)
     if d_lse is not None:
         D = D - d_lse.to(cd)  # dS = P * (dP - D + d_lse)
+    d_sinks = None
+    if sinks is not None:  # lse is finite: it includes the sink
+        d_sinks = -(torch.exp(sinks.to(cd).view(1, H, 1) - lse) * D).sum(dim=(0, 2))  # (H,)
     lse = torch.where(lse == _NEG_INF, torch.zeros_like(lse), lse)  # a row that sees nothing: P = exp(-inf) = 0
     qg = q.view(B, K, n_rep, T, E)
     dog = d_out.reshape(B, K, n_rep, T, Ev)
@@ -357,13 +385,14 @@ def _backward(
                 continue
             q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)
             do_i = dog[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, Ev)
-            s = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window)  # (B, K, n_rep*tq, tk)
+            s, tanh = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window, softcap)
             p = torch.exp(s - lseg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # the weights, again
             dv[:, :, j0:j1] += p.transpose(-2, -1) @ do_i  # sums over the n_rep heads of the group too
             dp = do_i @ v_j.transpose(-2, -1)  # (B, K, n_rep * tq, tk)
             ds = p * (dp - Dg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # d(masked scores)
-            dq[:, :, :, i0:i1] += (ds @ k_j).view(B, K, n_rep, tq, E) * scale
-            dk[:, :, j0:j1] += (ds.transpose(-2, -1) @ q_i) * scale
+            ds_raw = ds if tanh is None else ds * (1 - tanh * tanh)  # through the cap: d(scaled scores)
+            dq[:, :, :, i0:i1] += (ds_raw @ k_j).view(B, K, n_rep, tq, E) * scale
+            dk[:, :, j0:j1] += (ds_raw.transpose(-2, -1) @ q_i) * scale
             if d_mask is not None:
                 ds4 = ds.view(B, H, tq, tk)
                 tile = _mask_tile(d_mask, i0, i1, j0, j1)
@@ -373,42 +402,47 @@ def _backward(
         dk.to(k.dtype),
         dv.to(v.dtype),
         None if d_mask is None else d_mask.to(mask.dtype),  # type: ignore[union-attr]
+        None if d_sinks is None or sinks is None else d_sinks.to(sinks.dtype),
     )
 
 
 class TiledAttention(torch.autograd.Function):
     """Tiled attention with FlashAttention-2's backward: nothing of size ``T x S`` is saved or built.
 
-    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k, window) -> (output, lse)``; saves
-    q, k, v, the mask, the output and the log-sum-exp (``O(T)`` per head) for the backward pass.
+    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks) -> (output,
+    lse)``; saves q, k, v, the mask, the sinks, the output and the log-sum-exp (``O(T)`` per head) for the
+    backward pass.
     """
 
     @staticmethod
     def forward(
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
-        block_q: int, block_k: int, window: int | None = None,
+        block_q: int, block_k: int, window: int | None = None, softcap: float | None = None,
+        sinks: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        args = (q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks)
         if _autocast_on(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
             with torch.autocast(q.device.type, enabled=False):
-                out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, window)
+                out, lse = _forward(*args)
         else:
-            out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, window)
-        ctx.save_for_backward(q, k, v, mask, out, lse)
-        ctx.config = (causal, scale, block_q, block_k, window)
+            out, lse = _forward(*args)
+        ctx.save_for_backward(q, k, v, mask, sinks, out, lse)
+        ctx.config = (causal, scale, block_q, block_k, window, softcap)
         ctx.mask_grad = mask is not None and mask.requires_grad
         return out, lse
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor, d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, mask, out, lse = ctx.saved_tensors
-        causal, scale, block_q, block_k, window = ctx.config
-        args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad, window)
+        q, k, v, mask, sinks, out, lse = ctx.saved_tensors
+        causal, scale, block_q, block_k, window, softcap = ctx.config
+        args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad, window,
+                softcap, sinks)
         if _autocast_on(q.device.type):
             with torch.autocast(q.device.type, enabled=False):
-                dq, dk, dv, d_mask = _backward(*args)
+                dq, dk, dv, d_mask, d_sinks = _backward(*args)
         else:
-            dq, dk, dv, d_mask = _backward(*args)
-        return dq, dk, dv, d_mask, None, None, None, None, None
+            dq, dk, dv, d_mask, d_sinks = _backward(*args)
+        return dq, dk, dv, d_mask, None, None, None, None, None, None, d_sinks
 
 
 # --------------------------------------------------------------------------- entry points
@@ -416,11 +450,12 @@ class TiledAttention(torch.autograd.Function):
 
 def tiled_attention_function(
     q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
-    block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
+    block_q: int = BLOCK_Q, block_k: int = BLOCK_K, softcap: float | None = None, sinks: Tensor | None = None,
 ) -> AttentionResult:
     """The ``"tiled"`` implementation of :func:`lessons_src.attention.attention` (inputs already checked).
 
-    Returns the output and the log-sum-exp (``AttentionResult.lse``); no weights (they are never built).
+    Returns the output and the log-sum-exp (``AttentionResult.lse``, the sink included); no weights (they
+    are never built).
 
     Raises:
         ValueError: if ``dropout_p > 0`` (dropout inside the tiles is not implemented here) or a block
@@ -433,7 +468,7 @@ def tiled_attention_function(
             "Use 'sdpa' or 'eager' for dropout, or dropout_p=0.0 (a module in eval mode)"
         )
     out, lse = TiledAttention.apply(  # type: ignore[no-untyped-call]
-        q, k, v, mask.mask, mask.causal, scale, block_q, block_k, mask.window
+        q, k, v, mask.mask, mask.causal, scale, block_q, block_k, mask.window, softcap, sinks
     )
     return AttentionResult(out, None, lse)
 

@@ -329,6 +329,7 @@ class TensorParallelAttention(nn.Module):
     @classmethod
     def from_module(cls, full: MultiHeadAttention, comm: Collectives) -> TensorParallelAttention:
         """This rank's shard of ``full``, its weights copied (so outputs and gradients match ``full``'s)."""
+        full.check_plain("TensorParallelAttention.from_module")
         bias = full.qkv_proj.bias is not None
         tp = cls(full.d_model, full.num_heads, num_kv_heads=full.num_kv_heads, comm=comm, bias=bias,
                  dropout=full.dropout)
@@ -410,6 +411,7 @@ def ulysses_attention(
             batch, length or dtype (checked with one small all-gather before the first all-to-all).
     """
     P = comm.world_size
+    mha.check_plain("ulysses_attention")
     tp_plan(mha.num_heads, mha.num_kv_heads, P)  # the same condition: whole heads per rank
     mha._check_inputs(x, None)  # (B, T/P, D), the module's dtype and device
     B, Tl, D = x.shape

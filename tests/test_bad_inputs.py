@@ -31,11 +31,19 @@ from lessons_src import (
     scaled_dot_product_attention,
     tiled_attention,
 )
-from lessons_src.attention import attention, prepare_mask, register_attention
+from lessons_src.attention import attention, prepare_mask, register_attention, soft_cap
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.kv_cache import RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import combine_masks
+from lessons_src.mechanisms import (
+    ElementwiseGate,
+    HeadwiseGate,
+    PerHeadRMSNorm,
+    ProjectionRMSNorm,
+    Rotary,
+    WeightlessRMSNorm,
+)
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
@@ -286,6 +294,61 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"x is on meta but the module is on cpu"),
     ("ulysses_attention", "type", lambda: ulysses_attention(MHA, "x", _Stub(2)), TypeError,  # type: ignore[arg-type]
      r"x must be a torch.Tensor; got str"),
+    # today's mechanisms: the cap and the sinks of the one interface, and the pieces a layer is given
+    ("attention", "value", lambda: attention(Q, KV, KV, softcap=0.0, implementation="eager"), ValueError,
+     r"softcap must be positive and finite \(Gemma 2 uses 50.0\); got softcap=0.0"),
+    ("attention", "value", lambda: attention(Q, KV, KV, softcap=float("inf"), implementation="eager"), ValueError,
+     r"softcap must be positive and finite .*; got softcap=inf"),
+    ("attention", "type", lambda: attention(Q, KV, KV, softcap="50", implementation="eager"), TypeError,  # type: ignore[arg-type]
+     r"softcap must be a positive number or None; got '50' of type str"),
+    ("attention", "value", lambda: attention(Q, KV, KV, softcap=50.0), ValueError,
+     r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\).*'eager'.*'tiled'"),
+    ("attention", "shape", lambda: attention(Q, KV, KV, sinks=torch.zeros(3)), ValueError,
+     r"sinks must have shape \(H,\) = \(2,\), one logit per query head; got shape \(3,\)"),
+    ("attention", "shape", lambda: attention(Q, KV, KV, sinks=torch.zeros(1, 2)), ValueError,
+     r"sinks must have shape \(H,\) = \(2,\).*got shape \(1, 2\)"),
+    ("attention", "dtype", lambda: attention(Q, KV, KV, sinks=torch.zeros(2, dtype=torch.float64)), ValueError,
+     r"sinks have dtype torch.float64 but the queries are torch.float32; convert them: sinks.to\(torch.float32\)"),
+    ("attention", "device", lambda: attention(Q, KV, KV, sinks=torch.zeros(2, device=META)), ValueError,
+     r"sinks are on meta but the queries are on cpu; move them there"),
+    ("attention", "type", lambda: attention(Q, KV, KV, sinks=[0.0, 0.0]), TypeError,  # type: ignore[arg-type]
+     r"sinks must be a torch.Tensor of shape \(H,\) or None; got list"),
+    ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=50.0), ValueError,
+     r"softcap=50.0 needs an implementation that can cap the scores: pass implementation='eager' or 'tiled'"),
+    ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=-1.0, implementation="eager"), ValueError,
+     r"softcap must be positive and finite .*; got softcap=-1.0"),
+    ("MultiHeadAttention", "type", lambda: MultiHeadAttention(16, 4, sinks=1), TypeError,  # type: ignore[arg-type]
+     r"sinks must be True or False .*; got 1"),
+    ("MultiHeadAttention", "shape", lambda: MultiHeadAttention(16, 4, gate=HeadwiseGate(16, 2)), ValueError,
+     r"HeadwiseGate was made for num_heads=2 \(the layer has 4\); make it with the layer's sizes"),
+    ("MultiHeadAttention", "shape", lambda: MultiHeadAttention(16, 4, gate=ElementwiseGate(32, 4, 4)), ValueError,
+     r"ElementwiseGate was made for d_model=32 \(the layer has 16\)"),
+    ("MultiHeadAttention", "shape", lambda: MultiHeadAttention(16, 4, qk_norm=PerHeadRMSNorm(8)), ValueError,
+     r"PerHeadRMSNorm was made for head_dim=8 \(the layer has 4\)"),
+    ("MultiHeadAttention", "shape", lambda: MultiHeadAttention(16, 4, num_kv_heads=2, qk_norm=ProjectionRMSNorm(4, 4, 4)),
+     ValueError, r"ProjectionRMSNorm was made for num_kv_heads=4 \(the layer has 2\)"),
+    ("MultiHeadAttention", "shape", lambda: MultiHeadAttention(16, 4, rope=Rotary(8)), ValueError,
+     r"Rotary\(dim=8\) rotates more features than a head has \(head_dim=4\); use dim <= 4"),
+    ("MultiHeadAttention", "type", lambda: MultiHeadAttention(16, 4, gate=lambda x, y: y), TypeError,  # type: ignore[arg-type]
+     r"gate must be an nn.Module piece \(see lessons_src.mechanisms\) or None; got function"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4, rope=Rotary(4))(
+     torch.randn(1, 2, 16), torch.randn(1, 3, 16)), ValueError, r"rope gives positions to self-attention; pass context=None"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4, softcap=5.0, implementation="eager")(
+     torch.randn(1, 2, 16), implementation="sdpa"), ValueError, r"implementation='sdpa' cannot soft-cap the scores"),
+    ("PerHeadRMSNorm", "type", lambda: PerHeadRMSNorm(8.0), TypeError, r"head_dim must be an int; got 8.0 of type float"),  # type: ignore[arg-type]
+    ("PerHeadRMSNorm", "value", lambda: PerHeadRMSNorm(8, eps=-1.0), ValueError, r"eps must be a number at least 0 .*; got eps=-1.0"),
+    ("ProjectionRMSNorm", "value", lambda: ProjectionRMSNorm(4, 0, 8), ValueError, r"num_kv_heads must be at least 1; got num_kv_heads=0"),
+    ("WeightlessRMSNorm", "value", lambda: WeightlessRMSNorm(eps=float("nan")), ValueError, r"eps must be a number at least 0 .*; got eps=nan"),
+    ("Rotary", "value", lambda: Rotary(3), ValueError, r"dim must be even and at least 2; got dim=3"),
+    ("HeadwiseGate", "value", lambda: HeadwiseGate(16, 0), ValueError, r"num_heads must be at least 1; got num_heads=0"),
+    ("ElementwiseGate", "type", lambda: ElementwiseGate(16, 4, "4"), TypeError, r"head_dim must be an int; got '4' of type str"),  # type: ignore[arg-type]
+    ("mha_to_gqa", "value", lambda: mha_to_gqa(MultiHeadAttention(16, 4, sinks=True), 2), ValueError,
+     r"mha_to_gqa handles plain attention; this layer also has sinks, which it would drop"),
+    ("ulysses_attention", "value", lambda: ulysses_attention(MultiHeadAttention(16, 4, gate=HeadwiseGate(16, 4)),
+     torch.randn(1, 4, 16), _Stub(2)), ValueError, r"ulysses_attention handles plain attention; this layer also has gate"),  # type: ignore[arg-type]
+    ("TensorParallelAttention", "value", lambda: TensorParallelAttention.from_module(MultiHeadAttention(
+     16, 4, softcap=5.0, implementation="eager"), _Stub(2)), ValueError, r"from_module handles plain attention; this layer also has softcap"),  # type: ignore[arg-type]
+    ("soft_cap", "value", lambda: soft_cap(torch.ones(2), 0.0), ValueError, r"softcap must be positive and finite .*; got softcap=0.0"),
 ]
 
 
@@ -307,7 +370,10 @@ def test_every_public_function_of_the_core_is_covered() -> None:
 
     public |= {n for m in (flash, paged_cache, parallel, ring) for n in m.__all__ if n[0].islower() or n in
                ("PagedKVCache", "TensorParallelAttention")}
-    public |= {"RollingKVCache"}
+    public |= {"RollingKVCache", "soft_cap"}
+    from lessons_src import mechanisms
+
+    public |= set(mechanisms.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}

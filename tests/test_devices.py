@@ -70,7 +70,7 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
 # --------------------------------------------------------------------------- every public core name
 
 CORE = ["attention", "masks", "kv_cache", "paged_cache", "flash", "ring", "parallel", "mla", "rope", "convert",
-        "interop"]
+        "interop", "mechanisms"]
 
 
 def _mods() -> dict[str, object]:
@@ -99,6 +99,7 @@ def _on_meta() -> dict[str, object]:
     import lessons_src.interop as io
     import lessons_src.kv_cache as kc
     import lessons_src.masks as mk
+    import lessons_src.mechanisms as mc
     import lessons_src.mla as ml
     import lessons_src.ring as rg
     import lessons_src.rope as rp
@@ -112,8 +113,26 @@ def _on_meta() -> dict[str, object]:
         "attention.attention": lambda: [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, window=w)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
+        ] + [
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, sinks=_meta(4),
+                         softcap=None if impl == "sdpa" else 5.0)
+            for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
         ],
         "attention.MultiHeadAttention": lambda: [_mha_meta()(_meta(1, 5, 8), is_causal=True, need_weights=True)],
+        "attention.soft_cap": lambda: at.soft_cap(_meta(2, 3), 5.0),
+        "mechanisms.PerHeadRMSNorm": lambda: mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
+        "mechanisms.ProjectionRMSNorm": lambda: mc.ProjectionRMSNorm(4, 2, 8).to(META)(q, kv),
+        "mechanisms.WeightlessRMSNorm": lambda: mc.WeightlessRMSNorm()(q, kv),
+        "mechanisms.Rotary": lambda: mc.Rotary(4)(q, _meta(1, 2, 3, 8), start=2),
+        "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
+        "mechanisms.ElementwiseGate": lambda: mc.ElementwiseGate(16, 4, 8).to(META)(_meta(1, 3, 16), q),
+        "attention.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
+            MultiHeadAttention(
+                16, 4, num_kv_heads=2, implementation=impl, qk_norm=mc.PerHeadRMSNorm(4), rope=mc.Rotary(4),
+                gate=mc.ElementwiseGate(16, 4, 4), softcap=None if impl == "sdpa" else 5.0, sinks=True,
+            ).to(META)(_meta(1, 5, 16), is_causal=True)
+            for impl in ("sdpa", "eager", "tiled")
+        ],
         "attention.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
         "attention.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
         "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, is_causal=True, window=2),
@@ -196,6 +215,7 @@ def _tensors(obj: object) -> list[torch.Tensor]:
 
 def test_every_public_core_name_is_classified():
     public = {f"{m}.{name}" for m, mod in _mods().items() for name in mod.__all__}  # type: ignore[attr-defined]
+    public.add("attention.MultiHeadAttention+mechanisms")  # the layer with every piece: a case of its own
     groups = [set(_on_meta()), set(NOT_ON_META), set(NO_TENSORS)]
     assert set.union(*groups) == public, (
         f"unclassified: {sorted(public - set.union(*groups))}; stale: {sorted(set.union(*groups) - public)}"
@@ -221,6 +241,21 @@ def _cpu_cases() -> dict[str, object]:
         torch.manual_seed(0)
         m, x = MultiHeadAttention(8, 4, num_kv_heads=2), torch.randn(1, 5, 8)
         return lambda: [m(x, is_causal=True), m(x, is_causal=True, window=2), *m(x, is_causal=True, need_weights=True)]
+
+    def mechanisms():
+        from lessons_src.mechanisms import HeadwiseGate, ProjectionRMSNorm, Rotary
+
+        torch.manual_seed(0)
+        x = torch.randn(1, 5, 8, requires_grad=True)
+        layers = [MultiHeadAttention(8, 4, num_kv_heads=2, implementation=impl, qk_norm=ProjectionRMSNorm(4, 2, 2),
+                                     rope=Rotary(2), gate=HeadwiseGate(8, 4), sinks=True,
+                                     softcap=None if impl == "sdpa" else 2.0) for impl in ("sdpa", "eager", "tiled")]
+
+        def run():
+            outs = [m(x, is_causal=True) for m in layers]
+            return [*outs, *torch.autograd.grad(sum(o.sum() for o in outs), [x, *(m.sinks for m in layers)])]
+
+        return run
 
     def tiled():
         torch.manual_seed(0)
@@ -251,7 +286,7 @@ def _cpu_cases() -> dict[str, object]:
         return lambda: paged_attention(q, cache, [0, 1], min_run=1)
 
     lengths = torch.tensor([2, 3])
-    return {"MultiHeadAttention": mha, "tiled": tiled, "rolling": rolling, "paged": paged,
+    return {"MultiHeadAttention": mha, "mechanisms": mechanisms, "tiled": tiled, "rolling": rolling, "paged": paged,
             "padding_mask": lambda: lambda: padding_mask(lengths, 4)}
 
 
@@ -280,6 +315,9 @@ REVIEWED = {
     ("parallel.py", "kv_cache_bytes_per_token", "empty"): "a 0-d tensor made only to read its element size",
     ("parallel.py", "__init__", "tensor"): "index lists (a CPU index tensor can index weights on any device)",
     ("parallel.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+    ("mechanisms.py", "__init__", "full"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+    ("mechanisms.py", "__init__", "ones"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+    ("mechanisms.py", "__init__", "arange"): "Rotary checks its dim once with rope_cos_sin; the tensor is dropped",
 }
 
 

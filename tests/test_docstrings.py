@@ -9,7 +9,7 @@ import pytest
 import torch
 
 CORE = ["attention", "masks", "kv_cache", "paged_cache", "flash", "ring", "parallel", "mla", "rope", "convert",
-        "interop"]
+        "interop", "mechanisms"]
 
 
 @pytest.mark.parametrize("name", ["lessons_src", *(f"lessons_src.{m}" for m in CORE)])

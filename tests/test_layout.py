@@ -67,8 +67,8 @@ def closure(module: str) -> set[str]:
 
 def test_core_and_lab_are_where_the_readme_says() -> None:
     assert CORE == [
-        "attention", "convert", "flash", "interop", "kv_cache", "masks", "mla", "paged_cache", "parallel", "ring",
-        "rope",
+        "attention", "convert", "flash", "interop", "kv_cache", "masks", "mechanisms", "mla", "paged_cache", "parallel",
+        "ring", "rope",
     ]
     assert (PKG / "lab" / "__init__.py").is_file()
 
