@@ -40,10 +40,12 @@ deps: $(DEPS) $(NODE_DEPS)
 # notebook's run reused from .cache/dev (tools/site_build/dev_cache.py says what each is keyed on; an edit to
 # the package, its data, tools/ or the pins rebuilds every page and reruns every block). The watched folders:
 # docs/ and mkdocs.yml (MkDocs'), the package and the hooks. SERVE_FLAGS: more options (--dev-addr HOST:PORT).
+# SOURCE_DATE_EPOCH is fixed here, not the last commit's time: it is in every block's key (the wheel's bytes,
+# whose hash a page prints, depend on it), so a commit would otherwise make the next serve rerun every block.
 DEV_CACHE := .cache/dev
 SERVE_FLAGS ?=
 serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0.1:8000 (rebuilds only what an edit changes)
-	SITE_DEV_CACHE=$(DEV_CACHE) $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --dirty \
+	SITE_DEV_CACHE=$(DEV_CACHE) SOURCE_DATE_EPOCH=315532800 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --dirty \
 		--watch lessons_src --watch tools/site_build $(SERVE_FLAGS)
 
 build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
