@@ -80,7 +80,12 @@ def run(site_dir: Path, only: set[str] | None = None) -> int:
     return changed
 
 
-_written: set[str] = {"404.html"}  # the HTML files MkDocs writes in this build (the module is loaded per build)
+_written: set[str] = set()  # the HTML files MkDocs writes in this build
+
+
+def on_pre_build(config: Any, **kwargs: Any) -> None:
+    _written.clear()  # `mkdocs serve` loads the hooks once, then builds again and again
+    _written.add("404.html")
 
 
 def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
