@@ -191,13 +191,14 @@ def _run(run: Callable[..., str], sessions: dict[str, dict[str, Any]], blocks: l
 
 
 def install() -> None:
-    """Wrap markdown-exec's python runner (once per process)."""
-    from markdown_exec._internal.formatters import python
+    """Wrap markdown-exec's python runner (once per process), for ``python`` and ``pycon`` blocks alike (they
+    share sessions, so both must join a page's chain of blocks)."""
+    from markdown_exec._internal.formatters import pycon, python
 
     if not getattr(python._run_python, "_dev_cached", False):
         wrapped = cached_run(python._run_python, python._sessions_globals)
         wrapped._dev_cached = True  # type: ignore[attr-defined]
-        python._run_python = wrapped
+        python._run_python = pycon._run_python = wrapped
 
 
 # ---- the notebook ----------------------------------------------------------------------------------------
