@@ -9,7 +9,9 @@ build. What it reuses and the keys are in :mod:`dev_cache`; here:
   warning that a build is dirty is dropped (``strict: true`` would make it fail every dirty rebuild);
 * ``on_files``: when the pages' inputs changed since the last build, every page's HTML is deleted, so a
   dirty build rebuilds every page (the blocks then miss, as their key holds the same fingerprint);
-* ``on_pre_page``: which page the next blocks belong to; ``on_page_content``: a line per page that ran code.
+* ``on_pre_page``: which page the next blocks belong to; ``on_page_content``: a line per page that ran code;
+* ``on_env``: the theme's templates compiled once per process, not once per build (Jinja's bytecode cache,
+  which checks each template's source before it reuses it): 0.7 s of a 3-s rebuild.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from typing import Any
 
 import dev_cache  # this folder is on sys.path while MkDocs loads a hook
+import jinja2
+import jinja2.bccache
 import site_links
 
 log = logging.getLogger("mkdocs.hooks.dev_loop")
@@ -62,3 +66,24 @@ def on_page_content(html: str, page: Any, **kwargs: Any) -> str:
         log.info(f"dev cache: {page.file.src_uri}: ran {state['runs']} blocks, reused {state['hits']} "
                  f"({time.monotonic() - state['started']:.1f} s)")
     return html
+
+
+class _MemoryBytecodeCache(jinja2.BytecodeCache):
+    def __init__(self) -> None:
+        self.buckets: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        if (code := self.buckets.get(bucket.key)) is not None:
+            bucket.bytecode_from_string(code)  # Jinja drops it when the template's checksum differs
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self.buckets[bucket.key] = bucket.bytecode_to_string()
+
+
+_TEMPLATES = _MemoryBytecodeCache()
+
+
+def on_env(env: Any, **kwargs: Any) -> Any:
+    if ENABLED:
+        env.bytecode_cache = _TEMPLATES
+    return env
