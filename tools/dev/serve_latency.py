@@ -122,8 +122,8 @@ def measure(serve: Serve, path: Path, url: str, edit: object, kind: str, repeats
             took = poll(url, mark)
             ran = [RAN.search(line) for _, line in serve.lines[seen:]]
             blocks = [f"{m.group(1)}: {m.group(2)} run, {m.group(3)} reused, {m.group(4)} s" for m in ran if m]
-            print(f"  {kind} {i + 1}: {took:.2f} s (load {before:.2f} -> {load():.2f}); {'; '.join(blocks) or 'no block ran'}",
-                  flush=True)
+            ran_text = "; ".join(blocks) or "no block ran"
+            print(f"  {kind} {i + 1}: {took:.2f} s (load {before:.2f} -> {load():.2f}); {ran_text}", flush=True)
             times.append(took)
             path.write_text(original, encoding="utf-8")
             poll(url, mark, absent=True)
