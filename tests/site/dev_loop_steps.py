@@ -87,8 +87,8 @@ def steps(project: Path, key: str, edits: list[tuple[str, str | None, str, str]]
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
-    if key == "naive":
-        dev_cache.KEY["of"] = naive_key
+    if key == "naive":  # one folder for every output, each under its source's hash
+        dev_cache.KEY.update({"of": naive_key, "folder": lambda: "naive"})
     out = {}
     for name, file, old, new in edits:
         if file:

@@ -10,6 +10,7 @@ package's old code and of the session's old earlier block).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,13 @@ def test_the_checks_catch_a_cache_keyed_on_the_block_source_alone(tmp_path: Path
     assert naive["prose"]["ran"] == 0  # reuses as much...
     assert not package_edit_shows(naive), naive["package"]  # ...but shows the package's old output
     assert not session_edit_shows(naive), naive["earlier block"]  # ...and the session's old state
+
+
+def test_only_the_outputs_of_the_last_fingerprints_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dev_cache.ENV, str(tmp_path))
+    monkeypatch.setitem(dev_cache.STATE, "code", "0" * 64)
+    for i in range(1, 6):
+        (tmp_path / (f"{i}" * 16)).mkdir()
+        os.utime(tmp_path / (f"{i}" * 16), (i, i))
+    dev_cache.prune(keep=3)
+    assert sorted(d.name[0] for d in tmp_path.iterdir()) == ["0", "4", "5"]  # the current one, marked used now

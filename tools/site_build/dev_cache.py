@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -109,7 +110,12 @@ def block_key(fingerprint: str, page: str, earlier: list[str], block: str) -> st
     return digest.hexdigest()
 
 
-KEY: dict[str, Callable[[str, str, list[str], str], str]] = {"of": block_key}
+def generation() -> str:
+    """The folder of the current fingerprint's outputs (in effect a part of every key, as the fingerprint is)."""
+    return str(STATE["code"])[:16]
+
+
+KEY: dict[str, Callable[..., str]] = {"of": block_key, "folder": generation}
 
 
 def describe(code: str, session: str | None, block_id: str | None, extra: Mapping[str, Any]) -> str:
@@ -121,10 +127,25 @@ def describe(code: str, session: str | None, block_id: str | None, extra: Mappin
 # ---- the store -------------------------------------------------------------------------------------------
 
 
+KEEP = 4  # fingerprints whose outputs are kept (the others are deleted when `make serve` starts)
+
+
 def _slot(kind: str, key: str) -> Path:
+    """Where an output is stored: a folder per fingerprint of the inputs, so the outdated ones can go whole."""
     folder = cache_dir()
     assert folder is not None
-    return folder / kind / key[:2] / key
+    return folder / KEY["folder"]() / kind / key[:2] / key
+
+
+def prune(keep: int = KEEP) -> None:
+    """Keep the outputs of the ``keep`` fingerprints used last (the current one is marked used)."""
+    folder = cache_dir()
+    assert folder is not None
+    current = folder / KEY["folder"]()
+    current.mkdir(parents=True, exist_ok=True)
+    os.utime(current)
+    for old in sorted((d for d in folder.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def load(kind: str, key: str) -> str | None:
@@ -237,7 +258,10 @@ def before_build(remote: str | None, hooks: Iterable[Any] = ()) -> bool:
                 if callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
     changed = STATE["pages"] not in (None, pages)
-    STATE["code"], STATE["pages"] = code, pages
+    if STATE["code"] != code:
+        STATE["code"] = code
+        prune()
+    STATE["pages"] = pages
     return changed
 
 
