@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit test-lint test-site-check lint unit site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -36,8 +36,17 @@ $(NODE_DEPS): package.json package-lock.json
 
 deps: $(DEPS) $(NODE_DEPS)
 
-serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0.1:8000
-	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+# The writer's loop: a dirty rebuild of the saved page only, with the outputs of unchanged blocks and the lab
+# notebook's run reused from .cache/dev (tools/site_build/dev_cache.py says what each is keyed on; an edit to
+# the package, its data, tools/ or the pins rebuilds every page and reruns every block). The watched folders:
+# docs/ and mkdocs.yml (MkDocs'), the package and the hooks. SERVE_FLAGS: more options (--dev-addr HOST:PORT).
+# SOURCE_DATE_EPOCH is fixed here, not the last commit's time: it is in every block's key (the wheel's bytes,
+# whose hash a page prints, depend on it), so a commit would otherwise make the next serve rerun every block.
+DEV_CACHE := .cache/dev
+SERVE_FLAGS ?=
+serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0.1:8000 (rebuilds only what an edit changes)
+	SITE_DEV_CACHE=$(DEV_CACHE) SOURCE_DATE_EPOCH=315532800 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --dirty \
+		--watch lessons_src --watch tools/site_build $(SERVE_FLAGS)
 
 build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
 	$(BIN)/mkdocs build --strict --clean --site-dir site
@@ -97,6 +106,15 @@ PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 unit: $(DEPS) ## Unit tests of lessons_src
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks $(CHECKS)/unit.txt
 
+# `make test` runs the unit tests in two parts, one per slot: the multi-process ones (they start 2 and 4 Python
+# processes joined by gloo) after the browser tests, the rest beside them.
+UNIT_PROCESSES := tests/test_parallel.py
+unit-rest: $(DEPS)
+	$(PYTEST) --ignore=tests/site --ignore=tests/browser $(addprefix --ignore=,$(UNIT_PROCESSES)) \
+		--list-checks $(CHECKS)/unit.txt
+unit-processes: $(DEPS)
+	$(PYTEST) $(UNIT_PROCESSES) --list-checks $(CHECKS)/unit-processes.txt
+
 site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, reproducibility (run after build)
 	$(if $(SITE_AGAIN_READY),SITE_AGAIN=$(SITE_AGAIN_READY)) $(PYTEST) -n 2 tests/site --list-checks $(CHECKS)/site.txt
 
@@ -111,16 +129,17 @@ browser-live: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks $(CHECKS)/browser-live.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages and then
-# the live models' (they need site/), and in the other lint, the unit tests and the site checks (they compare
-# site/ with the second build), so that both slots end about together. Each step's
+# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages, the live
+# models' (they need site/) and the multi-process unit tests, and in the other lint, the other unit tests and the
+# site checks (they compare site/ with the second build), so that both slots end about together. Each step's
 # output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
 # steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)
 	@rm -rf $(SITE_AGAIN) $(CHECKS)
 	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
-test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live
+test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live \
+	test-unit-processes
 	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
 	@cat $(CHECKS)/timings.txt
 TIMED = @$(BIN)/python tools/dev/timed.py $(1) $(CHECKS)/timings.txt -- $(MAKE) --no-print-directory
@@ -133,7 +152,9 @@ test-browser: test-build
 test-browser-live: test-browser  # in the pages' slot: the other slot (unit tests, site checks) is the longer one
 	$(call TIMED,browser-live) browser-live
 test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
-	$(call TIMED,unit) unit
+	$(call TIMED,unit) unit-rest
+test-unit-processes: test-browser-live  # last in the browser tests' slot, which was the shorter by about 100 s
+	$(call TIMED,unit-processes) unit-processes
 test-lint:
 	$(call TIMED,lint) lint
 test-site-check: test-build test-build-again

@@ -62,10 +62,30 @@ def build(
 ) -> subprocess.CompletedProcess[str]:
     """Build `pages` (name -> text) with the site's mkdocs.yml; return the finished `mkdocs build` process.
 
-    The tiny project's mkdocs.yml INHERITs the site's, so it has the same theme, plugins, extensions and
-    strictness; only the pages (docs_dir, nav), the output folder and the hooks' paths are its own.
     ``generator``: the module that builds it (``mkdocs``, or ``properdocs``: tests/site/test_generators.py);
     ``env_extra``: variables added to the build's environment.
+    """
+    write_project(tmp_path, pages)
+    return subprocess.run(
+        [sys.executable, "-m", generator, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
+        cwd=tmp_path,
+        env=build_env(env_extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def build_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg", **(env_extra or {})}
+
+
+def write_project(tmp_path: Path, pages: dict[str, str]) -> Path:
+    """Write a tiny project of `pages` (name -> text) into `tmp_path`; returns its mkdocs.yml.
+
+    The tiny project's mkdocs.yml INHERITs the site's, so it has the same theme, plugins, extensions and
+    strictness; only the pages (docs_dir, nav), the output folder and the hooks' paths are its own.
     """
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "docs" / "assets", docs / "assets")
@@ -80,16 +100,7 @@ def build(
         "hooks": [str(ROOT / hook) for hook in hooks],
     }
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "MPLBACKEND": "Agg", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", generator, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return tmp_path / "mkdocs.yml"
 
 
 def test_the_tiny_project_builds_when_its_code_is_fine(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import site_links  # this folder is on sys.path while MkDocs loads a hook
+import dev_cache  # this folder is on sys.path while MkDocs loads a hook
+import site_links
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "practice/lab.ipynb"
@@ -216,7 +217,9 @@ def stamp(nb: Any) -> Any:
 
 
 def _patch_notebook_execution() -> None:
-    """Stamp notebooks before nbconvert executes them and keep the executed copy (mkdocs-jupyter drops it)."""
+    """Stamp notebooks before nbconvert executes them and keep the executed copy (mkdocs-jupyter drops it).
+
+    Under ``make serve`` (:mod:`dev_cache`) the run of the same notebook on the same inputs is reused."""
     from nbconvert.preprocessors import ExecutePreprocessor
 
     if getattr(ExecutePreprocessor, "_keeps_executed", False):
@@ -228,7 +231,11 @@ def _patch_notebook_execution() -> None:
         path = Path(meta.get("path", ""), meta.get("name", "") + ".ipynb")
         if path.resolve() == (ROOT / "docs" / LAB).resolve():
             stamp(nb)
-        nb, resources = original(self, nb, resources, km)
+
+        def execute() -> Any:
+            return original(self, nb, resources, km)
+
+        nb, resources = dev_cache.executed_notebook(nb, resources, execute) if dev_cache.cache_dir() else execute()
         _state["executed"][str(path.resolve())] = copy.deepcopy(nb)
         return nb, resources
 

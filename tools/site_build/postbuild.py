@@ -16,6 +16,10 @@ In order, on every HTML file of the site:
 
 then KaTeX's fonts copied and unused assets removed. A page the step already rewrote is left as it is.
 
+Under ``make serve`` (``$SITE_DEV_CACHE`` set, :mod:`dev_cache`), the hook rewrites only the HTML files MkDocs
+wrote in this build (``--dirty`` rebuilds write only the edited pages) and the 404 page; which of
+markdown-exec's assets are used is still read from every page, so the unused ones are the same.
+
 ``SITE_POSTBUILD=skip`` in the environment makes the hook do nothing (the test that proves the step alone gives
 the same site builds that way, then runs the step by hand).
 """
@@ -29,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script or -m
 
+import dev_cache
 import figures
 import math_render
 import page_fixes
@@ -43,17 +48,23 @@ def _page_url(rel: Path) -> str:
         rel.parent.as_posix() + "/" if rel.name == "index.html" else rel.as_posix())
 
 
-def run(site_dir: Path) -> int:
-    """Rewrite the built site in ``site_dir`` in place; returns the number of HTML files rewritten."""
+def run(site_dir: Path, only: set[str] | None = None) -> int:
+    """Rewrite the built site in ``site_dir`` in place; returns the number of HTML files rewritten.
+
+    ``only``: the HTML files (paths from ``site_dir``) to rewrite, the others being rewritten already; None:
+    every one."""
     site_dir = Path(site_dir)
     if not (site_dir / "index.html").is_file():
         raise FileNotFoundError(f"{site_dir} holds no built site (no index.html): build it first")
     files = sorted(site_dir.rglob("*.html"))
     names = [f.relative_to(site_dir).as_posix() for f in files]
     original = {name: f.read_bytes().decode("utf-8") for name, f in zip(names, files, strict=True)}  # newlines kept
-    pages = {name: readable.mark(text) for name, text in original.items()}
+    if only is not None:
+        names = [name for name in names if name in only]
+        files = [site_dir / name for name in names]
+    pages = {name: readable.mark(original[name]) for name in names}
     pages = math_render.render_pages(pages)
-    used = page_fixes.uses(pages.values())
+    used = page_fixes.uses({**original, **pages}.values())  # the pages left as they are count too
     changed = 0
     for name, f in zip(names, files, strict=True):
         rel = Path(name)
@@ -69,10 +80,23 @@ def run(site_dir: Path) -> int:
     return changed
 
 
+_written: set[str] = set()  # the HTML files MkDocs writes in this build
+
+
+def on_pre_build(config: Any, **kwargs: Any) -> None:
+    _written.clear()  # `mkdocs serve` loads the hooks once, then builds again and again
+    _written.add("404.html")
+
+
+def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
+    _written.add(page.file.dest_uri)
+    return output
+
+
 def on_post_build(config: Any, **kwargs: Any) -> None:
     if os.environ.get(SKIP_ENV) == "skip":
         return
-    run(Path(config["site_dir"]))
+    run(Path(config["site_dir"]), only=_written if dev_cache.cache_dir() else None)
 
 
 def main(argv: list[str]) -> int:
