@@ -48,7 +48,11 @@ MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
 # entry must go). Most of their elements are KaTeX's (HTML and MathML for every formula).
-KNOWN_HEAVY: dict[str, str] = {}  # page id -> the issue fixing it (strict xfails); empty: every page fits
+KNOWN_HEAVY: dict[str, str] = {  # page id -> the issue fixing it (strict xfails); empty: every page fits
+    "reference/code/attention/": "issue 48: the soft-cap and the sinks' SDPA paths grew attention.py to 1,071 lines "
+    "(7,405 elements with its whole-file listing); those paths move to a module of their own, which the layout "
+    "rule's two siblings do not allow yet",
+}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
