@@ -79,7 +79,7 @@ def _pairs(got: object, want: object, where: str = "") -> list[tuple[str, torch.
         if isinstance(x, str | bytes) or not (
             isinstance(x, torch.Tensor | Mapping | list | tuple) or _number(x)
         ):
-            raise TypeError(f"close() compares tensors, numbers, and lists, tuples or mappings of them; "
+            raise TypeError(f"the checks compare tensors, numbers, and lists, tuples or mappings of them; "
                             f"{where or 'the value'} is a {type(x).__name__}")
     if isinstance(got, torch.Tensor) or isinstance(want, torch.Tensor) or _number(got) or _number(want):
         if not (isinstance(got, torch.Tensor) or _number(got)) or not (isinstance(want, torch.Tensor) or _number(want)):
@@ -91,7 +91,7 @@ def _pairs(got: object, want: object, where: str = "") -> list[tuple[str, torch.
             raise CheckFailed(f"{where or 'the value'} is a {type(got).__name__} where the reference has "
                               f"a {type(want).__name__}")
         if set(got) != set(want):
-            missing, extra = sorted(map(repr, set(want) - set(got))), sorted(map(repr, set(got) - set(want)))
+            missing, extra = sorted(set(want) - set(got), key=repr), sorted(set(got) - set(want), key=repr)
             raise CheckFailed(f"the keys of {where or 'the mapping'} differ: missing {missing}, extra {extra}")
         return [p for key in got for p in _pairs(got[key], want[key], f"{where}[{key!r}]")]
     got_list, want_list = list(got), list(want)  # type: ignore[call-overload]
@@ -108,7 +108,10 @@ def _index(mask: torch.Tensor) -> str:
 
 
 def _for_pairs(what: str, got: object, want: object) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    pairs = _pairs(got, want)
+    try:
+        pairs = _pairs(got, want)
+    except CheckFailed as err:  # a structure that differs: say which comparison
+        raise CheckFailed(f"{what}: {err}") from None
     if not pairs:
         raise CheckFailed(f"{what}: nothing to compare, no tensor in either")
     for where, g, w in pairs:
