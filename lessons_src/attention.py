@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask, check_mask, check_window, combine_masks
+from .masks import causal_mask, check_chunk, check_mask, check_window, chunk_mask, combine_masks
 
 if TYPE_CHECKING:
     from .kv_cache import KVCache
@@ -118,7 +118,7 @@ class PreparedMask:
 
 
 def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
-                 device: torch.device, window: int | None = None) -> PreparedMask:
+                 device: torch.device, window: int | None = None, chunk: int | None = None) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
     Args:
@@ -129,10 +129,13 @@ def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int,
         dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
         device: the queries' device; the mask must be on it.
         window: with ``is_causal``, each query sees only the last ``window`` positions, its own included.
+        chunk: with ``is_causal``, each query sees only the keys of its own chunk of ``chunk`` positions
+            (Llama 4); folded into ``mask`` (:func:`lessons_src.masks.chunk_mask`), so every implementation
+            honours it as it honours a caller's mask.
 
     Raises:
-        ValueError: naming the mask's shape, dtype or device (or the window) and what would be accepted.
-        TypeError: if ``is_causal`` is not a bool (or ``window`` not an int).
+        ValueError: naming the mask's shape, dtype or device (or the window or chunk) and what would be accepted.
+        TypeError: if ``is_causal`` is not a bool (or ``window`` or ``chunk`` not an int).
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
@@ -148,6 +151,12 @@ def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int,
         if mask.dtype != torch.bool and mask.dtype != dtype:
             mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
+    chunk = check_chunk(chunk, is_causal=is_causal)
+    if chunk is not None:
+        if window is not None:
+            raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
+        same_chunk = chunk_mask(T, S, chunk, device=device)[None, None]  # (1, 1, T, S)
+        mask = same_chunk if mask is None else combine_masks(mask, same_chunk, dtype)
     return PreparedMask(mask, is_causal and (T > 1 or window is not None), T, S, window=window, device=device)
 
 
@@ -538,6 +547,7 @@ def attention(
     window: int | None = None,
     softcap: float | None = None,
     sinks: Tensor | None = None,
+    chunk: int | None = None,
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
@@ -564,6 +574,8 @@ def attention(
             Gemma 2); ``"eager"`` and ``"tiled"`` only: ``"sdpa"`` raises, naming them.
         sinks: one learned logit per query head ``(H,)``, in the queries' dtype: a column of the softmax
             with no value (gpt-oss), so each query may put weight on "nothing"; every implementation.
+        chunk: chunked attention (with ``is_causal``; Llama 4): each query sees only the keys of its own chunk
+            of ``chunk`` positions (:func:`lessons_src.masks.chunk_mask`).
 
     Returns:
         An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``
@@ -592,7 +604,7 @@ def attention(
     B, H, T, E = q.shape
     S = k.shape[2]
     mask = prepare_mask(
-        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window
+        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window, chunk=chunk
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     mods = _score_mods(softcap, sinks, H, q.dtype, q.device)
@@ -724,8 +736,10 @@ class MultiHeadAttention(nn.Module):
             same inputs and gives the same answer; ``need_weights=True`` runs ``"eager"``, which returns them.
         qk_norm: a QK-norm piece from :mod:`lessons_src.mechanisms` (``PerHeadRMSNorm``,
             ``ProjectionRMSNorm``, ``WeightlessRMSNorm``): ``(q, k) -> (q, k)``, before ``rope``.
-        rope: a :class:`lessons_src.mechanisms.Rotary`: rotary positions for self-attention (with a cache,
-            the new tokens' positions follow the cached ones).
+        rope: the layer's position piece, ``(q, k, start=) -> (q, k)``: a :class:`lessons_src.mechanisms.Rotary`
+            (rotary positions, partial or scaled), or on a NoPE layer ``None`` or Llama 4's
+            :class:`lessons_src.mechanisms.NoPETemperature`; for self-attention (with a cache, the new tokens'
+            positions follow the cached ones).
         gate: an output gate (``HeadwiseGate``, ``ElementwiseGate``): ``(x, y) -> y``, each head's output
             gated from the layer's input, before ``W_O``.
         softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` (Gemma 2 uses 50.0); needs an
@@ -892,6 +906,7 @@ class MultiHeadAttention(nn.Module):
         cache_position: int | None = ...,
         implementation: str | None = ...,
         window: int | None = ...,
+        chunk: int | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -907,6 +922,7 @@ class MultiHeadAttention(nn.Module):
         cache_position: int | None = ...,
         implementation: str | None = ...,
         window: int | None = ...,
+        chunk: int | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -921,6 +937,7 @@ class MultiHeadAttention(nn.Module):
         cache_position: int | None = None,
         implementation: str | None = None,
         window: int | None = None,
+        chunk: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -944,6 +961,7 @@ class MultiHeadAttention(nn.Module):
             implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
                 (or ``"eager"`` with ``need_weights``).
             window: sliding window, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
+            chunk: chunked attention, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
@@ -983,7 +1001,8 @@ class MultiHeadAttention(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
-        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window)
+        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window,
+                            chunk=chunk)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length

@@ -28,7 +28,20 @@ first ``n`` keys visible as well (StreamingLLM's attention sinks)::
                                         query 3   1 . 1 1 .
                                         query 4   1 . . 1 1
 
+**Chunked attention** (Llama 4) cuts the positions into fixed chunks of ``C`` (``0 .. C-1``, ``C .. 2C-1``,
+...) and lets a query see only the keys of its own chunk, causally: ``j // C == p // C`` with ``p = i + S - T``
+the query's position. Unlike a window, the number of keys a query sees falls back to 1 at each chunk's
+start, and a cache needs only the current chunk::
+
+    causal_mask(5, chunk=2)   key j ->  0 1 2 3 4
+                              query 0   1 . . . .
+                              query 1   1 1 . . .
+                              query 2   . . 1 . .
+                              query 3   . . 1 1 .
+                              query 4   . . . . 1
+
 References:
+    Meta, Llama 4 model code (``llama_models/llama4/model.py``): chunked attention on the RoPE layers.
     Beltagy et al., "Longformer: The Long-Document Transformer", 2020 (arXiv:2004.05150), sliding windows.
     Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453).
 """
@@ -45,8 +58,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "causal_mask",
+    "check_chunk",
     "check_mask",
     "check_window",
+    "chunk_mask",
     "combine_masks",
     "padding_mask",
 ]
@@ -58,6 +73,7 @@ def causal_mask(
     *,
     window: int | None = None,
     sinks: int = 0,
+    chunk: int | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Bool mask that lets query ``i`` see key ``j`` when ``j <= i + S - T`` (bottom-right aligned).
@@ -71,6 +87,8 @@ def causal_mask(
         S: number of key positions (``>= 0``; defaults to ``T``).
         window: keep key ``j`` only when ``j > i + S - T - window`` (``None``: no window; ``>= 1``).
         sinks: with a window, also keep keys ``0 .. sinks - 1`` (causally); ``>= 0``.
+        chunk: keep key ``j`` only in the query's chunk, ``j // chunk == (i + S - T) // chunk`` (``None``: no
+            chunks; ``>= 1``; not with a window).
         device: where to build the mask.
 
     Returns:
@@ -81,8 +99,8 @@ def causal_mask(
 
     Raises:
         TypeError: if ``T``, ``S``, ``window`` or ``sinks`` is not an int.
-        ValueError: if ``T``, ``S`` or ``sinks`` is negative, ``window`` is below 1, or ``sinks`` is
-            given without a window.
+        ValueError: if ``T``, ``S`` or ``sinks`` is negative, ``window`` or ``chunk`` is below 1, ``sinks`` is
+            given without a window, or a chunk with a window.
 
     Example:
         >>> causal_mask(2, 3).int().tolist()
@@ -93,10 +111,15 @@ def causal_mask(
     T = _length("T", T)
     S = T if S is None else _length("S", S)
     window = check_window(window)
+    chunk = check_chunk(chunk)
     sinks = _length("sinks", sinks)
     if sinks and window is None:
         raise ValueError(f"sinks={sinks} only means something with a window (without one every key is kept)")
     keep = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # j <= i + S - T
+    if chunk is not None:
+        if window is not None:
+            raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
+        return keep & chunk_mask(T, S, chunk, device=device)
     if window is None:
         return keep
     recent = torch.ones(T, S, dtype=torch.bool, device=device).triu(diagonal=S - T - window + 1)  # j > i+S-T-W
@@ -124,6 +147,53 @@ def check_window(window: object, *, is_causal: bool = True) -> int | None:
     if not is_causal:
         raise ValueError(f"window={w} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
     return w
+
+
+def check_chunk(chunk: object, *, is_causal: bool = True) -> int | None:
+    """``chunk`` as an int of at least 1, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise.
+
+    Chunks narrow the causal mask (Llama 4), so they need ``is_causal``, as a window does.
+
+    Example:
+        >>> check_chunk(8192), check_chunk(None)
+        (8192, None)
+    """
+    if chunk is None:
+        return None
+    if isinstance(chunk, bool) or not hasattr(chunk, "__index__"):
+        raise TypeError(f"chunk must be an int or None; got {chunk!r} of type {type(chunk).__name__}")
+    c = int(chunk.__index__())
+    if c < 1:
+        raise ValueError(f"chunk must be at least 1 position (Llama 4 uses 8192); got chunk={c}")
+    if not is_causal:
+        raise ValueError(f"chunk={c} narrows the causal mask, so it needs is_causal=True (or pass an attn_mask)")
+    return c
+
+
+def chunk_mask(T: int, S: int, chunk: int, *, device: torch.device | str | None = None) -> Tensor:
+    """Bool mask that lets query ``i`` see key ``j`` when both lie in the same chunk of ``chunk`` positions.
+
+    The queries are the last ``T`` of ``S`` positions (query ``i`` is at ``i + S - T``), as for
+    :func:`causal_mask`. Not causal by itself: ``causal_mask(T, S, chunk=chunk)`` is both.
+
+    Shapes:
+        output: ``(T, S)``
+
+    Raises:
+        TypeError: if a size is not an int.
+        ValueError: if ``T`` or ``S`` is negative, or ``chunk`` is below 1.
+
+    Example:
+        >>> chunk_mask(3, 3, 2).int().tolist()
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    T, S = _length("T", T), _length("S", S)
+    c = check_chunk(chunk)
+    if c is None:
+        raise TypeError("chunk must be an int of at least 1; got None")
+    query = (torch.arange(T, device=device) + S - T) // c  # (T,): each query's chunk
+    key = torch.arange(S, device=device) // c  # (S,)
+    return query[:, None] == key[None, :]  # (T, S)
 
 
 def _length(name: str, value: object) -> int:

@@ -71,15 +71,18 @@ References:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .rope import apply_rope, rope_cos_sin
+from .rope import RopeScaling, apply_rope, rope_cos_sin
 
 __all__ = [
     "ElementwiseGate",
     "HeadwiseGate",
+    "NoPETemperature",
     "PerHeadRMSNorm",
     "ProjectionRMSNorm",
     "Rotary",
@@ -256,15 +259,21 @@ class WeightlessRMSNorm(nn.Module):
 class Rotary(nn.Module):
     """RoPE on the first ``dim`` features of each head (all of them by default), at the tokens' positions.
 
-    Qwen3-Next rotates a quarter of each head (``partial_rotary_factor``); most models rotate all of it.
-    The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``).
+    Qwen3-Next rotates a quarter of each head and passes the rest through unchanged (partial RoPE,
+    ``partial_rotary_factor``; :meth:`partial` makes it from that fraction); most models rotate all of it.
+    The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``); ``scaling``
+    stretches the context (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`).
 
     Args:
         dim: features rotated per head ``R`` (even).
-        base: the wavelength base (``rope_theta``).
+        base: the wavelength base (``rope_theta``); unused with ``scaling``.
+        scaling: scaled frequencies (``R/2`` of them) and attention factor, or ``None``.
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` at positions ``start .. start + T - 1``; outputs: the same.
+
+    Raises:
+        ValueError: if ``dim`` is odd or below 2, or ``scaling`` was made for another ``dim``.
 
     Example:
         >>> q, k = Rotary(4)(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), start=0)
@@ -272,10 +281,33 @@ class Rotary(nn.Module):
         [1.0, 1.0, 1.0, 1.0]
     """
 
-    def __init__(self, dim: int, *, base: float = 10000.0) -> None:
+    def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None) -> None:
         super().__init__()
-        self.dim, self.base = _width("dim", dim), float(base)
-        rope_cos_sin(torch.arange(1), self.dim)  # checks dim: even, at least 2
+        self.dim, self.base, self.scaling = _width("dim", dim), float(base), scaling
+        rope_cos_sin(torch.arange(1), self.dim, base=self.base, scaling=scaling)  # checks dim (even) and scaling
+
+    @classmethod
+    def partial(cls, head_dim: int, fraction: float, *, base: float = 10000.0,
+                scaling: RopeScaling | None = None) -> Rotary:
+        """RoPE on ``fraction`` of each head's ``head_dim`` features (Qwen3-Next: 0.25), the rest passed through.
+
+        Raises:
+            ValueError: unless ``fraction`` is in ``(0, 1]`` and ``fraction * head_dim`` is an even whole number
+                (RoPE rotates pairs); the message lists the fractions that would do.
+
+        Example:
+            >>> Rotary.partial(16, 0.25)
+            Rotary(dim=4, base=10000.0)
+        """
+        head_dim = _width("head_dim", head_dim)
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be a number in (0, 1] (Qwen3-Next: 0.25); got fraction={fraction!r}")
+        dim = fraction * head_dim
+        if dim != int(dim) or int(dim) % 2:
+            good = ", ".join(f"{r / head_dim:g}" for r in range(2, head_dim + 1, 2))
+            raise ValueError(f"fraction={fraction!r} of head_dim={head_dim} rotates {dim:g} features, but RoPE rotates "
+                             f"pairs: use a fraction giving an even count, one of {good}")
+        return cls(int(dim), base=base, scaling=scaling)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Raise a ValueError unless ``dim`` fits in a head."""
@@ -286,13 +318,63 @@ class Rotary(nn.Module):
     def forward(self, q: Tensor, k: Tensor, *, start: int) -> tuple[Tensor, Tensor]:
         T, R = q.shape[2], self.dim
         positions = torch.arange(start, start + T, device=q.device)  # (T,)
-        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype)  # (T, R) each
+        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype, scaling=self.scaling)  # (T, R) each
         q = torch.cat([apply_rope(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
         k = torch.cat([apply_rope(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
         return q, k
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, base={self.base}"
+        scaled = "" if self.scaling is None else f", scaling={self.scaling.attention_factor:g}x attention factor"
+        return f"dim={self.dim}, base={self.base}{scaled}"
+
+
+class NoPETemperature(nn.Module):
+    """Llama 4's NoPE layers: no positions, and queries scaled up with the position ("temperature tuning").
+
+    A layer without RoPE (NoPE) sees every earlier token alike, so at long range its softmax flattens over
+    ever more keys. Llama 4 multiplies the query at position ``p`` by ``1 + attn_scale * ln(1 + floor((p + 1)
+    / floor_scale))``, which is 1 for the first ``floor_scale - 1`` positions and grows slowly after, keeping
+    the scores sharp. Keys are left as they are. It is the layer's position piece, given as ``rope=``, since
+    it acts where RoPE would, and at the same positions (with a cache, those after the cached ones).
+
+    ``transformers`` and Meta's code agree on the formula; Llama 4 Scout uses ``floor_scale=8192`` and
+    ``attn_scale=0.1``.
+
+    Args:
+        floor_scale: positions per step of the scale (``>= 1``).
+        attn_scale: how fast the scale grows with the log of the step (``>= 0``).
+
+    Shapes:
+        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` at positions ``start .. start + T - 1``; outputs: the same.
+
+    Raises:
+        ValueError: if ``floor_scale`` is below 1 or ``attn_scale`` negative or not finite.
+
+    Example:
+        >>> q, _ = NoPETemperature(floor_scale=2, attn_scale=1.0)(torch.ones(1, 1, 4, 1), torch.ones(1, 1, 4, 1),
+        ...                                                       start=0)
+        >>> [round(x, 4) for x in q.flatten().tolist()]  # 1 + ln(1 + floor((p + 1) / 2)) for p = 0 .. 3
+        [1.0, 1.6931, 1.6931, 2.0986]
+    """
+
+    def __init__(self, *, floor_scale: int = 8192, attn_scale: float = 0.1) -> None:
+        super().__init__()
+        self.floor_scale = _width("floor_scale", floor_scale)
+        if isinstance(attn_scale, bool) or not isinstance(attn_scale, int | float) or not 0 <= attn_scale < math.inf:
+            raise ValueError(f"attn_scale must be a finite number at least 0 (Llama 4: 0.1); "
+                             f"got attn_scale={attn_scale!r}")
+        self.attn_scale = float(attn_scale)
+
+    def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        """Fits any layer: it has no weights."""
+
+    def forward(self, q: Tensor, k: Tensor, *, start: int) -> tuple[Tensor, Tensor]:
+        positions = torch.arange(start, start + q.shape[2], device=q.device, dtype=torch.float64)  # (T,)
+        scale = 1.0 + self.attn_scale * torch.log1p(torch.floor((positions + 1) / self.floor_scale))  # (T,)
+        return q * scale.to(q.dtype)[:, None], k  # (B, H, T, E): each query times its position's scale
+
+    def extra_repr(self) -> str:
+        return f"floor_scale={self.floor_scale}, attn_scale={self.attn_scale}"
 
 
 # --------------------------------------------------------------------------- output gates

@@ -5,28 +5,227 @@ layout of GPT-NeoX and Hugging Face Llama); the pair at position ``m`` is rotate
 A rotated query at position ``m`` dotted with a rotated key at position ``n`` depends only on ``m - n``,
 which is how attention scores learn relative positions.
 
+**Scaling** stretches a trained context by changing the frequencies ``base^(-2i/R)`` (and, for YaRN, the
+size of the rotated vectors) without retraining from scratch. Each rule returns a :class:`RopeScaling`, the
+frequencies and an attention factor, which :func:`rope_cos_sin` (and :class:`lessons_src.mechanisms.Rotary`)
+take as ``scaling=``:
+
+* :func:`llama3_scaling` (Llama 3.1): pairs that turn slowly (wavelength above
+  ``original_max_positions / low_freq_factor``) are slowed ``factor`` times, pairs that turn fast (below
+  ``original_max_positions / high_freq_factor``) are kept, and those between are blended smoothly;
+* :func:`yarn_scaling` (YaRN: Qwen3, DeepSeek-V3, gpt-oss): each pair is interpolated (slowed ``factor``
+  times) or kept by how many turns it makes over the original context, with a linear ramp between
+  ``beta_slow`` and ``beta_fast`` turns, and the cosines and sines are multiplied by
+  ``0.1 ln(factor) + 1`` so that scores keep their sharpness at long range.
+
+Where ``transformers`` and the papers differ, the course follows ``transformers`` (its tests compare with
+``ROPE_INIT_FUNCTIONS``): YaRN's ramp bounds are rounded outwards (``floor``/``ceil``, its ``truncate``
+default), and its attention factor multiplies the cosines and sines, so the scores grow by its square, as
+in the paper's ``sqrt(1/t)`` on queries and keys.
+
 References:
     Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021 (arXiv:2104.09864).
+    Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", 2023 (arXiv:2309.00071).
+    Meta, "The Llama 3 Herd of Models", 2024 (arXiv:2407.21783), and its reference code: the 3.1 RoPE rule.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-__all__ = ["apply_rope", "rope_cos_sin"]
+__all__ = ["RopeScaling", "apply_rope", "llama3_scaling", "rope_cos_sin", "rope_frequencies", "yarn_scaling"]
+
+
+class RopeScaling(NamedTuple):
+    """Scaled RoPE: the frequency of each rotated pair, and the factor the cosines and sines are multiplied by.
+
+    Attributes:
+        inv_freq: float64 radians per position of pair ``i`` (its features ``i`` and ``i + R/2``), ``(R/2,)``.
+        attention_factor: multiplies the cosines and sines (1 for Llama 3.1; YaRN's ``0.1 ln(factor) + 1``).
+    """
+
+    inv_freq: Tensor
+    attention_factor: float = 1.0
+
+
+def _rotated(dim: object) -> int:
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):  # numpy integers pass, bool and float do not
+        raise TypeError(f"dim must be an int; got {dim!r} of type {type(dim).__name__}")
+    n = int(dim.__index__())
+    if n < 2 or n % 2:
+        raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={n!r}")
+    return n
+
+
+def _number(name: str, value: object, *, low: float, low_ok: bool, hint: str) -> float:
+    """``value`` as a finite float above ``low`` (or equal to it with ``low_ok``), or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number; got {value!r} of type {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite ({hint}); got {name}={value!r}")
+    if value < low or (value == low and not low_ok):
+        raise ValueError(f"{name} must be {'at least' if low_ok else 'above'} {low:g} ({hint}); got {name}={value!r}")
+    return float(value)
+
+
+def rope_frequencies(dim: int, *, base: float = 10000.0, device: torch.device | str | None = None) -> Tensor:
+    """Radians per position of each rotated pair, unscaled: ``base^(-2i/R)`` for ``i = 0 .. R/2 - 1``, in float64.
+
+    Shapes:
+        output: ``(R/2,)``.
+
+    Raises:
+        ValueError: if ``dim`` is odd or below 2, or ``base`` is not above 1.
+
+    Example:
+        >>> rope_frequencies(4, base=100.0).tolist()
+        [1.0, 0.1]
+    """
+    dim = _rotated(dim)
+    base = _number("base", base, low=1.0, low_ok=False, hint="rope_theta, 10000 in RoFormer")
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)  # (R/2,)
+
+
+def llama3_scaling(
+    dim: int, *, base: float = 500000.0, factor: float = 8.0, low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0, original_max_positions: int = 8192, device: torch.device | str | None = None,
+) -> RopeScaling:
+    """Llama 3.1's frequencies: slow pairs slowed ``factor`` times, fast pairs kept, a smooth blend between.
+
+    A pair of wavelength ``L = 2 pi / f`` (positions per turn) is slowed to ``f / factor`` when
+    ``L > original_max_positions / low_freq_factor`` (it never made a whole turn in training, so
+    stretching it only reaches angles it has seen), kept when ``L < original_max_positions / high_freq_factor``,
+    and otherwise set to ``(1 - s) f / factor + s f`` with ``s = (original_max_positions / L - low_freq_factor)
+    / (high_freq_factor - low_freq_factor)``. The attention factor is 1.
+
+    Args:
+        dim: rotated features per head ``R`` (even).
+        base: ``rope_theta`` (500,000 in Llama 3).
+        factor: how many times the slow pairs are slowed (8 in Llama 3.1); at least 1.
+        low_freq_factor: the original context over the longest wavelength that is blended (1 in Llama 3.1).
+        high_freq_factor: the original context over the shortest wavelength that is blended (4); above
+            ``low_freq_factor``.
+        original_max_positions: the context trained before scaling (8,192).
+        device: where to make the frequencies.
+
+    Returns:
+        A :class:`RopeScaling`.
+
+    Shapes:
+        inv_freq: ``(R/2,)``.
+
+    Raises:
+        ValueError: if ``dim`` is odd, ``factor`` is below 1, ``low_freq_factor`` is not positive or not below
+            ``high_freq_factor``, or ``original_max_positions`` is below 1.
+
+    Example:
+        >>> s = llama3_scaling(8, base=10000.0, factor=8.0, original_max_positions=1024)
+        >>> (rope_frequencies(8) / s.inv_freq).round(decimals=3).tolist()  # fast kept, slow slowed 8 times, one blended
+        [1.0, 1.0, 3.24, 8.0]
+    """
+    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies, Llama 3.1 uses 8")
+    low = _number("low_freq_factor", low_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 1")
+    high = _number("high_freq_factor", high_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 4")
+    if not low < high:
+        raise ValueError(f"low_freq_factor={low_freq_factor!r} must be below high_freq_factor={high_freq_factor!r} "
+                         "(Llama 3.1: 1 and 4)")
+    context = _positions(original_max_positions)
+    inv_freq = rope_frequencies(dim, base=base, device=device)  # (R/2,)
+    wavelength = 2 * math.pi / inv_freq  # positions per turn
+    blend = ((context / wavelength - low) / (high - low)).clamp(0.0, 1.0)  # 0: slowed, 1: kept
+    blended = (1 - blend) * inv_freq / factor + blend * inv_freq
+    scaled = torch.where(wavelength > context / low, inv_freq / factor, blended)
+    scaled = torch.where(wavelength < context / high, inv_freq, scaled)
+    return RopeScaling(scaled, 1.0)
+
+
+def yarn_scaling(
+    dim: int, *, base: float = 10000.0, factor: float, original_max_positions: int, beta_fast: float = 32.0,
+    beta_slow: float = 1.0, attention_factor: float | None = None, device: torch.device | str | None = None,
+) -> RopeScaling:
+    """YaRN's frequencies and attention factor ("NTK-by-parts" interpolation plus a temperature).
+
+    Pair ``i`` makes ``r_i = original_max_positions / (2 pi base^(2i/R))`` turns over the trained context.
+    Pairs that make more than ``beta_fast`` turns keep their frequency, pairs that make fewer than
+    ``beta_slow`` are interpolated (slowed ``factor`` times), and between them a linear ramp in ``i`` blends
+    the two (the ramp's ends are the dims where ``r_i`` equals ``beta_fast`` and ``beta_slow``, rounded
+    outwards as ``transformers`` does). The cosines and sines are multiplied by ``attention_factor``,
+    ``0.1 ln(factor) + 1`` unless given (the paper's ``sqrt(1/t)``).
+
+    Args:
+        dim: rotated features per head ``R`` (even).
+        base: ``rope_theta``.
+        factor: the context is stretched this many times (Qwen3: 4, gpt-oss: 32); at least 1.
+        original_max_positions: the context trained before scaling (gpt-oss: 4,096).
+        beta_fast: turns above which a pair keeps its frequency (32); above ``beta_slow``.
+        beta_slow: turns below which a pair is interpolated (1); positive.
+        attention_factor: the cosines' and sines' multiplier, ``None`` for the paper's; positive.
+        device: where to make the frequencies.
+
+    Returns:
+        A :class:`RopeScaling`.
+
+    Shapes:
+        inv_freq: ``(R/2,)``.
+
+    Raises:
+        ValueError: if ``dim`` is odd, ``factor`` is below 1, ``beta_slow`` is not positive or not below
+            ``beta_fast``, ``attention_factor`` is not positive, or ``original_max_positions`` is below 1.
+
+    Example:
+        >>> s = yarn_scaling(8, factor=4.0, original_max_positions=64)
+        >>> (rope_frequencies(8) / s.inv_freq).tolist(), round(s.attention_factor, 4)  # kept ... slowed 4 times
+        ([1.0, 1.6, 4.0, 4.0], 1.1386)
+    """
+    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies; gpt-oss uses 32")
+    slow = _number("beta_slow", beta_slow, low=0.0, low_ok=False, hint="YaRN uses 1")
+    fast = _number("beta_fast", beta_fast, low=0.0, low_ok=False, hint="YaRN uses 32")
+    if not slow < fast:
+        raise ValueError(f"beta_slow={beta_slow!r} must be below beta_fast={beta_fast!r} (YaRN: 1 and 32)")
+    if attention_factor is None:
+        attention_factor = 0.1 * math.log(factor) + 1.0
+    attention_factor = _number("attention_factor", attention_factor, low=0.0, low_ok=False,
+                               hint="None for YaRN's 0.1 ln(factor) + 1")
+    context = _positions(original_max_positions)
+    dim = _rotated(dim)
+    inv_freq = rope_frequencies(dim, base=base, device=device)  # (R/2,)
+
+    def dim_at(turns: float) -> float:  # the (fractional) feature index whose pair makes `turns` turns
+        return dim * math.log(context / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = float(max(math.floor(dim_at(fast)), 0)), float(min(math.ceil(dim_at(slow)), dim - 1))
+    hi = hi + 0.001 if lo == hi else hi  # a ramp of width 0 would divide by 0
+    i = torch.arange(dim // 2, dtype=torch.float64, device=device)  # (R/2,)
+    kept = 1 - ((i - lo) / (hi - lo)).clamp(0.0, 1.0)  # 1: keep the frequency, 0: interpolate
+    scaled = inv_freq / factor * (1 - kept) + inv_freq * kept
+    return RopeScaling(scaled, attention_factor)
+
+
+def _positions(n: object) -> int:
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"original_max_positions must be an int; got {n!r} of type {type(n).__name__}")
+    value = int(n.__index__())
+    if value < 1:
+        raise ValueError(f"original_max_positions must be at least 1 (the trained context); got {value}")
+    return value
 
 
 def rope_cos_sin(
-    positions: Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+    positions: Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32,
+    scaling: RopeScaling | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Cosines and sines of the rotation angles for ``positions``.
 
     Args:
         positions: integer positions, e.g. ``torch.arange(start, start + T)``.
         dim: rotated features per head ``R``; must be even.
-        base: the wavelength base (10000 in RoFormer and Llama 2).
+        base: the wavelength base (10000 in RoFormer and Llama 2); unused with ``scaling``.
         dtype: dtype of the result.
+        scaling: scaled frequencies and attention factor (:func:`llama3_scaling`, :func:`yarn_scaling`).
 
     Returns:
         ``(cos, sin)``.
@@ -35,26 +234,30 @@ def rope_cos_sin(
         positions: ``(T,)``; cos, sin: ``(T, R)``.
 
     Raises:
-        ValueError: if ``dim`` is odd or below 2.
+        ValueError: if ``dim`` is odd or below 2, or ``scaling`` has other than ``R/2`` frequencies.
 
     Example:
         >>> cos, sin = rope_cos_sin(torch.arange(3), 4)
         >>> cos.shape, cos[0].tolist()
         (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
     """
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):  # numpy integers pass, bool and float do not
-        raise TypeError(f"dim must be an int; got {dim!r} of type {type(dim).__name__}")
-    dim = int(dim.__index__())
-    if dim < 2 or dim % 2:
-        raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={dim!r}")
+    dim = _rotated(dim)
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
         raise ValueError(
             f"positions must be integers of shape (T,); got dtype {positions.dtype}, shape {tuple(positions.shape)}"
         )
-    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (R/2,)
+    if scaling is None:
+        inv_freq, factor = rope_frequencies(dim, base=base, device=positions.device), 1.0  # (R/2,)
+    else:
+        inv_freq, factor = scaling.inv_freq.to(positions.device, torch.float64), scaling.attention_factor
+        if inv_freq.shape != (dim // 2,):
+            raise ValueError(f"scaling has {tuple(inv_freq.shape)} frequencies but dim={dim} rotates {dim // 2} "
+                             f"pairs; make it with dim={dim}")
     angles = positions.to(torch.float64)[:, None] * inv_freq  # (T, R/2)
     angles = torch.cat([angles, angles], dim=-1)  # (T, R): pair i is (i, i + R/2)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    if factor == 1.0:
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+    return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -382,3 +382,86 @@ def test_mechanisms_decode_with_a_cache_as_the_full_pass() -> None:
             layer(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(3, T)
         ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+# --------------------------------------------------------------------------- positions: partial, scaled, NoPE, chunks
+
+
+def test_partial_scaled_rope_is_qwen3_nexts() -> None:
+    """Qwen3-Next rotates a quarter of each head, with YaRN frequencies here: its own rotary module's cosines and
+    sines against :meth:`Rotary.partial` with :func:`yarn_scaling`; the other three quarters pass through."""
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention, Qwen3NextRotaryEmbedding
+
+    from lessons_src.rope import yarn_scaling
+
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+            "partial_rotary_factor": 0.25}
+    cfg = _config(transformers.Qwen3NextConfig, rms_norm_eps=1e-6, rope_parameters=rope, max_position_embeddings=16)
+    ref = Qwen3NextAttention(cfg, layer_idx=3)
+    _randomise(ref, 0)
+    rotary = Rotary.partial(E, 0.25, scaling=yarn_scaling(E // 4, factor=4.0, original_max_positions=4))
+    norm, gate = PerHeadRMSNorm(E, eps=1e-6, offset=1.0), ElementwiseGate(D, H, E)
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=rotary, gate=gate)
+    w = ref.q_proj.weight.view(H, 2, E, D)
+    _copy_projections(ours, ref, w_q=w[:, 0].reshape(H * E, D))
+    with torch.no_grad():
+        gate.proj.weight.copy_(w[:, 1].reshape(H * E, D))
+        norm.q_weight.copy_(ref.q_norm.weight)
+        norm.k_weight.copy_(ref.k_norm.weight)
+    x, mask, _ = _inputs(torch.float32, rotary=None)
+    pe = Qwen3NextRotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(B, T))  # its own (cos, sin), (B, T, E/4)
+    assert pe[0].shape[-1] == rotary.dim == E // 4
+    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], [], TOL32)
+
+
+def _llama4(no_rope: bool, **extra: object) -> tuple[torch.nn.Module, MultiHeadAttention]:
+    """A Llama 4 text attention layer (RoPE with its weightless norm, or NoPE) and ours with its projections."""
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    cfg = _config(transformers.Llama4TextConfig, rms_norm_eps=1e-6, use_qk_norm=True, no_rope_layers=[int(not no_rope)],
+                  **extra)
+    ref = Llama4TextAttention(cfg, layer_idx=0)
+    assert ref.use_rope != no_rope
+    _randomise(ref, 0)
+    return ref, cfg
+
+
+def test_nope_temperature_is_llama4s() -> None:
+    """Llama 4's NoPE layer: no RoPE, no QK-norm, each query times ``1 + a ln(1 + floor((p + 1) / f))``; with
+    ``f = 2`` the scale changes at positions 1, 3 and 5 of the six."""
+    from lessons_src.mechanisms import NoPETemperature
+
+    ref, _ = _llama4(no_rope=True, attn_temperature_tuning=True, floor_scale=2, attn_scale=0.7)
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, rope=NoPETemperature(floor_scale=2, attn_scale=0.7))
+    _copy_projections(ours, ref)
+    x, mask, _ = _inputs(torch.float32, rotary=None)
+    _compare(ours, ref, x, lambda x: ref(x, position_embeddings=None, attention_mask=mask)[0], [], TOL32)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager", "tiled"])
+def test_chunked_attention_is_llama4s(impl: str) -> None:
+    """Llama 4's RoPE layers attend within chunks: ``transformers``' own chunked mask (chunks of 4 in 6 tokens)
+    and its layer against ``chunk=4`` through the one mask preparation, in every implementation."""
+    from transformers.masking_utils import create_chunked_causal_mask
+    from transformers.models.llama4.modeling_llama4 import Llama4TextRotaryEmbedding
+
+    ref, cfg = _llama4(no_rope=False, attention_chunk_size=4, attn_temperature_tuning=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    halves = torch.cat([torch.arange(0, E, 2), torch.arange(1, E, 2)])  # interleaved -> rotate-half order
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=WeightlessRMSNorm(eps=1e-6), rope=Rotary(E),
+                              implementation=impl)
+    _copy_projections(ours, ref)
+    with torch.no_grad():
+        ours.qkv_proj.weight[: H * E].copy_(ref.q_proj.weight.view(H, E, D)[:, halves].reshape(H * E, D))
+        ours.qkv_proj.weight[H * E : (H + K) * E].copy_(ref.k_proj.weight.view(K, E, D)[:, halves].reshape(K * E, D))
+    x, _, _ = _inputs(torch.float32, rotary=None)
+    positions = torch.arange(T)[None].expand(B, T)
+    mask = create_chunked_causal_mask(config=cfg, inputs_embeds=x, attention_mask=None, past_key_values=None,
+                                      position_ids=positions)
+    assert mask is not None
+    freqs_cis = Llama4TextRotaryEmbedding(cfg)(x, positions)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = ours(xa, is_causal=True, chunk=4), ref(xb, position_embeddings=freqs_cis, attention_mask=mask)[0]
+    torch.testing.assert_close(got, want, **TOL32)
+    torch.testing.assert_close(*(torch.autograd.grad(o.square().sum(), i)[0] for o, i in ((got, xa), (want, xb))),
+                               **TOL32)
