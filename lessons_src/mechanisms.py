@@ -284,7 +284,8 @@ class Rotary(nn.Module):
     def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None) -> None:
         super().__init__()
         self.dim, self.base, self.scaling = _width("dim", dim), float(base), scaling
-        rope_cos_sin(torch.arange(1), self.dim, base=self.base, scaling=scaling)  # checks dim (even) and scaling
+        at = None if scaling is None else scaling.inv_freq.device
+        rope_cos_sin(torch.arange(1, device=at), self.dim, base=self.base, scaling=scaling)  # checks dim and scaling
 
     @classmethod
     def partial(cls, head_dim: int, fraction: float, *, base: float = 10000.0,

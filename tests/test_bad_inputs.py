@@ -35,10 +35,11 @@ from lessons_src.attention import attention, prepare_mask, register_attention, s
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.kv_cache import RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
-from lessons_src.masks import combine_masks
+from lessons_src.masks import check_chunk, check_mask, check_window, chunk_mask, combine_masks
 from lessons_src.mechanisms import (
     ElementwiseGate,
     HeadwiseGate,
+    NoPETemperature,
     PerHeadRMSNorm,
     ProjectionRMSNorm,
     Rotary,
@@ -47,7 +48,7 @@ from lessons_src.mechanisms import (
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
-from lessons_src.rope import rope_cos_sin
+from lessons_src.rope import RopeScaling, llama3_scaling, rope_cos_sin, rope_frequencies, yarn_scaling
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -340,6 +341,49 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("ProjectionRMSNorm", "value", lambda: ProjectionRMSNorm(4, 0, 8), ValueError, r"num_kv_heads must be at least 1; got num_kv_heads=0"),
     ("WeightlessRMSNorm", "value", lambda: WeightlessRMSNorm(eps=float("nan")), ValueError, r"eps must be a number at least 0 .*; got eps=nan"),
     ("Rotary", "value", lambda: Rotary(3), ValueError, r"dim must be even and at least 2; got dim=3"),
+    ("Rotary.partial", "value", lambda: Rotary.partial(16, 0.3), ValueError,
+     r"fraction=0.3 of head_dim=16 rotates 4.8 features, but RoPE rotates pairs: .* one of 0.125, 0.25, .* 1"),
+    ("Rotary.partial", "value", lambda: Rotary.partial(12, 0.25), ValueError,
+     r"fraction=0.25 of head_dim=12 rotates 3 features, but RoPE rotates pairs"),
+    ("Rotary.partial", "value", lambda: Rotary.partial(16, 1.5), ValueError, r"fraction must be a number in \(0, 1\]"),
+    ("Rotary", "shape", lambda: Rotary(8, scaling=yarn_scaling(16, factor=2.0, original_max_positions=64)), ValueError,
+     r"scaling has \(8,\) frequencies but dim=8 rotates 4 pairs; make it with dim=8"),
+    ("NoPETemperature", "value", lambda: NoPETemperature(floor_scale=0), ValueError,
+     r"floor_scale must be at least 1; got floor_scale=0"),
+    ("NoPETemperature", "value", lambda: NoPETemperature(attn_scale=-0.1), ValueError,
+     r"attn_scale must be a finite number at least 0 \(Llama 4: 0.1\); got attn_scale=-0.1"),
+    ("NoPETemperature", "type", lambda: NoPETemperature(floor_scale=2.5), TypeError,  # type: ignore[arg-type]
+     r"floor_scale must be an int; got 2.5"),
+    ("llama3_scaling", "value", lambda: llama3_scaling(16, factor=0.5), ValueError,
+     r"factor must be at least 1 \(1 keeps the frequencies, Llama 3.1 uses 8\); got factor=0.5"),
+    ("llama3_scaling", "value", lambda: llama3_scaling(16, low_freq_factor=4.0, high_freq_factor=1.0), ValueError,
+     r"low_freq_factor=4.0 must be below high_freq_factor=1.0"),
+    ("llama3_scaling", "value", lambda: llama3_scaling(15), ValueError, r"dim must be even and at least 2; got dim=15"),
+    ("llama3_scaling", "value", lambda: llama3_scaling(16, original_max_positions=0), ValueError,
+     r"original_max_positions must be at least 1 \(the trained context\); got 0"),
+    ("yarn_scaling", "value", lambda: yarn_scaling(16, factor=float("inf"), original_max_positions=64), ValueError,
+     r"factor must be finite .*; got factor=inf"),
+    ("yarn_scaling", "value", lambda: yarn_scaling(16, factor=4.0, original_max_positions=64, beta_fast=1.0,
+     beta_slow=32.0), ValueError, r"beta_slow=32.0 must be below beta_fast=1.0"),
+    ("yarn_scaling", "value", lambda: yarn_scaling(16, factor=4.0, original_max_positions=64, attention_factor=0.0),
+     ValueError, r"attention_factor must be above 0 .*; got attention_factor=0.0"),
+    ("yarn_scaling", "type", lambda: yarn_scaling(16, factor="4", original_max_positions=64), TypeError,  # type: ignore[arg-type]
+     r"factor must be a number; got '4' of type str"),
+    ("rope_frequencies", "value", lambda: rope_frequencies(8, base=1.0), ValueError,
+     r"base must be above 1 \(rope_theta, 10000 in RoFormer\); got base=1.0"),
+    ("RopeScaling", "shape", lambda: rope_cos_sin(torch.arange(3), 4, scaling=RopeScaling(torch.ones(3))), ValueError,
+     r"scaling has \(3,\) frequencies but dim=4 rotates 2 pairs"),
+    ("chunk_mask", "value", lambda: chunk_mask(4, 4, 0), ValueError, r"chunk must be at least 1 position .*; got chunk=0"),
+    ("chunk_mask", "type", lambda: chunk_mask(4, 4, None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
+    ("check_window", "value", lambda: check_window(0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
+    ("check_mask", "dtype", lambda: check_mask(torch.ones(2, 2, dtype=torch.int64), (1, 1, 2, 2), torch.float32),
+     ValueError, r"attn_mask has dtype torch.int64, which is not supported"),
+    ("check_chunk", "type", lambda: check_chunk(2.0), TypeError, r"chunk must be an int or None; got 2.0 of type float"),
+    ("causal_mask", "value", lambda: causal_mask(4, chunk=-1), ValueError, r"chunk must be at least 1 position"),
+    ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2,
+     is_causal=True, chunk=2, window=2), ValueError, r"chunk=2 and window=2 are two ways to limit the keys"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), chunk=2),
+     ValueError, r"chunk=2 narrows the causal mask, so it needs is_causal=True"),
     ("HeadwiseGate", "value", lambda: HeadwiseGate(16, 0), ValueError, r"num_heads must be at least 1; got num_heads=0"),
     ("ElementwiseGate", "type", lambda: ElementwiseGate(16, 4, "4"), TypeError, r"head_dim must be an int; got '4' of type str"),  # type: ignore[arg-type]
     ("mha_to_gqa", "value", lambda: mha_to_gqa(MultiHeadAttention(16, 4, sinks=True), 2), ValueError,
@@ -374,6 +418,9 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import mechanisms
 
     public |= set(mechanisms.__all__)
+    from lessons_src import masks, rope
+
+    public |= set(rope.__all__) | set(masks.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}

@@ -114,6 +114,9 @@ def _on_meta() -> dict[str, object]:
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, window=w)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
         ] + [
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, chunk=2)
+            for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5))
+        ] + [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, sinks=_meta(4),
                          softcap=None if impl == "sdpa" else 5.0)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
@@ -123,7 +126,12 @@ def _on_meta() -> dict[str, object]:
         "mechanisms.PerHeadRMSNorm": lambda: mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
         "mechanisms.ProjectionRMSNorm": lambda: mc.ProjectionRMSNorm(4, 2, 8).to(META)(q, kv),
         "mechanisms.WeightlessRMSNorm": lambda: mc.WeightlessRMSNorm()(q, kv),
-        "mechanisms.Rotary": lambda: mc.Rotary(4)(q, _meta(1, 2, 3, 8), start=2),
+        "mechanisms.Rotary": lambda: [
+            mc.Rotary(4)(q, _meta(1, 2, 3, 8), start=2),
+            mc.Rotary.partial(8, 0.5, scaling=rp.yarn_scaling(4, factor=4.0, original_max_positions=8, device=META))(
+                q, _meta(1, 2, 3, 8), start=2),
+        ],
+        "mechanisms.NoPETemperature": lambda: mc.NoPETemperature(floor_scale=2)(q, _meta(1, 2, 3, 8), start=2),
         "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
         "mechanisms.ElementwiseGate": lambda: mc.ElementwiseGate(16, 4, 8).to(META)(_meta(1, 3, 16), q),
         "attention.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
@@ -143,7 +151,9 @@ def _on_meta() -> dict[str, object]:
         "attention.PreparedMask": lambda: at.PreparedMask(None, True, 3, 5, window=2, device=META).combined(),
         "attention.repeat_kv": lambda: at.repeat_kv(kv, 2),
         "attention.HeadWeights": lambda: _mha_meta().head_weights(),
-        "masks.causal_mask": lambda: mk.causal_mask(3, 5, window=2, sinks=1, device=META),
+        "masks.causal_mask": lambda: [mk.causal_mask(3, 5, window=2, sinks=1, device=META),
+                                      mk.causal_mask(3, 5, chunk=2, device=META)],
+        "masks.chunk_mask": lambda: mk.chunk_mask(3, 5, 2, device=META),
         "masks.combine_masks": lambda: mk.combine_masks(keep, _meta(1, 1, 3, 5), torch.float32),
         "masks.check_mask": lambda: (mk.check_mask(keep, (1, 4, 3, 5), torch.float32), keep)[1],
         "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
@@ -159,7 +169,13 @@ def _on_meta() -> dict[str, object]:
             ml.MultiHeadLatentAttention(16, 2, kv_latent_dim=4, rope_dim=2).to(META)(_meta(1, 3, 16), mode=mode)
             for mode in ("naive", "absorbed")
         ],
-        "rope.rope_cos_sin": lambda: cos_sin,
+        "rope.rope_cos_sin": lambda: [
+            *cos_sin, *rp.rope_cos_sin(torch.arange(3, device=META), 4, scaling=rp.llama3_scaling(4, device=META))
+        ],
+        "rope.rope_frequencies": lambda: rp.rope_frequencies(8, device=META),
+        "rope.llama3_scaling": lambda: rp.llama3_scaling(8, device=META).inv_freq,
+        "rope.yarn_scaling": lambda: rp.yarn_scaling(8, factor=4.0, original_max_positions=16, device=META).inv_freq,
+        "rope.RopeScaling": lambda: rp.RopeScaling(_meta(4)).inv_freq,
         "rope.apply_rope": lambda: rp.apply_rope(_meta(1, 2, 3, 4), *cos_sin),
         "convert.pool_kv_heads": lambda: cv.pool_kv_heads(_meta(8, 8), 4, 2),
         "convert.expand_kv_heads": lambda: cv.expand_kv_heads(_meta(4, 8), 2, 4),
@@ -188,6 +204,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "attention.AttentionResult": "a NamedTuple of the caller's tensors",
     "attention.register_attention": "adds a name to a dict",
     "masks.check_window": "checks an int",
+    "masks.check_chunk": "checks an int",
     "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
     "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
     "kv_cache.latent_bytes_per_token": "arithmetic on sizes",
@@ -317,7 +334,6 @@ REVIEWED = {
     ("parallel.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
     ("mechanisms.py", "__init__", "full"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
     ("mechanisms.py", "__init__", "ones"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
-    ("mechanisms.py", "__init__", "arange"): "Rotary checks its dim once with rope_cos_sin; the tensor is dropped",
 }
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons_src.attention import attention
-from lessons_src.masks import causal_mask, check_mask, combine_masks, padding_mask
+from lessons_src.masks import causal_mask, check_mask, chunk_mask, combine_masks, padding_mask
 
 
 def test_causal_square_is_lower_triangle() -> None:
@@ -113,3 +113,52 @@ def test_a_mask_is_accepted_exactly_when_it_broadcasts_to_the_scores(scores: lis
     else:
         with pytest.raises(ValueError, match=rf"shape {re.escape(str(tuple(mask)))} .* {re.escape(str(target))}"):
             check_mask(m, target, torch.float32)
+
+
+# --------------------------------------------------------------------------- chunked attention (Llama 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(S=st.integers(1, 12), T_off=st.integers(0, 11), chunk=st.integers(1, 6))
+def test_chunk_mask_is_its_definition_for_the_last_queries(S: int, T_off: int, chunk: int) -> None:
+    """Query ``i`` of the last ``T`` is at ``p = i + S - T`` and sees key ``j`` when ``j <= p`` and both share a chunk;
+    the last ``T`` rows of the square mask, so decoding after cached tokens sees what the full pass saw."""
+    T = max(1, S - T_off)
+    got = causal_mask(T, S, chunk=chunk)
+    p = torch.arange(S - T, S)[:, None]
+    j = torch.arange(S)[None, :]
+    assert torch.equal(got, (j <= p) & (j // chunk == p // chunk))
+    assert torch.equal(got, causal_mask(S, chunk=chunk)[S - T :])
+    assert torch.equal(chunk_mask(T, S, chunk) & causal_mask(T, S), got)
+
+
+@settings(max_examples=20, deadline=None)
+@given(T=st.integers(1, 6), extra=st.integers(0, 4), chunk=st.integers(1, 5), kind=st.sampled_from(["none", "bool",
+       "float"]), seed=st.integers(0, 2**16))
+def test_every_implementation_attends_within_chunks(T: int, extra: int, chunk: int, kind: str, seed: int) -> None:
+    """``chunk=`` goes through the one mask preparation: every implementation equals an explicit chunked mask,
+    combined with the caller's mask."""
+    from lessons_src.attention import ATTENTION_FUNCTIONS
+
+    g = torch.Generator().manual_seed(seed)
+    S = T + extra
+    q = torch.randn(1, 4, T, 4, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, S, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    keep = torch.rand(T, S, generator=g) > 0.2
+    hidden = torch.zeros(T, S, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    mask = {"none": None, "bool": keep, "float": hidden}[kind]
+    explicit = causal_mask(T, S, chunk=chunk) & (keep if kind != "none" else True)
+    want = attention(q, k, v, attn_mask=explicit, implementation="eager").output
+    for impl in sorted(ATTENTION_FUNCTIONS):
+        got = attention(q, k, v, attn_mask=mask, is_causal=True, chunk=chunk, implementation=impl).output
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9, msg=lambda m, i=impl: f"{i}: {m}")
+
+
+def test_chunk_and_window_are_refused_together_and_need_is_causal() -> None:
+    with pytest.raises(ValueError, match=r"chunk=2 and window=3 are two ways to limit the keys"):
+        causal_mask(4, chunk=2, window=3)
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match=r"chunk=2 narrows the causal mask, so it needs is_causal=True"):
+        attention(q, q, q, chunk=2)
+    with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
+        attention(q, q, q, is_causal=True, chunk=0)
