@@ -13,6 +13,8 @@ then grown by one or more new tokens per decoding step.
 * :class:`RollingKVCache` is a fixed-size cache for sliding-window attention: the last ``window``
   tokens, plus optionally the first ``sinks`` tokens (StreamingLLM's attention sinks). Its memory stops
   growing at ``sinks + window`` positions, however long the sequence.
+* :class:`ChunkedKVCache` is the cache for chunked attention (Llama 4): a query sees only the keys of its own
+  chunk of ``chunk`` positions, so the cache keeps the current chunk and empties when the next one starts.
 
 The ``nbytes`` of a cache is measured from its tensors; :func:`kv_bytes_per_token` and
 :func:`latent_bytes_per_token` are the formulas. The tests and the lesson check that the two agree.
@@ -33,7 +35,15 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "LatentCache", "RollingKVCache", "RollingUpdate", "kv_bytes_per_token", "latent_bytes_per_token"]
+__all__ = [
+    "ChunkedKVCache",
+    "KVCache",
+    "LatentCache",
+    "RollingKVCache",
+    "RollingUpdate",
+    "kv_bytes_per_token",
+    "latent_bytes_per_token",
+]
 
 
 def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_head_dim: int | None = None) -> int:
@@ -459,3 +469,118 @@ class RollingKVCache:
         k, v = self.k[:, :, :1], self.v[:, :, :1]  # one slot
         per_position = k.numel() * k.element_size() + v.numel() * v.element_size()
         return used * per_position
+
+
+class ChunkedKVCache:
+    """A KV cache for chunked attention (Llama 4): the keys and values of the current chunk, at most ``chunk``.
+
+    With chunks of ``C`` a query at position ``p`` sees keys ``C * (p // C) .. p`` only, so everything before
+    the current chunk's start can go. Unlike a rolling window, the cache empties each time a chunk starts: its
+    memory is at most ``C`` positions, and on average half that. Keys are cached after RoPE, rotated by their
+    original positions, so attention equals the full pass with ``causal_mask(..., chunk=C)`` (the tests check it).
+
+    Args:
+        batch_size: ``B``.
+        num_kv_heads: ``K``.
+        head_dim: ``E``.
+        chunk: ``C``, positions per chunk (``>= 1``; Llama 4: 8,192).
+        v_head_dim: ``Ev`` (default ``E``).
+        dtype: element type.
+        device: where to allocate.
+
+    Shapes:
+        k: ``(B, K, chunk, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)`` and returns a
+        :class:`RollingUpdate` with ``S`` keys (those of the current chunk up to the new tokens, or, when the new
+        tokens cross a chunk boundary, those of every chunk they touch).
+
+    For inference only, like :class:`KVCache`.
+
+    Raises:
+        TypeError: if a size is not an int.
+        ValueError: if a size is below 1, and in :meth:`update`.
+
+    Example:
+        >>> cache = ChunkedKVCache(batch_size=1, num_kv_heads=1, head_dim=2, chunk=4)
+        >>> for _ in range(6):
+        ...     step = cache.update(torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+        >>> step.positions.tolist(), cache.nbytes == 2 * kv_bytes_per_token(1, 2, torch.float32)  # token 5: 4, 5
+        ([4, 5], True)
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        chunk: int,
+        *,
+        v_head_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        dtype = _float_dtype(dtype)
+        sizes = _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+                        "chunk": chunk, "v_head_dim": v_head_dim})
+        self.batch_size, self.num_kv_heads, self.head_dim, self.chunk, self.v_head_dim = sizes.values()
+        self.max_len = self.chunk  # slots
+        self.length = 0  # tokens seen so far: the next token's position
+        shape = (self.batch_size, self.num_kv_heads, self.chunk)
+        self.k = torch.zeros(*shape, self.head_dim, dtype=dtype, device=device)  # (B, K, C, E)
+        self.v = torch.zeros(*shape, self.v_head_dim, dtype=dtype, device=device)  # (B, K, C, Ev)
+
+    @property
+    def held(self) -> int:
+        """Positions the cache holds: those of the current chunk seen so far (``length mod chunk``, or ``chunk``)."""
+        return self.length - self.chunk * ((self.length - 1) // self.chunk) if self.length else 0
+
+    def update(self, k: Tensor, v: Tensor) -> RollingUpdate:
+        """Add ``T`` new tokens (keys already rotated by their positions ``length .. length + T - 1``).
+
+        Returns what the new queries attend to. New tokens that stay in the current chunk are written into
+        the buffer and attend to it (``mask`` is ``None`` for one token, causal among the new ones for more);
+        a block that crosses into a new chunk attends to the kept keys followed by its own, with the
+        chunk-and-causal mask, and the cache then keeps only the last chunk's tokens.
+
+        Raises:
+            ValueError: if ``k``/``v`` do not fit the cache (batch, heads, widths, dtype, device), have
+                different lengths, add no position, or require grad while autograd records.
+        """
+        B, K, C = self.batch_size, self.num_kv_heads, self.chunk
+        _check_new("k", k, (B, K, None, self.head_dim), "(B, K, T, E)", self.k)
+        _check_new("v", v, (B, K, None, self.v_head_dim), "(B, K, T, Ev)", self.v)
+        T = k.shape[2]
+        if v.shape[2] != T or T < 1:
+            raise ValueError(
+                f"k and v must add the same number (>= 1) of positions; got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        start, end = self.length, self.length + T
+        first = C * (start // C)  # the current chunk's first position
+        kept = start - first  # its positions already cached, in slots 0 .. kept - 1
+        new_pos = torch.arange(start, end, device=self.k.device)  # (T,)
+        if (end - 1) // C == start // C:  # the new tokens stay in this chunk: write, then attend to the buffer
+            self.k[:, :, kept : kept + T], self.v[:, :, kept : kept + T] = k, v
+            self.length = end
+            pos = torch.arange(first, end, device=self.k.device)  # (S,)
+            mask = None if T == 1 else pos[None, :] <= new_pos[:, None]  # (T, S): causal among the new ones
+            return RollingUpdate(self.k[:, :, : kept + T], self.v[:, :, : kept + T], mask, pos)
+        pos = torch.arange(first, end, device=self.k.device)  # (S,): the kept keys, then the new ones
+        k_all = torch.cat([self.k[:, :, :kept], k], dim=2)  # (B, K, S, E)
+        v_all = torch.cat([self.v[:, :, :kept], v], dim=2)  # (B, K, S, Ev)
+        p, j = new_pos[:, None], pos[None, :]
+        mask = (j <= p) & (j // C == p // C)  # (T, S): causal, same chunk
+        last = C * ((end - 1) // C)  # the last chunk's first position: the cache keeps from here
+        n = end - last
+        self.k[:, :, :n], self.v[:, :, :n] = k[:, :, T - n :], v[:, :, T - n :]
+        self.length = end
+        return RollingUpdate(k_all, v_all, mask, pos)
+
+    def reset(self) -> None:
+        """Forget every cached token (the memory stays allocated)."""
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the current chunk's tokens, measured from the tensors (at most ``chunk`` positions)."""
+        k, v = self.k[:, :, : self.held], self.v[:, :, : self.held]
+        return k.numel() * k.element_size() + v.numel() * v.element_size()

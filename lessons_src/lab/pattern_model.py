@@ -1,0 +1,363 @@
+"""A small decoder whose layers follow a pattern: global, sliding-window, chunked and NoPE layers, some sharing KV.
+
+The open models of 2025-26 mix layer types: gpt-oss alternates 128-token windows with global layers, Gemma 3
+runs five local layers per global one, OLMo 3 three per global one, Llama 4 attends within chunks on three
+layers of four and leaves the fourth without positions (NoPE), and Gemma 4's last layers reuse the keys and
+values of an earlier layer of their type instead of computing their own. A pattern is a list of
+:class:`LayerType`, one per layer; :func:`gpt_oss_pattern`, :func:`gemma3_pattern`, :func:`olmo3_pattern`,
+:func:`llama4_pattern` and :func:`share_kv` write the shipping models' (the tests compare them with
+``transformers``' configs and the masks its models build).
+
+Each layer type needs its own cache (:meth:`PatternGPT.make_caches`): a global layer every position
+(:class:`~lessons_src.kv_cache.KVCache`), a window of ``W`` the last ``W``
+(:class:`~lessons_src.kv_cache.RollingKVCache`), a chunk of ``C`` the current chunk
+(:class:`~lessons_src.kv_cache.ChunkedKVCache`), and a layer that shares none: it attends to what its source
+layer attended to in the same step. Decoding with these caches equals the full pass, token by token and in
+blocks (the tests check every type and pattern).
+
+Why here, in ``lab``, and not in the core: the decoder needs the attention layer, the masks, the caches,
+the pieces and RoPE, five core files where a core file may need three; and its MLP, norms and embeddings are
+a toy's. What a reader copies for a model of mixed layers is in the core: the chunk mask
+(:func:`lessons_src.masks.chunk_mask`, through ``attention(chunk=)``), the caches, and the pieces
+(:class:`~lessons_src.mechanisms.Rotary`, :class:`~lessons_src.mechanisms.NoPETemperature`); this file shows
+how a decoder names them per layer.
+
+References:
+    OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025 (arXiv:2508.10925): alternating banded and dense layers.
+    Gemma Team, "Gemma 3 Technical Report", 2025 (arXiv:2503.19786): five local layers per global one.
+    Team OLMo, "Olmo 3", 2025: three sliding-window layers per global one.
+    Meta, Llama 4 model code (``llama_models/llama4/model.py``): chunked attention and NoPE layers.
+    Brandon et al., "Reducing Transformer Key-Value Cache Size with Cross-Layer Attention", 2024
+    (arXiv:2405.12981): sharing keys and values across layers, as Gemma 4's last layers do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention, attention
+from ..kv_cache import ChunkedKVCache, KVCache, RollingKVCache
+from ..mechanisms import NoPETemperature, PerHeadRMSNorm, Rotary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "LayerType",
+    "PatternConfig",
+    "PatternGPT",
+    "check_pattern",
+    "gemma3_pattern",
+    "gpt_oss_pattern",
+    "llama4_pattern",
+    "olmo3_pattern",
+    "share_kv",
+]
+
+KINDS = ("global", "window", "chunk")
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """One layer's attention: which keys it sees, whether it has positions, and whose keys and values it uses.
+
+    Attributes:
+        kind: ``"global"`` (every earlier key), ``"window"`` (the last ``size``) or ``"chunk"`` (its chunk of
+            ``size``).
+        size: the window ``W`` or chunk ``C``; ``None`` for a global layer.
+        rope: rotary positions; ``False`` for a NoPE layer.
+        shares: the index of an earlier layer whose keys and values this one reuses (same kind, size and
+            positions), or ``None`` for a layer that computes its own.
+
+    Raises:
+        ValueError: for an unknown kind, a window or chunk without a positive size, a size on a global layer,
+            or a negative ``shares``.
+
+    Example:
+        >>> LayerType("window", 128), LayerType("global", rope=False).name
+        (LayerType(kind='window', size=128, rope=True, shares=None), 'nope')
+    """
+
+    kind: str = "global"
+    size: int | None = None
+    rope: bool = True
+    shares: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got kind={self.kind!r}")
+        if self.kind == "global" and self.size is not None:
+            raise ValueError(f"a global layer sees every key; got size={self.size} (use kind='window' or 'chunk')")
+        if self.kind != "global" and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1):
+            raise ValueError(f"a {self.kind} layer needs a size of at least 1 position; got size={self.size!r}")
+        if self.shares is not None and (isinstance(self.shares, bool) or not isinstance(self.shares, int)
+                                        or self.shares < 0):
+            raise ValueError(f"shares must be an earlier layer's index (>= 0) or None; got shares={self.shares!r}")
+
+    @property
+    def name(self) -> str:
+        """``"global"``, ``"nope"``, ``"window:W"`` or ``"chunk:C"`` (sharing aside)."""
+        if self.kind == "global":
+            return "global" if self.rope else "nope"
+        return f"{self.kind}:{self.size}" + ("" if self.rope else ":nope")
+
+
+def check_pattern(pattern: Sequence[LayerType], num_layers: int) -> tuple[LayerType, ...]:
+    """``pattern`` as a tuple, or an error naming what is wrong: its length, or a layer that shares badly.
+
+    A sharing layer must point backwards, at a layer that computes its own keys and values and has the same
+    kind, size and positions (its cache holds exactly what the sharer needs).
+
+    Raises:
+        TypeError: if an entry is not a :class:`LayerType`.
+        ValueError: if ``len(pattern) != num_layers``, or a layer shares itself, a later layer, a sharing
+            layer or a layer of another type.
+
+    Example:
+        >>> len(check_pattern(gpt_oss_pattern(4), 4))
+        4
+    """
+    pattern = tuple(pattern)
+    bad = [(i, t) for i, t in enumerate(pattern) if not isinstance(t, LayerType)]
+    if bad:
+        raise TypeError(f"a pattern is a list of LayerType; entry {bad[0][0]} is {bad[0][1]!r}")
+    if len(pattern) != num_layers:
+        raise ValueError(f"the pattern has {len(pattern)} layer types but the model has num_layers={num_layers}; "
+                         "give one per layer")
+    for i, t in enumerate(pattern):
+        if t.shares is None:
+            continue
+        j = t.shares
+        if j >= i:
+            where = "itself" if j == i else f"a later layer ({j})"
+            raise ValueError(f"layer {i} shares the keys and values of {where}; it can only reuse an earlier "
+                             f"layer's, one of 0..{i - 1}")
+        source = pattern[j]
+        if source.shares is not None:
+            raise ValueError(f"layer {i} shares layer {j}, which shares layer {source.shares}: point it at "
+                             f"shares={source.shares}")
+        if (source.kind, source.size, source.rope) != (t.kind, t.size, t.rope):
+            raise ValueError(f"layer {i} ({t.name}) shares layer {j} ({source.name}): a layer reuses only the keys "
+                             "and values of a layer of its own type")
+    return pattern
+
+
+def gpt_oss_pattern(num_layers: int, *, window: int = 128) -> tuple[LayerType, ...]:
+    """gpt-oss: a window of ``window`` (128) on even layers, global attention on odd ones.
+
+    Example:
+        >>> [t.name for t in gpt_oss_pattern(4)]
+        ['window:128', 'global', 'window:128', 'global']
+    """
+    return tuple(LayerType("window", window) if i % 2 == 0 else LayerType() for i in range(num_layers))
+
+
+def gemma3_pattern(num_layers: int, *, window: int = 1024, every: int = 6) -> tuple[LayerType, ...]:
+    """Gemma 3: every ``every``-th layer (the 6th, 12th, ...) global, the others a window of ``window`` (1,024).
+
+    Example:
+        >>> [t.name for t in gemma3_pattern(6, window=512)]
+        ['window:512', 'window:512', 'window:512', 'window:512', 'window:512', 'global']
+    """
+    return tuple(LayerType() if (i + 1) % every == 0 else LayerType("window", window) for i in range(num_layers))
+
+
+def olmo3_pattern(num_layers: int, *, window: int = 4096) -> tuple[LayerType, ...]:
+    """OLMo 3: every fourth layer global, the others a window of ``window`` (4,096).
+
+    Example:
+        >>> [t.name for t in olmo3_pattern(4, window=8)]
+        ['window:8', 'window:8', 'window:8', 'global']
+    """
+    return gemma3_pattern(num_layers, window=window, every=4)
+
+
+def llama4_pattern(num_layers: int, *, chunk: int = 8192, every: int = 4) -> tuple[LayerType, ...]:
+    """Llama 4: every ``every``-th layer global without positions (NoPE), the others RoPE within chunks of ``chunk``.
+
+    Example:
+        >>> [t.name for t in llama4_pattern(4, chunk=16)]
+        ['chunk:16', 'chunk:16', 'chunk:16', 'nope']
+    """
+    return tuple(LayerType(rope=False) if (i + 1) % every == 0 else LayerType("chunk", chunk)
+                 for i in range(num_layers))
+
+
+def share_kv(pattern: Sequence[LayerType], last: int) -> tuple[LayerType, ...]:
+    """Gemma 4's rule: the last ``last`` layers reuse the keys and values of the last earlier layer of their type.
+
+    Raises:
+        ValueError: if ``last`` is negative or not below the layer count, or a sharing layer's type has no
+            earlier layer to share.
+
+    Example:
+        >>> [t.shares for t in share_kv(gemma3_pattern(12, window=4), 4)][8:]  # windows share 7, the global 5
+        [7, 7, 7, 5]
+    """
+    pattern = tuple(pattern)
+    if isinstance(last, bool) or not isinstance(last, int) or not 0 <= last < len(pattern):
+        raise ValueError(f"last must be in 0..{len(pattern) - 1} (at least one layer computes keys); got last={last!r}")
+    first_shared = len(pattern) - last
+    out = list(pattern)
+    for i in range(first_shared, len(pattern)):
+        kind = (pattern[i].kind, pattern[i].size, pattern[i].rope)
+        sources = [j for j in range(first_shared) if (pattern[j].kind, pattern[j].size, pattern[j].rope) == kind]
+        if not sources:
+            raise ValueError(f"layer {i} ({pattern[i].name}) would share keys and values, but no layer before "
+                             f"{first_shared} is of its type")
+        out[i] = replace(pattern[i], shares=sources[-1])
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PatternConfig:
+    """Shape of a :class:`PatternGPT`.
+
+    Attributes:
+        pattern: one :class:`LayerType` per layer (its length is the layer count).
+        vocab_size: token ids.
+        d_model: ``D``.
+        num_heads: ``H``.
+        num_kv_heads: ``K``.
+        d_ff: MLP hidden width.
+        rope_base: RoPE's wavelength base.
+        nope_temperature: ``(floor_scale, attn_scale)`` of Llama 4's query scaling on NoPE layers, or ``None``.
+    """
+
+    pattern: tuple[LayerType, ...]
+    vocab_size: int = 256
+    d_model: int = 32
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    d_ff: int = 64
+    rope_base: float = 10000.0
+    nope_temperature: tuple[int, float] | None = None
+
+
+class _Attended(NamedTuple):
+    """What a layer attended to in one step, for the layers that share it: keys, values and how they were masked."""
+
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    is_causal: bool
+    window: int | None = None
+    chunk: int | None = None
+
+
+Cache = KVCache | RollingKVCache | ChunkedKVCache | None
+
+
+class PatternBlock(nn.Module):
+    """Pre-norm residual block: attention of the layer's type, then a GELU MLP."""
+
+    def __init__(self, cfg: PatternConfig, layer: LayerType) -> None:
+        super().__init__()
+        E = cfg.d_model // cfg.num_heads
+        if layer.rope:
+            pos: nn.Module | None = Rotary(E, base=cfg.rope_base)
+        elif cfg.nope_temperature is not None:
+            floor_scale, attn_scale = cfg.nope_temperature
+            pos = NoPETemperature(floor_scale=floor_scale, attn_scale=attn_scale)
+        else:
+            pos = None
+        self.layer = layer
+        self.norm1, self.norm2 = nn.RMSNorm(cfg.d_model), nn.RMSNorm(cfg.d_model)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                                       qk_norm=PerHeadRMSNorm(E, offset=1.0), rope=pos)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+
+    def forward(self, x: Tensor, *, start: int, cache: Cache, shared: _Attended | None) -> tuple[Tensor, _Attended]:
+        """One block on ``x`` (tokens ``start .. start + T - 1``); returns the output and what it attended to."""
+        B, T, D = x.shape
+        a, kind = self.attn, self.layer.kind
+        q, k, v = a.project_qkv(self.norm1(x))  # (B, H, T, E), 2 x (B, K, T, E)
+        assert a.qk_norm is not None
+        q, k = a.qk_norm(q, k)
+        if a.rope is not None:
+            q, k = a.rope(q, k, start=start)  # positions start .. start + T - 1 (or Llama 4's temperature)
+        if shared is not None:  # a sharing layer: its source's keys, values and mask (its own k, v unused)
+            seen = shared
+        elif cache is None:  # the full pass: the layer's limit through the one mask preparation
+            size = self.layer.size
+            seen = _Attended(k, v, None, True, window=size if kind == "window" else None,
+                             chunk=size if kind == "chunk" else None)
+        elif isinstance(cache, KVCache):  # a global layer: every position so far
+            k, v = cache.update(k, v)  # (B, K, S, E) each
+            seen = _Attended(k, v, None, True)
+        else:  # a rolling or chunked cache: the keys it keeps, and its mask of who may see which
+            step = cache.update(k, v)
+            seen = _Attended(step.k, step.v, step.mask, False)
+        out = attention(q, seen.k, seen.v, attn_mask=seen.mask, is_causal=seen.is_causal, window=seen.window,
+                        chunk=seen.chunk).output  # (B, H, T, E)
+        y = a.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        x = x + y
+        return x + self.mlp(self.norm2(x)), seen
+
+
+class PatternGPT(nn.Module):
+    """Token embeddings, one :class:`PatternBlock` per layer type of the pattern, a final norm and an unembedding.
+
+    Shapes:
+        tokens: ``(B, T)`` ids; returns logits ``(B, T, V)``. With ``caches``, ``T`` new tokens after those cached.
+
+    Example:
+        >>> model = PatternGPT(PatternConfig(gpt_oss_pattern(2, window=4)))
+        >>> caches = model.make_caches(batch_size=1, max_len=16)
+        >>> [type(c).__name__ for c in caches]
+        ['RollingKVCache', 'KVCache']
+        >>> with torch.no_grad():
+        ...     full = model(torch.arange(6)[None])
+        ...     steps = torch.cat([model(torch.arange(t, t + 1)[None], caches=caches) for t in range(6)], dim=1)
+        >>> torch.allclose(steps, full, atol=1e-5)
+        True
+    """
+
+    def __init__(self, cfg: PatternConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.pattern = check_pattern(cfg.pattern, len(cfg.pattern))
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(PatternBlock(cfg, t) for t in self.pattern)
+        self.norm = nn.RMSNorm(cfg.d_model)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def make_caches(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+                    device: torch.device | str | None = None) -> list[Cache]:
+        """One cache per layer, of its type: full, rolling (the window), chunked (one chunk), or none (sharing)."""
+        w = self.unembed.weight
+        dtype, device = dtype or w.dtype, device or w.device
+        K, E = self.cfg.num_kv_heads, self.cfg.d_model // self.cfg.num_heads
+        caches: list[Cache] = []
+        for t in self.pattern:
+            if t.shares is not None:
+                caches.append(None)
+            elif t.kind == "global":
+                caches.append(KVCache(batch_size, K, E, max_len, dtype=dtype, device=device))
+            elif t.kind == "window":
+                assert t.size is not None
+                caches.append(RollingKVCache(batch_size, K, E, t.size, dtype=dtype, device=device))
+            else:
+                assert t.size is not None
+                caches.append(ChunkedKVCache(batch_size, K, E, t.size, dtype=dtype, device=device))
+        return caches
+
+    def forward(self, tokens: Tensor, *, caches: list[Cache] | None = None) -> Tensor:
+        if tokens.ndim != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens must be int64 ids of shape (B, T); got {tokens.dtype}, {tuple(tokens.shape)}")
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"caches has {len(caches)} entries for {len(self.blocks)} layers; use make_caches()")
+        start = 0 if caches is None else next(c.length for c in caches if c is not None)
+        x = self.embed(tokens)  # (B, T, D)
+        seen: list[_Attended] = []
+        for i, block in enumerate(self.blocks):
+            t = self.pattern[i]
+            shared = None if t.shares is None else seen[t.shares]
+            x, attended = block(x, start=start, cache=None if caches is None else caches[i], shared=shared)
+            seen.append(attended)
+        logits: Tensor = self.unembed(self.norm(x))  # (B, T, V)
+        return logits
