@@ -34,7 +34,7 @@ from lessons_src import (
 from lessons_src.attention import attention, prepare_mask, register_attention, soft_cap
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
-from lessons_src.kv_cache import RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
+from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import check_chunk, check_mask, check_window, chunk_mask, combine_masks
 from lessons_src.mechanisms import (
     ElementwiseGate,
@@ -375,6 +375,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"scaling has \(3,\) frequencies but dim=4 rotates 2 pairs"),
     ("chunk_mask", "value", lambda: chunk_mask(4, 4, 0), ValueError, r"chunk must be at least 1 position .*; got chunk=0"),
     ("chunk_mask", "type", lambda: chunk_mask(4, 4, None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
+    ("ChunkedKVCache", "value", lambda: ChunkedKVCache(1, 1, 4, 0), ValueError, r"cache sizes must be at least 1; got \{'chunk': 0\}"),
     ("check_window", "value", lambda: check_window(0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
     ("check_mask", "dtype", lambda: check_mask(torch.ones(2, 2, dtype=torch.int64), (1, 1, 2, 2), torch.float32),
      ValueError, r"attn_mask has dtype torch.int64, which is not supported"),
@@ -414,7 +415,7 @@ def test_every_public_function_of_the_core_is_covered() -> None:
 
     public |= {n for m in (flash, paged_cache, parallel, ring) for n in m.__all__ if n[0].islower() or n in
                ("PagedKVCache", "TensorParallelAttention")}
-    public |= {"RollingKVCache", "soft_cap"}
+    public |= {"RollingKVCache", "ChunkedKVCache", "soft_cap"}
     from lessons_src import mechanisms
 
     public |= set(mechanisms.__all__)

@@ -157,6 +157,7 @@ def _on_meta() -> dict[str, object]:
         "masks.combine_masks": lambda: mk.combine_masks(keep, _meta(1, 1, 3, 5), torch.float32),
         "masks.check_mask": lambda: (mk.check_mask(keep, (1, 4, 3, 5), torch.float32), keep)[1],
         "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
+        "kv_cache.ChunkedKVCache": lambda: list(kc.ChunkedKVCache(1, 2, 8, 2, device=META).update(kv, kv)[:3]),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
         "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
