@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -173,6 +173,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_mha_ways.py
 	$(BIN)/python tools/bench/bench_flash.py
 	$(BIN)/python tools/bench/bench_mechanisms.py
+	$(BIN)/python tools/bench/bench_patterns.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
 	$(BIN)/python tools/bench/bench_long_context.py
 	$(MAKE) bench-site
@@ -196,6 +197,9 @@ bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (minute
 
 bench-mechanisms: $(DEPS) ## Only today's mechanisms (QK-norm, gates, sinks, cap) against plain MHA (~3 min)
 	$(BIN)/python tools/bench/bench_mechanisms.py
+
+bench-patterns: $(DEPS) ## Only layer patterns (window, chunk, shared KV) against all-global decoding, 1K-32K cached (~1 min)
+	$(BIN)/python tools/bench/bench_patterns.py
 
 bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding (~3 min)
 	$(BIN)/python tools/bench/bench_long_context.py
