@@ -1,4 +1,4 @@
-"""Today's changes around attention, as pieces a layer is given by name: QK-norm, rotary positions, output gates.
+"""Today's changes around attention, as pieces a layer is given by name: QK-norm, positions, output gates.
 
 The open models of 2025-26 keep multi-head attention and change a few things around it. Each change here
 is a small ``nn.Module`` that :class:`lessons_src.attention.MultiHeadAttention` is *given*, so a layer
@@ -29,7 +29,10 @@ The order, from the layer's input ``x`` to its output (each step with the model 
    (:class:`Rotary`). A norm with a weight must come before the rotation: the weight scales feature
    ``i``, and the rotation mixes feature ``i`` with feature ``i + R/2``, so the two do not commute.
    Llama 4 normalises *after* RoPE, and its norm has no weight: a rotation keeps every vector's length, so
-   before or after gives the same vector, and the layer applies all three kinds in one place;
+   before or after gives the same vector, and the layer applies all three kinds in one place. The position
+   piece may rotate part of each head (partial RoPE, Qwen3-Next: :meth:`Rotary.partial`), use scaled
+   frequencies (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`), or, on a
+   layer without positions (NoPE), scale the queries by position (:class:`NoPETemperature`, Llama 4);
 3. **scale** the scores ``q k^T`` by ``1/sqrt(E)``; then
 4. **cap** them, ``c tanh(s / c)`` (Gemma 2): on the *scaled* scores, since ``c`` (50) is set for them;
 5. **mask**: after the cap, because a cap applied to ``-inf`` gives ``-c``, a finite score, and a hidden
@@ -48,7 +51,7 @@ Where ``transformers``, the papers and the official code differ, the course foll
   back (Gemma, OLMo, Qwen3-Next; Qwen3's module casts before the weight, one rounding apart);
 * Llama 4's "L2 norm" divides by the root-mean-square, not the length (:class:`WeightlessRMSNorm`), in
   ``transformers`` and in Meta's code alike; its NoPE layers have no norm and scale queries by position
-  instead ("temperature tuning"), which is not a piece here;
+  instead ("temperature tuning", :class:`NoPETemperature`, given as the layer's ``rope=`` piece);
 * Qwen3-Next's gate weights are rows of ``q_proj``, interleaved per head (``[q_h; g_h]``); the paper's gate
   is its own projection of the layer's input. The function is the same; here it is its own ``nn.Linear``
   (:class:`ElementwiseGate`), and the test moves the rows. The paper's headwise gate ships in no pinned
@@ -67,6 +70,8 @@ References:
     Qiu et al., "Gated Attention for Large Language Models: Non-linearity, Sparsity, and Attention-Sink-Free",
     2025 (arXiv:2505.06708): the sigmoid output gate, headwise or elementwise (their G1 position).
     Su et al., "RoFormer", 2021 (arXiv:2104.09864): rotary positions.
+    Nakanishi, "Scalable-Softmax Is Superior for Attention", 2025 (arXiv:2501.19399): scaling the scores with
+    the log of the context, which ``transformers``' Llama 4 code cites for its NoPE layers' temperature.
 """
 
 from __future__ import annotations
