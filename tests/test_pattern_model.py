@@ -178,6 +178,8 @@ def test_each_layer_masks_as_the_running_model(name: str, model: str, config: ob
 
 @pytest.mark.parametrize(("call", "match"), [
     (lambda: check_pattern(gpt_oss_pattern(3), 4), r"the pattern has 3 layer types but the model has num_layers=4"),
+    (lambda: PatternGPT(PatternConfig(gemma3_pattern(5), num_layers=6)),
+     r"the pattern has 5 layer types but the model has num_layers=6; give one per layer"),
     (lambda: check_pattern((LayerType(), LayerType(shares=1)), 2), r"layer 1 shares the keys and values of itself"),
     (lambda: check_pattern((LayerType(shares=1), LayerType()), 2),
      r"layer 0 shares the keys and values of a later layer \(1\); it can only reuse an earlier layer's"),

@@ -226,6 +226,7 @@ class PatternConfig:
         d_ff: MLP hidden width.
         rope_base: RoPE's wavelength base.
         nope_temperature: ``(floor_scale, attn_scale)`` of Llama 4's query scaling on NoPE layers, or ``None``.
+        num_layers: the layer count, checked against the pattern's length (``None``: the pattern's length).
     """
 
     pattern: tuple[LayerType, ...]
@@ -236,6 +237,7 @@ class PatternConfig:
     d_ff: int = 64
     rope_base: float = 10000.0
     nope_temperature: tuple[int, float] | None = None
+    num_layers: int | None = None
 
 
 class _Attended(NamedTuple):
@@ -320,7 +322,7 @@ class PatternGPT(nn.Module):
     def __init__(self, cfg: PatternConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.pattern = check_pattern(cfg.pattern, len(cfg.pattern))
+        self.pattern = check_pattern(cfg.pattern, len(cfg.pattern) if cfg.num_layers is None else cfg.num_layers)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(PatternBlock(cfg, t) for t in self.pattern)
         self.norm = nn.RMSNorm(cfg.d_model)
