@@ -465,3 +465,22 @@ def test_chunked_attention_is_llama4s(impl: str) -> None:
     torch.testing.assert_close(got, want, **TOL32)
     torch.testing.assert_close(*(torch.autograd.grad(o.square().sum(), i)[0] for o, i in ((got, xa), (want, xb))),
                                **TOL32)
+
+
+def test_chunked_layer_decodes_with_a_full_cache_as_the_full_pass() -> None:
+    """``chunk=`` with a :class:`KVCache` (every position kept): the chunks are counted from position 0, not from
+    the cached length, so token-by-token and block decoding equal the full pass across chunk boundaries."""
+    from lessons_src.kv_cache import KVCache
+    from lessons_src.mechanisms import NoPETemperature
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(D, H, num_kv_heads=K, rope=NoPETemperature(floor_scale=2, attn_scale=0.5)).eval()
+    x = torch.randn(1, 11, D)
+    cache = KVCache(1, K, E, max_len=11)
+    with torch.no_grad():
+        full = layer(x, is_causal=True, chunk=3)
+        steps, t = [], 0
+        for n in (2, 1, 4, 1, 3):  # blocks inside a chunk, on its boundary and across two
+            steps.append(layer(x[:, t : t + n], is_causal=True, chunk=3, cache=cache, cache_position=t))
+            t += n
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
