@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "mechanisms.json"
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
-from bench_mechanisms import MODES, TARGETS, VARIANTS, ratios  # noqa: E402
+from bench_mechanisms import MODES, TARGETS, VARIANTS, count_flops, flop_ratios, ratios  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,17 @@ def test_medians_and_ratios_follow_from_the_runs(report: dict) -> None:
     assert report["targets_at_most"] == TARGETS
     r = report["ratios_to_baseline"]
     assert report["met"] == {n: all(r[n][m] <= TARGETS[n] for m in MODES) for n in TARGETS}
+
+
+def test_flop_counts_are_the_layers_and_the_floor_follows(report: dict) -> None:
+    """The matmul FLOPs are recounted here (on meta: nothing runs) for the plain layer and both gates; the floors
+    and the goals a floor puts out of reach follow from the counts."""
+    names = ["plain_sdpa", "gate_headwise", "gate_elementwise"]
+    assert {n: report["flops"][n] for n in names} == count_flops(names)
+    floor = flop_ratios(report["flops"])
+    assert report["flop_ratios_to_baseline"] == floor  # the same division of the same integers
+    out_of_reach = {n: [m for m in MODES if floor[n][m] > TARGETS[n]] for n in TARGETS}
+    assert report["goal_below_flop_floor"] == {n: modes for n, modes in out_of_reach.items() if modes}
+    # the elementwise gate adds a (D x D) matmul: 2 / (8 + 4 T / D) of the plain forward, counting whole score matrices
+    c = report["config"]
+    assert floor["gate_elementwise"]["forward"] == pytest.approx(1 + 2 / (8 + 4 * c["T"] / c["d_model"]))
