@@ -53,15 +53,12 @@ def test_medians_and_ratios_follow_from_the_runs(report: dict) -> None:
     assert report["met"] == {n: all(r[n][m] <= TARGETS[n] for m in MODES) for n in TARGETS}
 
 
-def test_flop_counts_are_the_layers_and_the_floor_follows(report: dict) -> None:
-    """The matmul FLOPs are recounted here (on meta: nothing runs) for the plain layer and both gates; the floors
-    and the goals a floor puts out of reach follow from the counts."""
+def test_flop_counts_are_the_layers_and_their_ratios_follow(report: dict) -> None:
+    """The matmul FLOPs are recounted here (on meta: nothing runs) for the plain layer and both gates."""
     names = ["plain_sdpa", "gate_headwise", "gate_elementwise"]
     assert {n: report["flops"][n] for n in names} == count_flops(names)
-    floor = flop_ratios(report["flops"])
-    assert report["flop_ratios_to_baseline"] == floor  # the same division of the same integers
-    out_of_reach = {n: [m for m in MODES if floor[n][m] > TARGETS[n]] for n in TARGETS}
-    assert report["goal_below_flop_floor"] == {n: modes for n, modes in out_of_reach.items() if modes}
+    assert report["flop_ratios_to_baseline"] == flop_ratios(report["flops"])  # the same division of the same ints
     # the elementwise gate adds a (D x D) matmul: 2 / (8 + 4 T / D) of the plain forward, counting whole score matrices
     c = report["config"]
-    assert floor["gate_elementwise"]["forward"] == pytest.approx(1 + 2 / (8 + 4 * c["T"] / c["d_model"]))
+    assert report["flop_ratios_to_baseline"]["gate_elementwise"]["forward"] == pytest.approx(
+        1 + 2 / (8 + 4 * c["T"] / c["d_model"]))

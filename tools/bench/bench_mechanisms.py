@@ -13,10 +13,11 @@ gates and the sinks through SDPA; plain ``"eager"`` and ``"tiled"`` for the cap 
 cannot cap).
 
 Beside the times, each layer's matmul FLOPs, counted by ``torch.utils.flop_counter.FlopCounterMode`` on the
-meta device (nothing runs): the ratio a mechanism cannot beat. It counts the whole ``T x S`` score matrix, though
-a causal kernel skips about half of it, so it is a lower bound on the arithmetic's own ratio for a mechanism that
-adds matmuls outside the kernel: the elementwise gate's ``D x D`` projection is ``2/(8 + 4T/D)`` of the plain
-layer's forward (1.17x here), more than its 1.15x goal.
+meta device (nothing runs): the arithmetic a mechanism adds. Only matmuls count (not the norms, caps or
+sigmoids), and the whole ``T x S`` score matrix does, though a causal kernel skips about half of it. It is not a
+bound on the time ratio (a large projection runs at a better rate than the attention kernel), but it says what
+to expect: the elementwise gate's ``D x D`` projection adds ``2/(8 + 4T/D)`` to the plain layer's forward,
+1.17x here, more than its 1.15x goal.
 
     python tools/bench/bench_mechanisms.py              # writes docs/_data/bench/mechanisms.json, prints a table
     python tools/bench/bench_mechanisms.py --repeats 2 --out /tmp/m.json   # a quick look
@@ -99,7 +100,7 @@ def count_flops(names: Iterable[str] = VARIANTS) -> dict[str, dict[str, int]]:
 
 
 def flop_ratios(flops: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
-    """Each mechanism's FLOPs over its baseline's, per mode (the floor its time ratio cannot go below)."""
+    """Each mechanism's matmul FLOPs over its baseline's, per mode."""
     return {name: {m: flops[name][m] / flops[base][m] for m in MODES}
             for name, (base, _) in VARIANTS.items() if base is not None}
 
@@ -148,7 +149,6 @@ def main() -> None:
     wall = {name: {m: statistics.median(x["seconds"] for x in runs[name][m]) for m in MODES} for name in VARIANTS}
     r = ratios(runs)
     flops = count_flops()
-    floor = flop_ratios(flops)
     report = {
         "config": {"B": B, "T": T, "d_model": D, "num_heads": H, "head_dim": E, "dtype": "float32", "causal": True,
                    "softcap": CAP, "device": "cpu"},
@@ -167,9 +167,7 @@ def main() -> None:
         "targets_at_most": TARGETS,
         "met": {name: all(r[name][m] <= TARGETS[name] for m in MODES) for name in TARGETS},
         "flops": flops,
-        "flop_ratios_to_baseline": floor,
-        "goal_below_flop_floor": {name: [m for m in MODES if floor[name][m] > TARGETS[name]] for name in TARGETS
-                                  if any(floor[name][m] > TARGETS[name] for m in MODES)},
+        "flop_ratios_to_baseline": flop_ratios(flops),
         "total_seconds": time.perf_counter() - started,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +181,8 @@ def main() -> None:
         met = "met" if report["met"].get(name) else "MISSED"
         goal = "" if name not in TARGETS else f"  (goal <= {TARGETS[name]}: {met})"
         if base is not None:
-            goal += f"  FLOPs {floor[name]['forward']:.3f} / {floor[name]['forward_backward']:.3f}"
+            fl = report["flop_ratios_to_baseline"][name]
+            goal += f"  FLOPs {fl['forward']:.3f} / {fl['forward_backward']:.3f}"
         print(f"  {name:20s} {medians[name]['forward'] * 1e3:8.1f} ms {medians[name]['forward_backward'] * 1e3:8.1f} ms"
               f"{rat}{goal}")
     print(f"wrote {args.out}")
