@@ -1,11 +1,12 @@
 """lessons_src: multi-head attention and its inference variants, small enough to read and copy.
 
 The package has two layers. The **core** is what a reader copies into a project; each file needs only
-``torch`` and at most two sibling files:
+``torch`` and at most three sibling files:
 
 ====================  ==========================================================================
 ``attention.py``      ``scaled_dot_product_attention`` (explicit), ``MultiHeadAttention`` (MHA, GQA,
                       MQA), ``grouped_attention``, ``repeat_kv``
+``score_mods.py``     the soft-cap and learned sinks every implementation of ``attention`` takes
 ``masks.py``          the one mask convention (bool ``True`` = may attend), causal and padding masks
 ``kv_cache.py``       ``KVCache``, MLA's ``LatentCache`` and the sliding-window ``RollingKVCache``
 ``paged_cache.py``    ``PagedKVCache`` (block pool, block tables) and ``paged_attention``

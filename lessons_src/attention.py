@@ -17,10 +17,10 @@ multi-query attention (MQA). Query head ``h`` uses KV head ``h // n_rep`` (the o
 decodes incrementally.
 
 Two of today's changes to the scores act inside the softmax, so they are arguments of :func:`attention` that every
-implementation honours: ``softcap`` (:func:`soft_cap`, Gemma 2) and ``sinks`` (a learned logit per head that
-joins the softmax and takes no value, gpt-oss). The changes around the kernel (QK-norm, output gates) are
-pieces that :class:`MultiHeadAttention` is given by name; they live in :mod:`lessons_src.mechanisms`, whose
-docstring gives the order of all of them and why.
+implementation honours: ``softcap`` (Gemma 2) and ``sinks`` (a learned logit per head that joins the softmax and
+takes no value, gpt-oss); :mod:`lessons_src.score_mods` checks them and holds their SDPA paths. The changes
+around the kernel (QK-norm, output gates) are pieces that :class:`MultiHeadAttention` is given by name; they live
+in :mod:`lessons_src.mechanisms`, whose docstring gives the order of all of them and why.
 
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (arXiv:1706.03762), section 3.2.
@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masks import causal_mask, check_chunk, check_mask, check_window, chunk_mask, combine_masks
+from .score_mods import check_score_mods, check_softcap, sdpa_with_sinks, soft_cap
 
 if TYPE_CHECKING:
     from .kv_cache import KVCache
@@ -63,7 +64,6 @@ __all__ = [
     "repeat_kv",
     "scaled_dot_product_attention",
     "sdpa_attention",
-    "soft_cap",
 ]
 
 
@@ -191,56 +191,6 @@ class AttentionFunction(Protocol):
     ) -> AttentionResult: ...
 
 
-def soft_cap(scores: Tensor, cap: float) -> Tensor:
-    """Squash scores smoothly into ``(-cap, cap)``: ``cap * tanh(scores / cap)`` (Gemma 2's attention soft-cap).
-
-    Near zero it is the identity (``tanh(x) ~ x``), so small scores pass unchanged; a large score can no
-    longer dominate the softmax by growing without bound. Apply it to the *scaled* scores *before* the mask:
-    a masked ``-inf`` capped would become ``-cap``, a finite score, and the hidden key would come back.
-
-    Shapes:
-        scores: any; output: like ``scores``.
-
-    Example:
-        >>> soft_cap(torch.tensor([0.1, 10.0, float("-inf")]), 5.0)  # -inf would come back as -5: mask after
-        tensor([ 0.1000,  4.8201, -5.0000])
-
-    Raises:
-        ValueError, TypeError: if ``cap`` is not a positive finite number.
-    """
-    checked = _check_softcap(cap)
-    if checked is None:
-        raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return checked * torch.tanh(scores / checked)
-
-
-def _check_softcap(softcap: object) -> float | None:
-    """``softcap`` as a positive finite float, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise."""
-    if softcap is None:
-        return None
-    if isinstance(softcap, bool) or not isinstance(softcap, int | float):
-        raise TypeError(f"softcap must be a positive number or None; got {softcap!r} of type {type(softcap).__name__}")
-    if not math.isfinite(softcap) or softcap <= 0:
-        raise ValueError(f"softcap must be positive and finite (Gemma 2 uses 50.0); got softcap={softcap!r}")
-    return float(softcap)
-
-
-def _check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
-    """``sinks``: one logit per query head, ``(H,)``, in the queries' dtype and on their device (or ``None``)."""
-    if sinks is None:
-        return None
-    if not isinstance(sinks, Tensor):
-        raise TypeError(f"sinks must be a torch.Tensor of shape (H,) or None; got {type(sinks).__name__}")
-    if tuple(sinks.shape) != (num_heads,):
-        raise ValueError(f"sinks must have shape (H,) = ({num_heads},), one logit per query head; "
-                         f"got shape {tuple(sinks.shape)}")
-    if sinks.dtype != dtype:
-        raise ValueError(f"sinks have dtype {sinks.dtype} but the queries are {dtype}; convert them: sinks.to({dtype})")
-    if sinks.device != device:
-        raise ValueError(f"sinks are on {sinks.device} but the queries are on {device}; move them there")
-    return sinks
-
-
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     """Repeat each key/value head ``n_rep`` times, so ``K`` KV heads line up with ``H = K * n_rep`` query heads.
 
@@ -328,7 +278,8 @@ def sdpa_attention(
     * ``K < H``: the ``n_rep`` query heads of each group are stacked along the query axis,
       ``q (B, H, T, E) -> (B, K, n_rep * T, E)``, so each KV head is read once and serves its whole
       group in one matmul (the mask is tiled the same way). This is what makes GQA/MQA decoding fast;
-    * ``sinks``: one more key, see :func:`_sdpa_with_sinks`;
+    * ``sinks``: one more column of the softmax, exact forward and backward: see
+      :func:`lessons_src.score_mods.sdpa_with_sinks`;
     * ``softcap``: refused. SDPA applies no function to its scores, and capping after it is impossible; a
       silent switch to another implementation would hide a slower path, so the error names the ones that cap.
 
@@ -344,10 +295,13 @@ def sdpa_attention(
             "F.scaled_dot_product_attention applies no function to them. Use implementation='eager' "
             "(builds the weights) or 'tiled' (never builds them)"
         )
-    if sinks is not None:
-        return _sdpa_with_sinks(q, k, v, mask, scale=scale, dropout_p=dropout_p, sinks=sinks)
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
+    if sinks is not None:  # one more softmax column, exact forward and backward (lessons_src.score_mods)
+        flag = mask.causal and mask.mask is None and mask.window is None and T == S  # top-left = bottom-right
+        full = None if flag else mask.combined()
+        return AttentionResult(sdpa_with_sinks(q, k, v, sinks, mask=full, is_causal=flag, scale=scale,
+                                               dropout_p=dropout_p))
     n_rep = H // K
     # (under torch.compile the causal_lower_right object cannot be traced; a bool mask is used instead)
     lower_right_ok = T == S or not torch.compiler.is_compiling()
@@ -381,104 +335,6 @@ def sdpa_attention(
     qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E)
     y = F.scaled_dot_product_attention(qg, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
     return AttentionResult(y.reshape(B, H, T, Ev))  # (B, H, T, Ev)
-
-
-def _sdpa_with_sinks(
-    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
-) -> AttentionResult:
-    """Sinks through SDPA: on the CPU, torch's flash kernel with its log-sum-exp; elsewhere, one more key.
-
-    Both are exact, forward and backward; the first runs at the plain kernel's speed, the second
-    (:func:`_sdpa_sinks_as_a_key`) works on every device, with dropout and with a mask that needs a gradient.
-    """
-    fused = (q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64)
-             and v.shape[-1] == q.shape[-1] and mask.T > 0 and mask.S > 0  # what the kernel accepts
-             and not (mask.mask is not None and mask.mask.requires_grad))
-    if not fused:
-        return _sdpa_sinks_as_a_key(q, k, v, mask, scale=scale, dropout_p=dropout_p, sinks=sinks)
-    n_rep = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, E): the kernel wants one KV head per query head
-    flag = mask.causal and mask.mask is None and mask.window is None and mask.T == mask.S  # top-left = bottom-right
-    full = None if flag else mask.combined()
-    if full is not None and full.dtype == torch.bool:
-        full = q.new_zeros(full.shape).masked_fill(~full, float("-inf"))  # the kernel adds a float mask
-    if full is not None:
-        full = full.reshape((1,) * (4 - full.ndim) + tuple(full.shape)).to(q.dtype)
-    out = _SinkFlashCPU.apply(q, k, v, sinks.to(q.dtype), flag, full, scale)  # type: ignore[no-untyped-call]
-    return AttentionResult(out)
-
-
-class _SinkFlashCPU(torch.autograd.Function):
-    """Attention with sinks from torch's CPU flash kernel, which returns each query's log-sum-exp ``lse``.
-
-    The sink joins the normaliser: ``lse' = log(exp(lse) + exp(sink))``, and the output, ``sum_j exp(s_j - lse')
-    v_j``, is the kernel's output times ``exp(lse - lse')``. The backward pass is the kernel's own, given that
-    output and ``lse'``: it recomputes ``P = exp(s - lse')``, the weights with the sink, and ``D = rowsum(dO * O)``
-    with the sinks' output, so its gradients are the sink attention's (FlashAttention with sinks, as gpt-oss's
-    kernels do it). The sink's own gradient is ``-sum_t P_sink(t) D(t)``. The kernel's ``lse`` carries no gradient
-    of its own: rescaling its output by ``sigmoid(lse - sink)`` under autograd gives wrong query gradients.
-
-    ``_SinkFlashCPU.apply(q, k, v, sinks, is_causal, mask, scale)``: q, k, v ``(B, H, T|S, E)``, sinks ``(H,)``,
-    ``mask`` a float mask or ``None``; returns ``(B, H, T, E)``.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, is_causal: bool, mask: Tensor | None,
-                scale: float) -> Tensor:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale
-        )  # (B, H, T, E), (B, H, T)
-        lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): keys and the sink
-        y = (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # a query that sees nothing: exp(-inf) = 0
-        y = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(y), y)  # even if the kernel gave NaN there
-        ctx.save_for_backward(q, k, v, sinks, mask, y, lse_all)
-        ctx.config = (is_causal, scale)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, sinks, mask, y, lse_all = ctx.saved_tensors
-        is_causal, scale = ctx.config
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dy.contiguous(), q, k, v, y, lse_all, 0.0, is_causal, attn_mask=mask, scale=scale
-        )
-        p_sink = torch.exp(sinks.view(1, -1, 1).to(lse_all.dtype) - lse_all)  # (B, H, T)
-        d_sinks = -(p_sink * (dy * y).sum(dim=-1)).sum(dim=(0, 2))  # (H,): dS_sink = P_sink (0 - D)
-        return dq, dk, dv, d_sinks.to(sinks.dtype), None, None, None
-
-
-def _sdpa_sinks_as_a_key(
-    q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float, sinks: Tensor
-) -> AttentionResult:
-    """Sinks through SDPA on any device: one more key whose key and value are zero, its score set by the float mask.
-
-    The extra key, put first, scores ``q . 0 * scale = 0``; the float mask adds head ``h``'s sink logit to that
-    column and the caller's mask (``-inf`` where hidden) to the others. The softmax then runs over the keys and
-    the sink, and the sink's value, zero, adds nothing to the output. A query that sees no key puts all its
-    weight on the sink and gets zero. The sink logits reach the scores only through the mask, so their
-    gradient is SDPA's gradient of its mask: exact, with no log-sum-exp (torch's CPU kernel returns one that
-    carries no gradient, so rescaling the plain output by ``sigmoid(lse - sink)`` gives wrong query gradients).
-
-    Shapes:
-        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``.
-    """
-    B, H, T, _ = q.shape
-    K, S = k.shape[1], k.shape[2]
-    k1 = torch.cat([k.new_zeros(B, K, 1, k.shape[-1]), k], dim=2)  # (B, K, 1 + S, E): the sink's key is zero
-    v1 = torch.cat([v.new_zeros(B, K, 1, v.shape[-1]), v], dim=2)  # (B, K, 1 + S, Ev): so is its value
-    full = mask.combined()  # (.., T or 1, S or 1) or None
-    if full is None:
-        bias = q.new_zeros(1, 1, 1, S)
-    elif full.dtype == torch.bool:
-        bias = q.new_zeros(full.shape).masked_fill(~full, float("-inf"))
-    else:
-        bias = full.to(q.dtype)
-    bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))  # (b, H or 1, T or 1, S or 1)
-    b, rows = bias.shape[0], bias.shape[2]
-    sink = sinks.to(q.dtype).view(1, H, 1, 1).expand(b, H, rows, 1)  # (b, H, T or 1, 1)
-    bias = torch.cat([sink, bias.expand(b, H, rows, S)], dim=-1)  # (b, H, T or 1, 1 + S)
-    with_sink = PreparedMask(bias, False, T, S + 1, device=q.device)
-    return sdpa_attention(q, k1, v1, with_sink, scale=scale, dropout_p=dropout_p)
 
 
 ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
@@ -607,21 +463,8 @@ def attention(
         attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window, chunk=chunk
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    mods = _score_mods(softcap, sinks, H, q.dtype, q.device)
+    mods = check_score_mods(softcap, sinks, H, q.dtype, q.device)
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p), **mods)
-
-
-def _score_mods(softcap: object, sinks: object, num_heads: int, dtype: torch.dtype,
-                device: torch.device) -> dict[str, float | Tensor]:
-    """The checked ``softcap`` and ``sinks`` as keyword arguments for an implementation, only those that are set."""
-    mods: dict[str, float | Tensor] = {}
-    cap = _check_softcap(softcap)
-    if cap is not None:
-        mods["softcap"] = cap
-    checked = _check_sinks(sinks, num_heads, dtype, device)
-    if checked is not None:
-        mods["sinks"] = checked
-    return mods
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None,
@@ -820,7 +663,7 @@ class MultiHeadAttention(nn.Module):
             if callable(check):
                 check(**sizes)  # a piece made for other sizes: a ValueError naming them
         self.qk_norm, self.rope, self.gate = qk_norm, rope, gate
-        self.softcap = _check_softcap(softcap)
+        self.softcap = check_softcap(softcap)
         if self.softcap is not None and implementation == "sdpa":
             raise ValueError(f"softcap={self.softcap} needs an implementation that can cap the scores: pass "
                              "implementation='eager' or 'tiled' (F.scaled_dot_product_attention cannot)")

@@ -12,14 +12,14 @@ Why pieces and not flags: each change has its own weights, and the models disagr
 a piece carries its details with it, the plain layer's code stays what it was (an absent piece is
 ``None`` and costs one ``if``), and a reader copies only the pieces a model uses. The two changes that
 act *inside* the softmax, the soft-cap and the sinks, are not pieces: they are arguments of
-:func:`lessons_src.attention.attention` (``softcap=``, ``sinks=``) so that every implementation
-(``"sdpa"``, ``"eager"``, ``"tiled"``) honours them; the layer passes them on (``softcap=50.0``, and
-``sinks=True`` for a learned logit per head).
+:func:`lessons_src.attention.attention` (``softcap=``, ``sinks=``; their code is in
+:mod:`lessons_src.score_mods`) so that every implementation (``"sdpa"``, ``"eager"``, ``"tiled"``) honours
+them; the layer passes them on (``softcap=50.0``, and ``sinks=True`` for a learned logit per head).
 
 Where they live: this file needs only ``rope.py``, and ``attention.py`` never imports it (a layer calls the
 piece it is given: ``qk_norm(q, k)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``
-the layer's sizes), so ``attention.py`` still copies with ``masks.py`` alone, and each of ``flash.py``,
-``convert.py``, ``interop.py`` and ``parallel.py`` keeps its two siblings.
+the layer's sizes), so a reader who copies ``attention.py`` copies none of these pieces unless a model needs
+them.
 
 The order, from the layer's input ``x`` to its output (each step with the model that fixes it):
 

@@ -31,7 +31,7 @@ from lessons_src import (
     scaled_dot_product_attention,
     tiled_attention,
 )
-from lessons_src.attention import attention, prepare_mask, register_attention, soft_cap
+from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
@@ -49,6 +49,15 @@ from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import RopeScaling, llama3_scaling, rope_cos_sin, rope_frequencies, yarn_scaling
+from lessons_src.score_mods import (
+    check_score_mods,
+    check_sinks,
+    check_softcap,
+    sdpa_with_sinks,
+    sink_flash_cpu,
+    sinks_as_a_key,
+    soft_cap,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -394,6 +403,20 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("TensorParallelAttention", "value", lambda: TensorParallelAttention.from_module(MultiHeadAttention(
      16, 4, softcap=5.0, implementation="eager"), _Stub(2)), ValueError, r"from_module handles plain attention; this layer also has softcap"),  # type: ignore[arg-type]
     ("soft_cap", "value", lambda: soft_cap(torch.ones(2), 0.0), ValueError, r"softcap must be positive and finite .*; got softcap=0.0"),
+    ("check_softcap", "type", lambda: check_softcap("50"), TypeError, r"softcap must be a positive number or None; got '50' of type str"),
+    ("check_sinks", "dtype", lambda: check_sinks(torch.zeros(4, dtype=torch.float64), 4, torch.float32, torch.device("cpu")),
+     ValueError, r"sinks have dtype torch.float64 but the queries are torch.float32"),
+    ("check_score_mods", "shape", lambda: check_score_mods(None, torch.zeros(3), 4, torch.float32, torch.device("cpu")),
+     ValueError, r"sinks must have shape \(H,\) = \(4,\), one logit per query head; got shape \(3,\)"),
+    ("sinks_as_a_key", "shape", lambda: sinks_as_a_key(torch.ones(1, 4, 3, 8), torch.ones(1, 3, 5, 8), torch.ones(1, 3, 5, 8),
+     None, torch.zeros(4)), ValueError, r"sinks_as_a_key needs .* H a multiple of K; got q \(1, 4, 3, 8\), k \(1, 3, 5, 8\)"),
+    ("sdpa_with_sinks", "shape", lambda: sdpa_with_sinks(torch.ones(1, 4, 3, 8), torch.ones(1, 2, 5, 8), torch.ones(1, 2, 5, 8),
+     torch.zeros(2), mask=None, is_causal=False, scale=0.5), ValueError, r"sinks must have shape \(H,\) = \(4,\)"),
+    ("sink_flash_cpu", "dtype", lambda: sink_flash_cpu(*(torch.ones(1, 2, 3, 4, dtype=torch.float16),) * 3,
+     torch.zeros(2, dtype=torch.float16), is_causal=False, mask=None, scale=0.5), ValueError,
+     r"sink_flash_cpu runs torch's CPU flash kernel: float32 or float64 .* got q \(1, 2, 3, 4\) torch.float16"),
+    ("sink_flash_cpu", "shape", lambda: sink_flash_cpu(torch.ones(1, 2, 3, 4), torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4),
+     torch.zeros(2), is_causal=False, mask=None, scale=0.5), ValueError, r"one KV head per query head"),
 ]
 
 
@@ -422,6 +445,9 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import masks, rope
 
     public |= set(rope.__all__) | set(masks.__all__)
+    from lessons_src import score_mods
+
+    public |= set(score_mods.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "mechanisms.json"
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
-from bench_mechanisms import MODES, TARGETS, VARIANTS, ratios  # noqa: E402
+from bench_mechanisms import MODES, TARGETS, VARIANTS, count_flops, flop_ratios, ratios  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,14 @@ def test_medians_and_ratios_follow_from_the_runs(report: dict) -> None:
     assert report["targets_at_most"] == TARGETS
     r = report["ratios_to_baseline"]
     assert report["met"] == {n: all(r[n][m] <= TARGETS[n] for m in MODES) for n in TARGETS}
+
+
+def test_flop_counts_are_the_layers_and_their_ratios_follow(report: dict) -> None:
+    """The matmul FLOPs are recounted here (on meta: nothing runs) for the plain layer and both gates."""
+    names = ["plain_sdpa", "gate_headwise", "gate_elementwise"]
+    assert {n: report["flops"][n] for n in names} == count_flops(names)
+    assert report["flop_ratios_to_baseline"] == flop_ratios(report["flops"])  # the same division of the same ints
+    # the elementwise gate adds a (D x D) matmul: 2 / (8 + 4 T / D) of the plain forward, counting whole score matrices
+    c = report["config"]
+    assert report["flop_ratios_to_baseline"]["gate_elementwise"]["forward"] == pytest.approx(
+        1 + 2 / (8 + 4 * c["T"] / c["d_model"]))

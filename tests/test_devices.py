@@ -7,10 +7,13 @@ queries' one raises torch's device-mismatch error, exactly as it would on a GPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import lessons_src
 from lessons_src.attention import MultiHeadAttention, attention
 from lessons_src.masks import causal_mask
 
@@ -69,8 +72,7 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
 
 # --------------------------------------------------------------------------- every public core name
 
-CORE = ["attention", "masks", "kv_cache", "paged_cache", "flash", "ring", "parallel", "mla", "rope", "convert",
-        "interop", "mechanisms"]
+CORE = sorted(p.stem for p in Path(lessons_src.__file__).parent.glob("*.py") if p.stem != "__init__")  # every one
 
 
 def _mods() -> dict[str, object]:
@@ -103,6 +105,7 @@ def _on_meta() -> dict[str, object]:
     import lessons_src.mla as ml
     import lessons_src.ring as rg
     import lessons_src.rope as rp
+    import lessons_src.score_mods as sm
     from lessons_src import attention as at
 
     q, kv, b = _meta(1, 4, 3, 8), _meta(1, 2, 5, 8), torch.bool
@@ -122,7 +125,12 @@ def _on_meta() -> dict[str, object]:
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
         ],
         "attention.MultiHeadAttention": lambda: [_mha_meta()(_meta(1, 5, 8), is_causal=True, need_weights=True)],
-        "attention.soft_cap": lambda: at.soft_cap(_meta(2, 3), 5.0),
+        "score_mods.soft_cap": lambda: sm.soft_cap(_meta(2, 3), 5.0),
+        "score_mods.check_sinks": lambda: sm.check_sinks(_meta(4), 4, torch.float32, META),
+        "score_mods.check_score_mods": lambda: [*sm.check_score_mods(5.0, _meta(4), 4, torch.float32, META).values()],
+        "score_mods.sdpa_with_sinks": lambda: [sm.sdpa_with_sinks(q, kv, kv, _meta(4), mask=m, is_causal=c, scale=0.5)
+                                               for m, c in ((None, True), (keep, False))],
+        "score_mods.sinks_as_a_key": lambda: [sm.sinks_as_a_key(q, kv, kv, m, _meta(4)) for m in (None, keep)],
         "mechanisms.PerHeadRMSNorm": lambda: mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
         "mechanisms.ProjectionRMSNorm": lambda: mc.ProjectionRMSNorm(4, 2, 8).to(META)(q, kv),
         "mechanisms.WeightlessRMSNorm": lambda: mc.WeightlessRMSNorm()(q, kv),
@@ -198,6 +206,7 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
     "parallel.ulysses_attention": "needs a torch.distributed process group; gloo sends real values",
     "parallel.TensorParallelAttention": "needs a torch.distributed process group; gloo sends real values",
     "parallel.Collectives": "a process group's collectives; gloo sends real values",
+    "score_mods.sink_flash_cpu": "torch's CPU flash kernel takes CPU tensors only (other devices: a clear error)",
 }
 NO_TENSORS = {  # public names that make no tensor: nothing to place
     "attention.ATTENTION_FUNCTIONS": "a dict of implementations",
@@ -206,6 +215,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "attention.register_attention": "adds a name to a dict",
     "masks.check_window": "checks an int",
     "masks.check_chunk": "checks an int",
+    "score_mods.check_softcap": "checks a number",
     "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
     "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
     "kv_cache.latent_bytes_per_token": "arithmetic on sizes",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import doctest
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
 
-CORE = ["attention", "masks", "kv_cache", "paged_cache", "flash", "ring", "parallel", "mla", "rope", "convert",
-        "interop", "mechanisms"]
+import lessons_src
+
+CORE = sorted(p.stem for p in Path(lessons_src.__file__).parent.glob("*.py") if p.stem != "__init__")  # every one
 
 
 @pytest.mark.parametrize("name", ["lessons_src", *(f"lessons_src.{m}" for m in CORE)])

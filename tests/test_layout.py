@@ -1,8 +1,10 @@
 """The package's layout: a core readers copy, and the lessons' apparatus (``lab``) on top of it.
 
 * the core never imports ``lab`` (nor anything outside the standard library and torch);
-* each core file runs when copied with at most two sibling core files: the ones it imports at run time
-  (imports used only in annotations sit under ``TYPE_CHECKING``);
+* each core file runs when copied with at most three sibling core files: the ones it imports at run time
+  (imports used only in annotations sit under ``TYPE_CHECKING``). It was two until the soft-cap and the sinks'
+  SDPA paths moved out of ``attention.py`` into ``score_mods.py`` (issue 48): every file that builds on
+  ``attention.py`` then needs it, ``masks.py`` and ``score_mods.py``;
 * ``nn.MultiheadAttention`` is mentioned in code only by ``interop.py``.
 """
 
@@ -68,7 +70,7 @@ def closure(module: str) -> set[str]:
 def test_core_and_lab_are_where_the_readme_says() -> None:
     assert CORE == [
         "attention", "convert", "flash", "interop", "kv_cache", "masks", "mechanisms", "mla", "paged_cache", "parallel",
-        "ring", "rope",
+        "ring", "rope", "score_mods",
     ]
     assert (PKG / "lab" / "__init__.py").is_file()
 
@@ -82,9 +84,9 @@ def test_core_file_imports_only_core_torch_and_stdlib(module: str) -> None:
 
 
 @pytest.mark.parametrize("module", CORE)
-def test_core_file_runs_copied_with_at_most_two_siblings(module: str, tmp_path: Path) -> None:
+def test_core_file_runs_copied_with_at_most_three_siblings(module: str, tmp_path: Path) -> None:
     needed = closure(module)
-    assert len(needed) <= 2, f"{module}.py needs {sorted(needed)} at run time; at most two siblings"
+    assert len(needed) <= 3, f"{module}.py needs {sorted(needed)} at run time; at most three siblings"
     pkg = tmp_path / "mycopy"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")

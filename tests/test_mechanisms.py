@@ -22,7 +22,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src.attention import ATTENTION_FUNCTIONS, MultiHeadAttention, attention, soft_cap
+from lessons_src.attention import ATTENTION_FUNCTIONS, MultiHeadAttention, attention
 from lessons_src.flash import tiled_attention_function
 from lessons_src.masks import causal_mask
 from lessons_src.mechanisms import (
@@ -34,6 +34,7 @@ from lessons_src.mechanisms import (
     WeightlessRMSNorm,
 )
 from lessons_src.rope import rope_cos_sin
+from lessons_src.score_mods import soft_cap
 
 transformers = pytest.importorskip("transformers")
 
@@ -308,7 +309,9 @@ def test_sink_gradients_pass_gradcheck(impl: str) -> None:
     """Queries, keys, values and sinks: finite differences agree, GQA, causal, with a query that sees nothing
     (a rescaling by ``sigmoid(lse - sink)`` on a log-sum-exp without gradient gets the queries' wrong).
     ``"sdpa"`` takes the fused CPU path here; ``"sdpa-as-a-key"`` is the path for other devices."""
-    from lessons_src.attention import _sdpa_sinks_as_a_key, prepare_mask
+    from unittest import mock
+
+    import lessons_src.score_mods as sm
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
@@ -317,9 +320,10 @@ def test_sink_gradients_pass_gradcheck(impl: str) -> None:
     keep = torch.tensor([[False] * 4, [True, False, True, True], [True] * 4])  # query 0 sees nothing
 
     def f(q, k, v, s):
-        if impl == "sdpa-as-a-key":
-            prep = prepare_mask(keep, is_causal=True, shape=(1, 2, 3, 4), dtype=q.dtype, device=q.device)
-            return _sdpa_sinks_as_a_key(q, k, v, prep, scale=0.5**0.5, dropout_p=0.0, sinks=s).output
+        if impl == "sdpa-as-a-key":  # a float mask that needs a gradient: the CPU flash kernel cannot take it
+            float_keep = torch.zeros(3, 4, dtype=q.dtype).masked_fill(~keep, float("-inf")).requires_grad_()
+            with mock.patch.object(sm, "sink_flash_cpu", side_effect=AssertionError("took the CPU flash path")):
+                return attention(q, k, v, attn_mask=float_keep, is_causal=True, implementation="sdpa", sinks=s).output
         return attention(q, k, v, attn_mask=keep, is_causal=True, implementation=impl, sinks=s).output
 
     assert torch.autograd.gradcheck(f, (q, k, v, s))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,7 @@ MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
 # entry must go). Most of their elements are KaTeX's (HTML and MathML for every formula).
-KNOWN_HEAVY: dict[str, str] = {  # page id -> the issue fixing it (strict xfails); empty: every page fits
-    "reference/code/attention/": "issue 48: the soft-cap and the sinks' SDPA paths grew attention.py to 1,071 lines "
-    "(7,405 elements with its whole-file listing); those paths move to a module of their own, which the layout "
-    "rule's two siblings do not allow yet",
-}
+KNOWN_HEAVY: dict[str, str] = {}  # page id -> the issue fixing it (strict xfails); empty: every page fits
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
@@ -279,3 +276,40 @@ def _site_url() -> str:
     match = re.search(r"<loc>([^<]+)</loc>", (SITE / "sitemap.xml").read_text(encoding="utf-8"))
     assert match is not None, "sitemap.xml lists no page"
     return match.group(1)
+
+
+# --------------------------------------------------------------------------- name tokens drawn as plain text
+
+sys.path.insert(0, str(SITE.parent / "tools" / "site_build"))
+from page_fixes import plain_names  # noqa: E402
+
+
+def test_name_tokens_lose_their_span_in_highlighted_code_only() -> None:
+    code = ('<div class="language-python highlight"><pre><span></span><code><span class="n">x</span> '
+            '<span class="o">=</span> <span class="nb">len</span><span class="p">(</span><span class="n">y</span>'
+            '<span class="p">)</span></code></pre></div>')
+    notebook = '<div class="highlight-ipynb hl-python"><pre><span class="n">x</span></pre></div>'
+    prose = '<p><span class="n">x</span></p>'
+    got = plain_names(code + notebook + prose)
+    plain = code.replace('<span class="n">x</span>', "x").replace('<span class="n">y</span>', "y")
+    assert got == plain + notebook + prose
+    excerpt = '<div class="language-python package-excerpt highlight"><pre><code><span class="n">z</span></code></pre>'
+    assert plain_names(excerpt) == excerpt.replace('<span class="n">z</span>', "z")
+
+
+def test_the_theme_draws_a_name_in_the_codes_own_colour() -> None:
+    """Why dropping a name's <span> changes nothing on screen: Material colours ``.highlight .n`` with
+    --md-code-hl-name-color, which is var(--md-code-fg-color) in both schemes, and our stylesheets change neither."""
+    sheets = Path(material.__file__).parent / "templates" / "assets" / "stylesheets"
+    main = next(sheets.glob("main.*.min.css")).read_text(encoding="utf-8")
+    palette = next(sheets.glob("palette.*.min.css")).read_text(encoding="utf-8")
+    assert ".highlight .n{color:var(--md-code-hl-name-color)}" in main
+    for css in (main, palette):
+        assert set(re.findall(r"--md-code-hl-name-color:([^;}]+)", css)) == {"var(--md-code-fg-color)"}
+    ours = "".join(p.read_text(encoding="utf-8") for p in (SITE.parent / "docs" / "assets").glob("*.css"))
+    assert "--md-code-hl-name-color" not in ours and not re.search(r"\.n\b[^-]", ours)
+
+
+def test_highlighted_code_has_no_name_spans() -> None:
+    kept = [page_id(p) for p in PAGES if plain_names(html := p.read_text(encoding="utf-8")) != html]
+    assert kept == [], f"name tokens kept their <span> on {kept} (the post-build step drops them)"

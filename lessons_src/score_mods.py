@@ -1,0 +1,282 @@
+"""The two changes of 2024-26 that act *inside* the softmax: the soft-cap and the learned sinks.
+
+Every implementation of :func:`lessons_src.attention.attention` honours them (``softcap=``, ``sinks=``), so
+they are checked here once and their fiddly parts live here, beside each other:
+
+* **soft-cap** (Gemma 2): the scaled scores pass through ``c * tanh(s / c)`` (:func:`soft_cap`), which keeps
+  every score inside ``(-c, c)``. It comes *before* the mask: a cap applied to a hidden key's ``-inf`` would
+  give ``-c``, a finite score, and the key would come back;
+* **sinks** (gpt-oss): one learned logit per query head joins the softmax as one more column and takes no
+  value, so a query may put weight on "nothing" and its weights over the keys sum to less than 1.
+
+The eager and tiled implementations add the sink column to their own softmax. PyTorch's fused
+``F.scaled_dot_product_attention`` has no place for it; :func:`sdpa_with_sinks` takes one of two exact ways in,
+forward and backward:
+
+* :func:`sink_flash_cpu` (CPU, float32/64): torch's CPU flash kernel returns each query's log-sum-exp; the
+  sink joins it, the output is rescaled, and the kernel's own backward is handed the new log-sum-exp, so its
+  gradients are the sink attention's. Rescaling by ``sigmoid(lse - sink)`` under autograd instead looks
+  right and gives wrong query gradients: the kernel's log-sum-exp carries no gradient;
+* :func:`sinks_as_a_key` (any device): one more key whose key and value are zero and whose score is set by a
+  float mask to the sink logit.
+
+The names follow FlexAttention's "score mod" (a function of one score: the cap is one; a sink is a column).
+This file needs only torch; ``attention.py`` imports it.
+
+References:
+    Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024 (arXiv:2408.00118):
+    the soft-cap, 50.0 on the attention scores.
+    OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025 (arXiv:2508.10925): the learned sinks.
+    Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["check_score_mods", "check_sinks", "check_softcap", "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key",
+           "soft_cap"]
+
+
+def soft_cap(scores: Tensor, cap: float) -> Tensor:
+    """Squash scores smoothly into ``(-cap, cap)``: ``cap * tanh(scores / cap)`` (Gemma 2's attention soft-cap).
+
+    Near zero it is the identity (``tanh(x) ~ x``), so small scores pass unchanged; a large score can no
+    longer dominate the softmax by growing without bound. Apply it to the *scaled* scores *before* the mask:
+    a masked ``-inf`` capped would become ``-cap``, a finite score, and the hidden key would come back.
+
+    Shapes:
+        scores: any; output: like ``scores``.
+
+    Example:
+        >>> soft_cap(torch.tensor([0.1, 10.0, float("-inf")]), 5.0)  # -inf would come back as -5: mask after
+        tensor([ 0.1000,  4.8201, -5.0000])
+
+    Raises:
+        ValueError, TypeError: if ``cap`` is not a positive finite number.
+    """
+    checked = check_softcap(cap)
+    if checked is None:
+        raise TypeError("soft_cap needs a cap, a positive number; got None")
+    return checked * torch.tanh(scores / checked)
+
+
+def check_softcap(softcap: object) -> float | None:
+    """``softcap`` as a positive finite float, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, int | float):
+        raise TypeError(f"softcap must be a positive number or None; got {softcap!r} of type {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap must be positive and finite (Gemma 2 uses 50.0); got softcap={softcap!r}")
+    return float(softcap)
+
+
+def check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+    """``sinks``: one logit per query head, ``(H,)``, in the queries' dtype and on their device (or ``None``)."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor of shape (H,) or None; got {type(sinks).__name__}")
+    if tuple(sinks.shape) != (num_heads,):
+        raise ValueError(f"sinks must have shape (H,) = ({num_heads},), one logit per query head; "
+                         f"got shape {tuple(sinks.shape)}")
+    if sinks.dtype != dtype:
+        raise ValueError(f"sinks have dtype {sinks.dtype} but the queries are {dtype}; convert them: sinks.to({dtype})")
+    if sinks.device != device:
+        raise ValueError(f"sinks are on {sinks.device} but the queries are on {device}; move them there")
+    return sinks
+
+
+def check_score_mods(softcap: object, sinks: object, num_heads: int, dtype: torch.dtype,
+                     device: torch.device) -> dict[str, float | Tensor]:
+    """The checked ``softcap`` and ``sinks`` as keyword arguments for an implementation, only those that are set.
+
+    An implementation that cannot cap or add sinks is then called exactly as before they existed.
+    """
+    mods: dict[str, float | Tensor] = {}
+    cap = check_softcap(softcap)
+    if cap is not None:
+        mods["softcap"] = cap
+    checked = check_sinks(sinks, num_heads, dtype, device)
+    if checked is not None:
+        mods["sinks"] = checked
+    return mods
+
+
+def _check_heads(where: str, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> None:
+    """q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``, sinks ``(H,)``."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor; got {type(t).__name__}")
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if q.ndim != 4 or k.ndim != 4 or k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] \
+            or q.shape[-1] != k.shape[-1] or k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"{where} needs q (B, H, T, E), k (B, K, S, E), v (B, K, S, Ev) with H a multiple of K; "
+                         f"got {shapes}")
+    check_sinks(sinks, q.shape[1], q.dtype, q.device)
+
+
+class _SinkFlashCPU(torch.autograd.Function):
+    """Attention with sinks from torch's CPU flash kernel, forward and backward (see :func:`sink_flash_cpu`)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, is_causal: bool, mask: Tensor | None,
+                scale: float) -> Tensor:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale
+        )  # (B, H, T, E), (B, H, T)
+        lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): keys and the sink
+        y = (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # a query that sees nothing: exp(-inf) = 0
+        y = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(y), y)  # even if the kernel gave NaN there
+        ctx.save_for_backward(q, k, v, sinks, mask, y, lse_all)
+        ctx.config = (is_causal, scale)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, sinks, mask, y, lse_all = ctx.saved_tensors
+        is_causal, scale = ctx.config
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy.contiguous(), q, k, v, y, lse_all, 0.0, is_causal, attn_mask=mask, scale=scale
+        )
+        p_sink = torch.exp(sinks.view(1, -1, 1).to(lse_all.dtype) - lse_all)  # (B, H, T)
+        d_sinks = -(p_sink * (dy * y).sum(dim=-1)).sum(dim=(0, 2))  # (H,): dS_sink = P_sink (0 - D)
+        return dq, dk, dv, d_sinks.to(sinks.dtype), None, None, None
+
+
+def sink_flash_cpu(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, is_causal: bool, mask: Tensor | None,
+                   scale: float) -> Tensor:
+    """Attention with sinks by torch's CPU flash kernel: the plain kernel's speed, exact gradients.
+
+    The kernel returns each query's log-sum-exp ``lse`` over the keys. The sink joins the normaliser,
+    ``lse' = log(exp(lse) + exp(sink))``, and the output ``sum_j exp(s_j - lse') v_j`` is the kernel's output
+    times ``exp(lse - lse')``. The backward pass is the kernel's own, given that output and ``lse'``: it
+    recomputes ``P = exp(s - lse')``, the weights with the sink, and ``D = rowsum(dO * O)`` with the sinks'
+    output, so its gradients are the sink attention's (FlashAttention with sinks, as gpt-oss's kernels do it).
+    The sink's own gradient is ``-sum_t P_sink(t) D(t)``. The kernel is private to torch
+    (``aten._scaled_dot_product_flash_attention_for_cpu``): recheck it when torch is upgraded.
+
+    Args:
+        q, k, v: one KV head per query head (repeat grouped heads first), float32 or float64, on the CPU, with
+            ``T, S >= 1`` and the values' width equal to the keys' (what the kernel accepts).
+        sinks: one logit per head.
+        is_causal: the kernel's causal flag (top-left; equal to bottom-right only when ``T == S``).
+        mask: bool (``True`` = may attend) or float mask broadcastable to ``(B, H, T, S)``, or ``None``.
+        scale: the score multiplier.
+
+    Shapes:
+        q ``(B, H, T, E)``, k and v ``(B, H, S, E)``, sinks ``(H,)``, mask up to ``(B, H, T, S)``; output
+        ``(B, H, T, E)``.
+
+    Raises:
+        ValueError, TypeError: naming the inputs the kernel would refuse (or mis-read) and what it accepts.
+    """
+    _check_heads("sink_flash_cpu", q, k, v, sinks)
+    if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64) or k.shape[1] != q.shape[1] \
+            or v.shape[-1] != q.shape[-1] or 0 in (q.shape[2], k.shape[2]) or not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"sink_flash_cpu runs torch's CPU flash kernel: float32 or float64 CPU tensors of one dtype, "
+                         f"one KV head per query head, values as wide as keys, T and S at least 1; got q "
+                         f"{tuple(q.shape)} {q.dtype} on {q.device}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} "
+                         f"{v.dtype}: use sinks_as_a_key for the rest")
+    if mask is not None and mask.dtype == torch.bool:
+        mask = q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))  # the kernel adds a float mask
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)).to(q.dtype)
+    out: Tensor = _SinkFlashCPU.apply(q, k, v, sinks.to(q.dtype), is_causal, mask, scale)  # type: ignore[no-untyped-call]
+    return out
+
+
+def sinks_as_a_key(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sinks: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The sink as one more key for a kernel that takes a float mask: ``(k1, v1, bias)`` to attend with.
+
+    The extra key, put first, is zero, so it scores ``q . 0 * scale = 0``; the float mask ``bias`` adds head
+    ``h``'s sink logit to that column and the caller's mask (``-inf`` where hidden) to the others. The softmax
+    then runs over the keys and the sink, and the sink's value, zero, adds nothing to the output; a query that
+    sees no key puts all its weight on the sink and gets zero. The sink logits reach the scores only through
+    the mask, so their gradient is the kernel's gradient of its mask: exact, on every device, with dropout.
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, mask broadcastable to ``(B, H, T, S)`` or
+        ``None``, sinks ``(H,)``; returns k1 ``(B, K, 1 + S, E)``, v1 ``(B, K, 1 + S, Ev)``, bias
+        ``(B or 1, H, T or 1, 1 + S)``.
+
+    Example:
+        >>> q, kv = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+        >>> k1, v1, bias = sinks_as_a_key(q, kv, kv, None, torch.zeros(2))
+        >>> k1.shape, bias.shape
+        (torch.Size([1, 2, 6, 4]), torch.Size([1, 2, 1, 6]))
+
+    Raises:
+        ValueError, TypeError: if the shapes do not fit together or the sinks are not ``(H,)`` like ``q``.
+    """
+    _check_heads("sinks_as_a_key", q, k, v, sinks)
+    B, H = q.shape[:2]
+    K, S = k.shape[1], k.shape[2]
+    k1 = torch.cat([k.new_zeros(B, K, 1, k.shape[-1]), k], dim=2)  # (B, K, 1 + S, E): the sink's key is zero
+    v1 = torch.cat([v.new_zeros(B, K, 1, v.shape[-1]), v], dim=2)  # (B, K, 1 + S, Ev): so is its value
+    if mask is None:
+        bias = q.new_zeros(1, 1, 1, S)
+    elif mask.dtype == torch.bool:
+        bias = q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    else:
+        bias = mask.to(q.dtype)
+    bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))  # (b, H or 1, T or 1, S or 1)
+    b, rows = bias.shape[0], bias.shape[2]
+    sink = sinks.to(q.dtype).view(1, H, 1, 1).expand(b, H, rows, 1)  # (b, H, T or 1, 1)
+    return k1, v1, torch.cat([sink, bias.expand(b, H, rows, S)], dim=-1)  # bias: (b, H, T or 1, 1 + S)
+
+
+def sdpa_with_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, mask: Tensor | None, is_causal: bool,
+                    scale: float, dropout_p: float = 0.0) -> Tensor:
+    """Attention with a sink logit per head through PyTorch's SDPA kernels, exact forward and backward.
+
+    Where torch's CPU flash kernel accepts the inputs (CPU, float32/64, no dropout, values as wide as keys, ``T``
+    and ``S`` at least 1, a mask that needs no gradient): :func:`sink_flash_cpu`, at the plain kernel's speed.
+    Anywhere else: the sink as one more key (:func:`sinks_as_a_key`), through ``F.scaled_dot_product_attention``.
+
+    Args:
+        q, k, v: queries, keys and values, ``H`` a multiple of ``K`` (grouped heads are shared, not copied, on
+            the second way).
+        sinks: one logit per query head.
+        mask: bool (``True`` = may attend) or float mask broadcastable to ``(B, H, T, S)``, or ``None``.
+        is_causal: SDPA's causal flag, aligned top-left (with ``T == S`` the same as bottom-right).
+        scale: the score multiplier.
+        dropout_p: probability of dropping a weight (the second way).
+
+    Shapes:
+        q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``.
+
+    Example:
+        >>> q, kv, sinks = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8), torch.zeros(4)
+        >>> out = sdpa_with_sinks(q, kv, kv, sinks, mask=None, is_causal=True, scale=8**-0.5)
+        >>> out.shape  # each query put some weight on its sink, which has no value
+        torch.Size([1, 4, 3, 8])
+
+    Raises:
+        ValueError, TypeError: if the shapes do not fit together or the sinks are not ``(H,)`` like ``q``.
+    """
+    _check_heads("sdpa_with_sinks", q, k, v, sinks)
+    H, T, E = q.shape[1:]
+    K, S = k.shape[1], k.shape[2]
+    if (q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64)
+            and q.dtype == k.dtype == v.dtype and v.shape[-1] == E and T > 0 and S > 0
+            and not (mask is not None and mask.requires_grad)):  # what the CPU flash kernel accepts
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # (B, H, S, E): one per head
+        return sink_flash_cpu(q, k, v, sinks, is_causal=is_causal, mask=mask, scale=scale)
+    if is_causal:  # the flag as a mask: the sink's column comes first and is never hidden
+        tril = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S), top-left
+        if mask is None:
+            mask = tril
+        else:
+            mask = mask & tril if mask.dtype == torch.bool else mask.masked_fill(~tril, -math.inf)
+    k1, v1, bias = sinks_as_a_key(q, k, v, mask, sinks)  # (B, K, 1 + S, E), (B, K, 1 + S, Ev), (b, H, T or 1, 1 + S)
+    return F.scaled_dot_product_attention(q, k1, v1, attn_mask=bias, dropout_p=dropout_p, scale=scale,
+                                          enable_gqa=K != H)  # (B, H, T, Ev)
