@@ -25,6 +25,7 @@ from lessons_src.lab.pattern_model import (
     share_kv,
 )
 from lessons_src.masks import causal_mask
+from lessons_src.rope import rope_cos_sin
 
 HF_KIND = {"sliding_attention": "window", "full_attention": "global", "chunked_attention": "chunk"}
 
@@ -198,3 +199,48 @@ def test_each_layer_masks_as_the_running_model(name: str, model: str, config: ob
 def test_a_bad_pattern_gets_a_clear_error(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_a_sharing_layer_attends_as_gemma4s() -> None:
+    """Gemma 4's consumer layer against the rule :class:`PatternBlock` follows for a sharing layer: its own queries
+    (QK-norm, RoPE), the producer's keys and values as stored (normed and rotated once, by the producer), its own
+    window, then ``W_O``, with the core's pieces and ``attention()``. Gemma 4 scales the scores by 1 and RMS-norms
+    the producer's values, which no piece here does: the keys and values are taken from what the producer stored,
+    so what is compared is the sharing itself (a sharer that re-rotated the keys or dropped its window fails)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    from lessons_src.attention import attention
+    from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
+
+    D, H, K, E, T, W = 32, 4, 2, 8, 8, 3
+    types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    cfg = transformers.Gemma4TextConfig(num_hidden_layers=5, num_kv_shared_layers=2, hidden_size=D,
+                                        num_attention_heads=H, num_key_value_heads=K, head_dim=E, layer_types=types,
+                                        sliding_window=W, intermediate_size=16, vocab_size=16)
+    cfg._attn_implementation = "eager"
+    assert cfg.kv_sharing_modes[2:4] == ["store", "reuse"]
+    ours = share_kv([LayerType("window", W) if t == "sliding_attention" else LayerType() for t in types], 2)
+    assert [t.shares for t in ours] == [None, None, None, 2, 1]
+    producer, consumer = Gemma4TextAttention(cfg, layer_idx=2), Gemma4TextAttention(cfg, layer_idx=3)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in [*producer.parameters(), *consumer.parameters()]:
+            p.add_(torch.randn(p.shape, generator=g) * (D**-0.5 if p.ndim == 2 else 0.5))
+    x = torch.randn(2, T, D, generator=g)
+    mask = torch.zeros(2, 1, T, T).masked_fill(~causal_mask(T, window=W), float("-inf"))
+    cos, sin = (t.expand(2, T, E) for t in rope_cos_sin(torch.arange(T), E))
+    shared: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    with torch.no_grad():
+        producer(torch.randn(2, T, D, generator=g), position_embeddings=(cos, sin), attention_mask=mask,
+                 shared_kv_states=shared)
+    k, v = shared["sliding_attention"]  # (B, K, T, E): the producer's, as stored
+    want = consumer(x, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states=shared)[0]
+    norm, rope = PerHeadRMSNorm(E, eps=cfg.rms_norm_eps), Rotary(E)
+    with torch.no_grad():
+        norm.q_weight.copy_(consumer.q_norm.weight)
+    q = consumer.q_proj(x).view(2, T, H, E).transpose(1, 2)  # (B, H, T, E)
+    q, _ = norm(q, k)
+    q, _ = rope(q, k, start=0)
+    out = attention(q, k, v, is_causal=True, window=W, scale=1.0).output  # the producer's keys, its own window
+    got = consumer.o_proj(out.transpose(1, 2).reshape(2, T, H * E))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
