@@ -8,21 +8,16 @@ failing code and nothing else.
 
 from __future__ import annotations
 
-import atexit
-import functools
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,57 +71,10 @@ def build(
                       env=build_env(env_extra), timeout=300, warm=generator == "mkdocs")
 
 
-class _BuildServer:
-    """tests/site/build_server.py, started on first use: MkDocs' builds in children forked from a warm parent."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @functools.cached_property
-    def env(self) -> dict[str, str]:
-        return build_env()
-
-    def start(self) -> subprocess.Popen[bytes]:
-        if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("build_server.py"))],
-                                         cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            atexit.register(self.close)
-        return self.proc
-
-    def reply(self, proc: subprocess.Popen[bytes], timeout: float | None) -> dict[str, int] | None:
-        assert proc.stdout is not None
-        if timeout is not None and not select.select([proc.stdout], [], [], timeout)[0]:
-            return None
-        line = proc.stdout.readline()
-        assert line, f"the build server died (exit status {proc.poll()})"
-        return dict(json.loads(line))
-
-    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-        with self.lock, tempfile.TemporaryDirectory() as tmp:
-            proc = self.start()
-            assert proc.stdin is not None
-            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            request = {"argv": args, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
-            proc.stdin.write((json.dumps(request) + "\n").encode())
-            proc.stdin.flush()
-            pid = self.reply(proc, None)["pid"]  # type: ignore[index]
-            ended = self.reply(proc, timeout)
-            if ended is None:
-                os.kill(pid, signal.SIGKILL)
-                self.reply(proc, None)
-                raise subprocess.TimeoutExpired([sys.executable, *args], timeout)
-            text = {p: p.read_text(encoding="utf-8", errors="replace") for p in (out, err)}
-            return subprocess.CompletedProcess([sys.executable, *args], ended["returncode"], text[out], text[err])
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.stdin is not None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-            self.proc = None
-
-
-_SERVER = _BuildServer()
+# The third-party imports of a tiny build (python -X importtime on one), paid once per test process: none reads
+# the project (tests/warm_python.py).
+_WARM = WarmPython(("jupytext", "markdown", "mkdocs.commands.build", "mkdocs.config", "mkdocs_jupyter.plugin",
+                    "nbconvert", "pygments.lexers", "pymdownx.util", "torch"), env=lambda: build_env())
 
 
 def run_python(
@@ -134,14 +82,13 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` (``-m mkdocs build ...``, a script) in ``cwd`` with the environment ``env``, captured.
 
-    With ``warm``, in a child forked from tests/site/build_server.py (third-party imports paid once per test
-    process, not per build) when ``env`` starts a Python as that server's does (the same ``PYTHON*`` variables);
+    With ``warm``, in a child forked from tests/warm_python.py (third-party imports paid once per test process, not
+    per build) when ``env`` starts a Python as that parent's does (the same ``PYTHON*`` variables);
     otherwise, or when ``warm`` is false (a module that must not find MkDocs already imported, like ProperDocs),
     in a new interpreter.
     """
-    python_vars = {k: v for k, v in env.items() if k.startswith("PYTHON")}
-    if warm and python_vars == {k: v for k, v in _SERVER.env.items() if k.startswith("PYTHON")}:
-        return _SERVER.run(args, cwd, env, timeout)
+    if warm:
+        return _WARM.run(args, cwd=cwd, env=env, timeout=timeout)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
