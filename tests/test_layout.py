@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from warm_python import WarmPython
+import warm_python
 
 import lessons_src
 
@@ -80,9 +80,6 @@ def test_core_file_imports_only_core_torch_and_stdlib(module: str) -> None:
     assert absolute <= ALLOWED_TOP_LEVEL, f"{module}.py imports {sorted(absolute - ALLOWED_TOP_LEVEL)}"
 
 
-_WARM_TORCH = WarmPython(("torch",))
-
-
 @pytest.mark.parametrize("module", CORE)
 def test_core_file_runs_copied_with_at_most_two_siblings(module: str, tmp_path: Path) -> None:
     needed = closure(module)
@@ -93,7 +90,7 @@ def test_core_file_runs_copied_with_at_most_two_siblings(module: str, tmp_path: 
     for name in {module, *needed}:
         shutil.copy(PKG / f"{name}.py", pkg / f"{name}.py")
     # python -c in a child forked from a parent that imported torch alone (tests/warm_python.py): 3 CPU-s less a file
-    proc = _WARM_TORCH.run(["-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"], cwd=tmp_path)
+    proc = warm_python.TORCH.run(["-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "lessons_src" not in proc.stderr
 

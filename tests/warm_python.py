@@ -194,5 +194,9 @@ class WarmPython:
             self.proc = None
 
 
+# Shared by the unit tests that run core files or scripts which import torch (one parent per test process).
+TORCH = WarmPython(("torch",))
+
+
 if __name__ == "__main__":
     main()
