@@ -56,6 +56,8 @@ def run_child(request: dict[str, object], proto: int) -> None:
         os.chdir(str(request["cwd"]))
         os.environ.clear()
         os.environ.update(request["env"])  # type: ignore[arg-type]
+        if "numpy" in sys.modules:  # numpy's global generator, seeded when imported: a fresh one, as a new process has
+            sys.modules["numpy"].random.seed()  # (random and tempfile reseed themselves after a fork)
         argv = list(request["argv"])  # type: ignore[call-overload]
         import runpy
 
