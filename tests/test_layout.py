@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ast
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 import lessons_src
 
@@ -92,10 +91,8 @@ def test_core_file_runs_copied_with_at_most_three_siblings(module: str, tmp_path
     (pkg / "__init__.py").write_text("")
     for name in {module, *needed}:
         shutil.copy(PKG / f"{name}.py", pkg / f"{name}.py")
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
-    )
+    # python -c in a child forked from a parent that imported torch alone (tests/warm_python.py): 3 CPU-s less a file
+    proc = warm_python.TORCH.run(["-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "lessons_src" not in proc.stderr
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm_python
 
 from lessons_src.lab import read_artifact_json, toy_models
 from lessons_src.lab.toy_models import TinyConfig, TinyTransformer
@@ -99,7 +100,9 @@ LOG_TOLERANCE = 5e-4
 def test_retraining_from_the_seed_reproduces_the_logged_losses(tmp_path: Path) -> None:
     """The training script, run from its seed, logs the committed run's losses step for step (first steps)."""
     script = ROOT / "tools" / "train" / "train_induction.py"
-    subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--steps", str(PREFIX_STEPS)], check=True)
+    # python SCRIPT in a child forked from a parent that imported torch alone (tests/warm_python.py)
+    proc = warm_python.TORCH.run([str(script), "--out", str(tmp_path), "--steps", str(PREFIX_STEPS)], cwd=os.getcwd())
+    assert proc.returncode == 0, proc.stderr[-3000:]
     retrained = json.loads((tmp_path / "induction_training.json").read_text())["log"]
     committed = {row["step"]: row for row in read_artifact_json("induction_training.json")["log"]}
     assert [row["step"] for row in retrained] == list(range(0, PREFIX_STEPS + 1, 20))

@@ -24,19 +24,30 @@ A figure another issue is still fixing can be listed in KNOWN with that reason; 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from browser_support import SITE, open_context
-
-from lessons_src.lab.plotting import DESKTOP_COLUMN_PX  # the column the wide variants are drawn for
+from browser_support import ROOT, SITE, open_context
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+
+def _plotting_constant(name: str) -> Any:
+    """A constant of lessons_src/lab/plotting.py, read from its source: importing the package imports torch (about
+    3 CPU-s of the browser step, for one number)."""
+    source = ROOT / "lessons_src" / "lab" / "plotting.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{source} has no constant {name}")
+
+
+DESKTOP_COLUMN_PX = _plotting_constant("DESKTOP_COLUMN_PX")  # the column the wide variants are drawn for
 DEPTH_TOLERANCE_PX = 1.0
 TRIM = 0.18
 KNOWN: dict[str, str] = {}  # figure id (below) -> reason: strict xfails

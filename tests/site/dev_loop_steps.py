@@ -5,9 +5,11 @@
 PROJECT holds the tiny project (``mkdocs.yml``, ``docs/``) and its own package, ``pkg/fixmod.py``, which the
 pages' blocks import and every block's run appends a line to ``runs.log``. In ONE process, as ``mkdocs serve
 --dirty`` does (the configuration loaded afresh, a dirty build into the same folder), it builds, makes the
-next edit, builds again, ...; then a second process builds once more on the same cache, as the next ``make
-serve`` does. KEY: ``real`` (dev_cache.block_key) or ``naive`` (a block's source alone: the first three edits
-only, no new serve). Prints one JSON object: per step, each page's printed results and how many blocks ran.
+next edit, builds again, ...; ``python tests/site/dev_loop_steps.py PROJECT KEY again``, a second process
+(tests/site/test_dev_cache.py starts it after the first has ended), builds once more on the same cache, as the
+next ``make serve`` does. KEY: ``real`` (dev_cache.block_key) or ``naive`` (a block's source alone: the first
+three edits only, no new serve). Prints one JSON object: per step, each page's printed results and how many blocks
+ran.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -112,11 +113,7 @@ def main() -> None:
     if key == "naive":  # enough to show the checks that catch it: no later edit, no new serve
         print(json.dumps(steps(Path(project), key, [("first build", None, "", ""), *EDITS[:3]])))
         return
-    out = steps(Path(project), key, [("first build", None, "", ""), *EDITS])
-    again_run = subprocess.run([sys.executable, __file__, project, key, "again"], capture_output=True, text=True,
-                               check=True, cwd=project)
-    out.update(json.loads(again_run.stdout.splitlines()[-1]))
-    print(json.dumps(out))
+    print(json.dumps(steps(Path(project), key, [("first build", None, "", ""), *EDITS])))
 
 
 if __name__ == "__main__":

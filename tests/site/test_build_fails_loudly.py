@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,15 +67,30 @@ def build(
     ``env_extra``: variables added to the build's environment.
     """
     write_project(tmp_path, pages)
-    return subprocess.run(
-        [sys.executable, "-m", generator, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
-        cwd=tmp_path,
-        env=build_env(env_extra),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_python(["-m", generator, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")], cwd=tmp_path,
+                      env=build_env(env_extra), timeout=300, warm=generator == "mkdocs")
+
+
+# The third-party imports of a tiny build (python -X importtime on one), paid once per test process: none reads
+# the project (tests/warm_python.py).
+_WARM = WarmPython(("jupytext", "markdown", "mkdocs.commands.build", "mkdocs.config", "mkdocs_jupyter.plugin",
+                    "nbconvert", "pygments.lexers", "pymdownx.util", "torch"), env=lambda: build_env())
+
+
+def run_python(
+    args: list[str], *, cwd: Path, env: dict[str, str], timeout: float, warm: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` (``-m mkdocs build ...``, a script) in ``cwd`` with the environment ``env``, captured.
+
+    With ``warm``, in a child forked from tests/warm_python.py (third-party imports paid once per test process, not
+    per build) when ``env`` starts a Python as that parent's does (the same ``PYTHON*`` variables);
+    otherwise, or when ``warm`` is false (a module that must not find MkDocs already imported, like ProperDocs),
+    in a new interpreter.
+    """
+    if warm:
+        return _WARM.run(args, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 def build_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:

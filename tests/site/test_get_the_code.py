@@ -2,7 +2,8 @@
 
 Checks site/ (built by `make build`) against what the build should have resolved from this environment
 (tools/site_build/site_links.py), and builds a two-page site with the same hooks twice, once with
-SITE_REPO/SITE_URL set and once with no environment and no git remote, to check both sides of the fallback.
+SITE_REPO/SITE_URL set and once with none of the environment (but PATH and the interpreter's PYTHON* settings) and
+no git remote, to check both sides of the fallback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_build_fails_loudly import build_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
@@ -148,11 +150,14 @@ def build_mini(tmp_path: Path, env: dict[str, str]) -> Path:
     )
     empty_git = tmp_path / "git"
     subprocess.run(["git", "init", "--quiet", str(empty_git)], check=True)  # no remote
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--site-dir", str(tmp_path / "site")], cwd=tmp_path,
+    # Nothing of the test's environment but PATH and the interpreter's own settings (the PYTHON* variables, with
+    # PYTHONPATH at this checkout; they let the build run in a child of the warm build server: run_python).
+    interpreter = {k: v for k, v in build_env().items() if k.startswith("PYTHON")}
+    proc = run_python(
+        ["-m", "mkdocs", "build", "--site-dir", str(tmp_path / "site")], cwd=tmp_path,
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "SOURCE_DATE_EPOCH": "1700000000",
-             "GIT_DIR": str(empty_git / ".git"), "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT), **env},
-        capture_output=True, text=True, timeout=300, check=False,
+             "GIT_DIR": str(empty_git / ".git"), "NO_MKDOCS_2_WARNING": "1", **interpreter, **env},
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp_path / "site"
