@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -121,17 +121,23 @@ site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
 	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
 
-# `make test` runs the browser tests in two parts in one slot: the pages' checks, then the live models' tests.
+# `make test` runs the browser tests in three parts: the pages' checks, then the live models' tests, in one slot;
+# the widgets' tests (they open pages of their own, not the shared view) in the other.
 LIVE_BROWSER_TESTS := tests/browser/test_live_model.py tests/browser/test_live_text_model.py
+WIDGET_BROWSER_TESTS := tests/browser/test_widgets.py
 browser-pages: $(DEPS) $(NODE_DEPS)
-	$(PYTEST) tests/browser $(addprefix --ignore=,$(LIVE_BROWSER_TESTS)) --list-checks $(CHECKS)/browser.txt
+	$(PYTEST) tests/browser $(addprefix --ignore=,$(LIVE_BROWSER_TESTS) $(WIDGET_BROWSER_TESTS)) \
+		--list-checks $(CHECKS)/browser.txt
 browser-live: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks $(CHECKS)/browser-live.txt
+browser-widgets: $(DEPS) $(NODE_DEPS)
+	$(PYTEST) $(WIDGET_BROWSER_TESTS) --list-checks $(CHECKS)/browser-widgets.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
 # reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages and the live
 # models' (they need site/), and in the other lint, the other unit tests, the site checks (they compare site/ with
-# the second build) and the multi-process unit tests, so that both slots end about together. Each step's
+# the second build), the widgets' browser tests and the multi-process unit tests, so that both slots end about
+# together. Each step's
 # output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
 # steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)
@@ -139,7 +145,7 @@ test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build
 	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
 test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live \
-	test-unit-processes
+	test-browser-widgets test-unit-processes
 	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
 	@cat $(CHECKS)/timings.txt
 TIMED = @$(BIN)/python tools/dev/timed.py $(1) $(CHECKS)/timings.txt -- $(MAKE) --no-print-directory
@@ -153,9 +159,11 @@ test-browser-live: test-browser  # in the pages' slot: the other slot (unit test
 	$(call TIMED,browser-live) browser-live
 test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
 	$(call TIMED,unit) unit-rest
-# Last in the site checks' slot: on a fresh clone that slot ended at 479 s and the browser tests' at 522 s (with
-# this step after the live models' tests, at 547 s).
-test-unit-processes: test-site-check
+# The widgets' browser tests, then the multi-process unit tests, last in the site checks' slot: on a fresh clone
+# the pages' chain (build, pages, live models) was 508 s with the widgets in it, the other slot about 450 s.
+test-browser-widgets: test-site-check
+	$(call TIMED,browser-widgets) browser-widgets
+test-unit-processes: test-browser-widgets
 	$(call TIMED,unit-processes) unit-processes
 test-lint:
 	$(call TIMED,lint) lint
