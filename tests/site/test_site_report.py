@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "_data" / "bench" / "site.json"
-PAGE = ROOT / "site" / "reference" / "benchmarks" / "index.html"
+PAGE = ROOT / "site" / "reference" / "site-measured" / "index.html"
 CATEGORIES = ["performance", "accessibility", "best-practices", "seo"]
 
 
@@ -38,7 +38,7 @@ def test_report_is_well_formed(report: dict[str, Any]) -> None:
         assert report["build"]["warm_s"] > 0 and report["build"]["cold_s"] > 0
 
 
-def test_benchmarks_page_shows_the_report(report: dict[str, Any]) -> None:
+def test_the_site_page_shows_the_report(report: dict[str, Any]) -> None:
     text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", PAGE.read_text(encoding="utf-8"))))
     yard = report["yardstick"]["scores"]
     assert f"Yardstick (stock page): {yard['performance']} (" + " / ".join(str(yard[c]) for c in CATEGORIES) in text
@@ -46,15 +46,16 @@ def test_benchmarks_page_shows_the_report(report: dict[str, Any]) -> None:
         mobile = page["lighthouse"]["mobile"]["scores"]
         row = f"{page['page']} {page['bytes'] / 1000:.0f} kB " + " / ".join(str(mobile[c]) for c in CATEGORIES)
         row += f" {mobile['performance'] - yard['performance']:+d}"
-        assert row in text, f"the benchmarks page does not show {row!r}"
+        assert row in text, f"the page The site, measured does not show {row!r}"
     if report["build"] is not None:
         assert f"cold {report['build']['cold_s']:.1f} s, warm {report['build']['warm_s']:.1f} s" in text
 
 
-def _report(load: float, **scores: int) -> dict[str, Any]:
+def _report(load: float, load_max: float | None = None, **scores: int) -> dict[str, Any]:
     page = {"page": "p/", "bytes": scores.pop("bytes", 500_000),
             "lighthouse": {"mobile": {"scores": {c: scores.get(c.replace("-", "_"), 100) for c in CATEGORIES}}}}
-    return {"machine": {"load_average_at_start": load}, "pages": [page],
+    machine = {"load_average_at_start": load} | ({} if load_max is None else {"load_average_max": load_max})
+    return {"machine": machine, "pages": [page],
             "budgets": {"performance": 95, "below_yardstick": 3, "page_bytes": 1_000_000},
             "yardstick": {"scores": {"performance": 90}}}
 
@@ -70,9 +71,13 @@ def _report(load: float, **scores: int) -> dict[str, Any]:
         (6.9, {"performance": 88}, []),  # busy: within 3 of the stock page's 90
         (6.9, {"performance": 86}, ["performance 86, 4 below the stock page's 90"]),
         (6.9, {"performance": 99, "accessibility": 98}, ["accessibility 98"]),
+        # quiet at the start, busy while Lighthouse ran: judged as busy (the stock page's distance)
+        (1.2, {"performance": 88, "load_max": 3}, []),
+        (1.2, {"performance": 86, "load_max": 3}, ["performance 86, 4 below the stock page's 90"]),
+        (1.2, {"performance": 94, "load_max": 1.9}, ["performance 94 < 95"]),  # quiet throughout
     ],
 )
-def test_every_goal_the_page_states_is_judged(load: float, scores: dict[str, int], missed: list[str]) -> None:
+def test_every_goal_the_page_states_is_judged(load: float, scores: dict[str, Any], missed: list[str]) -> None:
     import sys
 
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
@@ -82,9 +87,10 @@ def test_every_goal_the_page_states_is_judged(load: float, scores: dict[str, int
     assert misses(r["pages"][0], r) == missed
 
 
-def test_benchmarks_page_says_what_the_report_covers(report: dict[str, Any]) -> None:
+def test_the_site_page_says_what_the_report_covers(report: dict[str, Any]) -> None:
     text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", PAGE.read_text(encoding="utf-8"))))
-    load, total, n = report["machine"]["load_average_at_start"], report.get("site_pages"), len(report["pages"])
+    m, total, n = report["machine"], report.get("site_pages"), len(report["pages"])
+    load = max(m["load_average_at_start"], m.get("load_average_max", 0.0))
     covers = (f"every page of the site ({total})" if total == n else f"{n} of the site's {total} pages" if total
               else f"{n} pages (how many the site had was not recorded)")
     assert f"This report covers {covers}, measured at load average {load}" in text

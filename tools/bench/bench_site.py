@@ -15,7 +15,8 @@ A report, not a test (`make bench` runs it). It measures:
   machine lowers every score; the distance of a page from the yardstick is what to read.
 * the speed ratios the other benchmarks wrote to docs/_data/bench/*.json.
 
-It writes docs/_data/bench/site.json (shown on the Benchmarks page at the next build) and prints a table.
+It writes docs/_data/bench/site.json (shown at the next build on the page The site, measured,
+docs/reference/site-measured.md) and prints a table.
 
     python tools/bench/bench_site.py                                 # everything (make bench-site)
     python tools/bench/bench_site.py --no-build                      # reuse site/ (no build timing)
@@ -42,7 +43,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
-from browser_support import BASE_PATH, SITE, SiteHandler, chromium_path, site_pages, site_url  # noqa: E402
 from site_goals import misses  # noqa: E402
 
 OUT = ROOT / "docs" / "_data" / "bench" / "site.json"
@@ -52,6 +52,7 @@ BUDGET_BYTES = 1_000_000  # no page heavier than 1 MB transferred
 GOAL_SCORE = 95  # mobile performance, every page
 GOAL_BELOW_YARDSTICK = 3  # on a busy machine: no page more than 3 points below the stock page
 BUILD_BUDGET_S = 90.0  # cold build on CI's 2 cores
+LOAD_SAMPLE_S = 15.0  # how often the load average is sampled while Lighthouse runs
 
 
 def build_env() -> dict[str, str]:
@@ -83,11 +84,19 @@ def build_times() -> dict[str, float]:
     return {"cold_s": round(cold, 2), "warm_s": round(warm, 2)}
 
 
-def serve(directory: Path = SITE) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = functools.partial(SiteHandler, directory=str(directory))
+@functools.cache
+def support() -> Any:
+    """tests/browser/browser_support, imported only once site/ is built: it reads the built sitemap on import."""
+    import browser_support
+
+    return browser_support
+
+
+def serve(directory: Path | None = None) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(support().SiteHandler, directory=str(directory or support().SITE))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}{BASE_PATH}"
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}{support().BASE_PATH}"
 
 
 def build_yardstick(dest: Path) -> Path:
@@ -103,7 +112,7 @@ def build_yardstick(dest: Path) -> Path:
         encoding="utf-8",
     )
     # mkdocs.yml names no site_url (site_links.py resolves it at build): the built site's own address, same sub-path
-    url = config.get("site_url") or site_url()
+    url = config.get("site_url") or support().site_url()
     stock = {"site_name": "Yardstick", "site_url": url, "theme": config["theme"], "plugins": ["search"]}
     (dest / "mkdocs.yml").write_text(json.dumps(stock), encoding="utf-8")
     subprocess.run(
@@ -129,7 +138,7 @@ def lighthouse(url: str, preset: str = "mobile") -> dict[str, Any]:
     ]
     if preset == "desktop":
         args.append("--preset=desktop")
-    env = {**os.environ, "CHROME_PATH": chromium_path()}
+    env = {**os.environ, "CHROME_PATH": support().chromium_path()}
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"lighthouse failed on {url} ({preset}): {proc.stderr[-2000:]}")
@@ -186,7 +195,7 @@ def module_ratios() -> dict[str, dict[str, float]]:
 
 
 def chromium_version() -> str:
-    proc = subprocess.run([chromium_path(), "--version"], capture_output=True, text=True, check=False)
+    proc = subprocess.run([support().chromium_path(), "--version"], capture_output=True, text=True, check=False)
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "unknown"
 
 
@@ -201,7 +210,7 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     build = None if args.no_build else build_times()
-    paths = site_pages()
+    paths = support().site_pages()
     if args.pages:
         unknown = sorted(set(args.pages) - set(paths))
         if unknown:
@@ -209,8 +218,16 @@ def main() -> None:
         paths = [p for p in paths if p in args.pages]
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
     yard_runs: list[dict[str, Any]] = []
+    loads: list[float] = []  # the load average through the Lighthouse runs: other work lowers every score
+    stop = threading.Event()
+
+    def sample_load() -> None:
+        while not stop.wait(LOAD_SAMPLE_S):
+            loads.append(os.getloadavg()[0])
+
     with tempfile.TemporaryDirectory() as tmp:
         yard_site = build_yardstick(Path(tmp) / "yardstick")
+        threading.Thread(target=sample_load, daemon=True).start()
         httpd, base = serve()
         yard_httpd, yard_base = serve(yard_site)
         try:
@@ -220,6 +237,7 @@ def main() -> None:
                     runs[path].append(lighthouse(base + path))
                     print(f"run {repeat + 1}/{args.repeats}: {path or '/'}", file=sys.stderr)
         finally:
+            stop.set()
             httpd.shutdown()
             yard_httpd.shutdown()
     pages = [
@@ -238,6 +256,7 @@ def main() -> None:
         "machine": {
             "cpus": os.cpu_count(),
             "load_average_at_start": round(load_before, 2),
+            "load_average_max": round(max(loads, default=load_before), 2),  # sampled every LOAD_SAMPLE_S
             "python": platform.python_version(),
             "chromium": chromium_version(),
             "lighthouse": sorted(versions)[0] if versions else None,
@@ -251,7 +270,7 @@ def main() -> None:
             "below_yardstick": GOAL_BELOW_YARDSTICK,
         },
         "yardstick": yardstick,
-        "site_pages": len(site_pages()),  # how many the sitemap lists: the report covers every page or says not
+        "site_pages": len(support().site_pages()),  # pages in the sitemap: the report covers every page or says not
         "pages": pages,
         "module_ratios": module_ratios(),
     }
