@@ -15,6 +15,11 @@ export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
+# The lessons' blocks and the tests run tiny tensors, for which a second intra-op thread costs more CPU than it
+# saves, and `make test` runs two steps at a time on two cores: its steps, the builds and the writer's loop run
+# one thread per process (a strict build took 109 CPU-s and 155 s with it, 131 CPU-s and 177 s without, side by
+# side with other work). `make bench` and `make train` keep their own settings.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
@@ -45,11 +50,11 @@ deps: $(DEPS) $(NODE_DEPS)
 DEV_CACHE := .cache/dev
 SERVE_FLAGS ?=
 serve: $(DEPS) $(NODE_DEPS) ## Serve the site with live reload at http://127.0.0.1:8000 (rebuilds only what an edit changes)
-	SITE_DEV_CACHE=$(DEV_CACHE) SOURCE_DATE_EPOCH=315532800 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --dirty \
+	$(ONE_THREAD) SITE_DEV_CACHE=$(DEV_CACHE) SOURCE_DATE_EPOCH=315532800 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --dirty \
 		--watch lessons_src --watch tools/site_build $(SERVE_FLAGS)
 
 build: $(DEPS) $(NODE_DEPS) ## Build the site strictly into site/ (every lesson's code runs)
-	$(BIN)/mkdocs build --strict --clean --site-dir site
+	$(ONE_THREAD) $(BIN)/mkdocs build --strict --clean --site-dir site
 
 # The post-build step alone (mkdocs build runs it as its last hook): math, figures, accessibility and loading
 # fixes, unused assets, over any built site. SITE_DIR: the folder (site/ unless given).
@@ -91,7 +96,7 @@ canary-zensical: .venv-zensical/.installed $(DEPS) $(NODE_DEPS) ## Build the sit
 SITE_AGAIN := .cache/site-again
 build-again: $(DEPS) $(NODE_DEPS)
 	rm -rf $(SITE_AGAIN)
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(SITE_AGAIN)
+	$(ONE_THREAD) $(BIN)/mkdocs build --strict --quiet --site-dir $(SITE_AGAIN)
 
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
 	$(BIN)/ruff check lessons_src tests tools
@@ -142,7 +147,7 @@ browser-widgets: $(DEPS) $(NODE_DEPS)
 # steps already running finish).
 test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)
 	@rm -rf $(SITE_AGAIN) $(CHECKS)
-	@MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
+	@$(ONE_THREAD) MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
 test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live \
 	test-browser-widgets test-unit-processes

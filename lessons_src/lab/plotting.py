@@ -84,13 +84,22 @@ def svg(fig: Figure, *, title: str | None = None, narrow: Figure | None = None) 
             raise TypeError(f"{name} must be a matplotlib Figure (from plotting.figure()), got {type(value).__name__}")
     derived = narrow is None and getattr(fig, "_lesson_narrow", None) is None
     categories = category_labels(fig)
+    laid_out: set[int] = set()  # the copies made here whose last layout shows them as they are
     if narrow is None:
-        narrow = getattr(fig, "_lesson_narrow", None) or _narrow_copy(fig)
-    wide_svg = _svg_text(_desktop_copy(fig), title=title, css_class="lesson-figure-wide", salt="lessons",
-                         categories=categories)
+        narrow = getattr(fig, "_lesson_narrow", None)
+        if narrow is None:
+            narrow, done = _narrow_copy(fig)
+            if done:
+                laid_out.add(id(narrow))
+    wide, done = _desktop_copy(fig)
+    if done:
+        laid_out.add(id(wide))
+    wide_svg = _svg_text(wide, title=title, css_class="lesson-figure-wide", salt="lessons", categories=categories,
+                         laid_out=id(wide) in laid_out)
     # a derived variant is given room to spare (its panels' heights are a guess); the blank margin is cut off
     narrow_svg = _svg_text(narrow, title=title, css_class="lesson-figure-narrow", salt="lessons-narrow", tight=derived,
-                           categories=categories if derived else category_labels(narrow))
+                           categories=categories if derived else category_labels(narrow),
+                           laid_out=id(narrow) in laid_out)
     return f'<figure class="lesson-figure">{wide_svg}{narrow_svg}</figure>'
 
 
@@ -131,8 +140,9 @@ def _named(axis: Any) -> bool:
     )
 
 
-def _desktop_copy(fig: Figure) -> Figure:
-    """``fig``, or a copy whose type is at least :data:`MIN_TEXT_PX` as drawn in the desktop column.
+def _desktop_copy(fig: Figure) -> tuple[Figure, bool]:
+    """``fig``, or a copy whose type is at least :data:`MIN_TEXT_PX` as drawn in the desktop column; and whether
+    the copy's last layout shows it as it is (then saving it need not lay it out again).
 
     From 45em up the site draws the wide variant :data:`DESKTOP_COLUMN_PX` wide, so a figure drawn wider than
     that shrinks and one drawn narrower grows: its smallest type must be ``MIN_TEXT_PX`` at that scale.
@@ -141,17 +151,16 @@ def _desktop_copy(fig: Figure) -> Figure:
     width_px = float(fig.get_size_inches()[0]) * 96
     least_pt = MIN_TEXT_PX * 72 / 96 * width_px / DESKTOP_COLUMN_PX * 1.01
     if fig.get_layout_engine() is None:
-        return fig
+        return fig, False
     with requires_extra("plot"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.text import Text
 
     if all(float(t.get_fontsize()) * _math_scale(t) >= least_pt for t in fig.findobj(Text) if t.get_text()):
-        return fig
+        return fig, False
     copy: Figure = pickle.loads(pickle.dumps(fig))
     FigureCanvasAgg(copy)
-    _enlarge_type(copy, least_pt)
-    return copy
+    return copy, _enlarge_type(copy, least_pt)
 
 
 def _math_scale(t: Any) -> float:
@@ -159,8 +168,11 @@ def _math_scale(t: Any) -> float:
     return 0.7 if re.search(r"\$.*[\^_].*\$", t.get_text()) else 1.0
 
 
-def _enlarge_type(copy: Figure, least_pt: float) -> None:
-    """Raise every visible text of ``copy`` to ``least_pt`` points; wrap what then outgrows the figure or its axes."""
+def _enlarge_type(copy: Figure, least_pt: float) -> bool:
+    """Raise every visible text of ``copy`` to ``least_pt`` points; wrap what then outgrows the figure or its axes.
+
+    Returns whether the last layout drawn shows ``copy`` as it now is (nothing was changed after it).
+    """
     import textwrap
 
     with requires_extra("plot"):
@@ -171,15 +183,18 @@ def _enlarge_type(copy: Figure, least_pt: float) -> None:
             labels = getattr(ax, f"get_{axis}ticklabels")()
             if labels and labels[0].get_fontsize() < least_pt:
                 ax.tick_params(axis=axis, labelsize=least_pt)
-    for _ in range(2):
+    changed = True
+    for _ in range(2):  # measure, enlarge and wrap; once more to wrap what enlarging made too wide
         copy.draw_without_rendering()
         renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
+        changed = False
         for t in copy.findobj(Text):
             if not t.get_visible() or not t.get_text():
                 continue
             least = least_pt / _math_scale(t)
             if float(t.get_fontsize()) < least:
                 t.set_fontsize(least)
+                changed = True
             limit = copy.bbox.width * 0.98
             axes = t.axes
             titles = [getattr(axes, n, None) for n in ("title", "_left_title", "_right_title")] if axes else []
@@ -189,18 +204,37 @@ def _enlarge_type(copy: Figure, least_pt: float) -> None:
             if extent > limit and len(t.get_text()) > 8:
                 chars = max(8, int(max(len(line) for line in t.get_text().split("\n")) * limit / extent * 0.9))
                 t.set_text("\n".join(textwrap.fill(line, chars) for line in t.get_text().split("\n")))
+                changed = True
+        if not changed:
+            break  # a second pass would measure what the first did
+    return not changed
 
 
 def _svg_text(
-    fig: Figure, *, title: str | None, css_class: str, salt: str, tight: bool = False, categories: Sequence[str] = ()
+    fig: Figure,
+    *,
+    title: str | None,
+    css_class: str,
+    salt: str,
+    tight: bool = False,
+    categories: Sequence[str] = (),
+    laid_out: bool = False,
 ) -> str:
     with requires_extra("plot"):
         import matplotlib
 
     buf = io.StringIO()
     crop: dict[str, Any] = {"bbox_inches": "tight", "pad_inches": 0.04} if tight else {}
-    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, **crop)
+    # savefig lays a figure out once more before drawing it: not needed when the last layout is current
+    engine = fig.get_layout_engine() if laid_out else None
+    if engine is not None:
+        fig.set_layout_engine("none")
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, **crop)
+    finally:
+        if engine is not None:
+            fig.set_layout_engine(engine)
     text = buf.getvalue()
     body = text[text.index("<svg") :]
     label = f' role="img" aria-label="{html.escape(title, quote=True)}"' if title is not None else ""
@@ -209,8 +243,9 @@ def _svg_text(
     return body.replace("<svg ", f'<svg class="{css_class}"{label}{names} ', 1)
 
 
-def _narrow_copy(fig: Figure) -> Figure:
-    """A copy of ``fig`` laid out for a phone's column (see :func:`svg`)."""
+def _narrow_copy(fig: Figure) -> tuple[Figure, bool]:
+    """A copy of ``fig`` laid out for a phone's column (see :func:`svg`), and whether its last layout shows it as
+    it is (then saving it need not lay it out again)."""
     with requires_extra("plot"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -247,15 +282,19 @@ def _narrow_copy(fig: Figure) -> Figure:
     height_in = max(new_rows * (old_h / rows * panel_scale + text_room), old_h * width_in / old_w, 1.0)
     copy.set_size_inches(width_in, min(height_in, 4 * width_in))
     if copy.get_layout_engine() is None:
-        return copy  # hand-placed drawings: enlarging type would break them; see set_narrow
-    _enlarge_type(copy, NARROW_MIN_FONT_PT)
+        return copy, False  # hand-placed drawings: enlarging type would break them; see set_narrow
+    current = _enlarge_type(copy, NARROW_MIN_FONT_PT)  # whether its last layout shows the copy as it is
     good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
     for _ in range(4):  # panels with a fixed aspect (images) leave blank bands: take the height back
-        copy.draw_without_rendering()
+        if not current:
+            copy.draw_without_rendering()
+            current = True
         panels = [a for a in copy.axes if a.get_subplotspec() and a.get_visible() and not hasattr(a, "_colorbar")]
         frames = [(ax.get_position(original=True), ax.get_position(original=False)) for ax in panels]
         if not frames or any(full.width - used.width > 0.005 for full, used in frames):
-            copy.set_size_inches(good[0], good[1])  # went too far: a panel got narrower than its column
+            if (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1])) != good:
+                copy.set_size_inches(good[0], good[1])  # went too far: a panel got narrower than its column
+                current = False
             break
         good = (float(copy.get_size_inches()[0]), float(copy.get_size_inches()[1]))
         w, h = good
@@ -263,7 +302,9 @@ def _narrow_copy(fig: Figure) -> Figure:
         if slack < 0.05:
             break
         copy.set_size_inches(w, h - 0.7 * slack)
-    copy.draw_without_rendering()
+        current = False
+    if not current:
+        copy.draw_without_rendering()
     renderer = copy.canvas.get_renderer()  # type: ignore[attr-defined]
     for ax in copy.axes:
         for axis in ("x", "y"):
@@ -280,11 +321,13 @@ def _narrow_copy(fig: Figure) -> Figure:
                 step += 1
             if step > 1 and named and axis == "x":  # every named label stays: stand them on end instead
                 ax.tick_params(axis="x", labelrotation=90)
+                current = False
             elif step > 1 and not named:  # numbers: every step-th is enough
                 texts = [lab.get_text() if i % step == 0 else "" for i, lab in enumerate(labels)]
                 style = {"rotation": labels[0].get_rotation(), "fontsize": labels[0].get_fontsize()}
                 getattr(ax, f"set_{axis}ticks")(ticks, labels=texts, **style)
-    return copy
+                current = False
+    return copy, current
 
 
 def attention_heatmap(

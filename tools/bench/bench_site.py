@@ -58,7 +58,7 @@ LOAD_SAMPLE_S = 15.0  # how often the load average is sampled while Lighthouse r
 def build_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
-    env.update(PYTHONHASHSEED="0", MPLBACKEND="Agg", NO_MKDOCS_2_WARNING="1")
+    env.update(PYTHONHASHSEED="0", MPLBACKEND="Agg", NO_MKDOCS_2_WARNING="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return env
 
 
