@@ -197,7 +197,8 @@ def test_query_pre_attn_scalar_is_gemma2s() -> None:
     x, mask, pe = _inputs(torch.float32, rotary=E)
     _compare(layers[0], ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], [], TOL32)
     with torch.no_grad():
-        assert (layers[1](x, is_causal=True) - ref(x, position_embeddings=pe, attention_mask=mask)[0]).abs().max() > 0.01
+        want = ref(x, position_embeddings=pe, attention_mask=mask)[0]
+        assert (layers[1](x, is_causal=True) - want).abs().max() > 0.01  # the default scale, 1/sqrt(E)
 
 
 # --------------------------------------------------------------------------- learned sinks (gpt-oss)

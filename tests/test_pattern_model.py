@@ -17,6 +17,7 @@ from lessons_src.lab.pattern_model import (
     LayerType,
     PatternConfig,
     PatternGPT,
+    SharedKVAttention,
     check_pattern,
     gemma3_pattern,
     gpt_oss_pattern,
@@ -25,6 +26,7 @@ from lessons_src.lab.pattern_model import (
     share_kv,
 )
 from lessons_src.masks import causal_mask
+from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
 
 HF_KIND = {"sliding_attention": "window", "full_attention": "global", "chunked_attention": "chunk"}
 
@@ -194,6 +196,12 @@ def test_each_layer_masks_as_the_running_model(name: str, model: str, config: ob
     (lambda: share_kv(gpt_oss_pattern(4), 4), r"last must be in 0..3"),
     (lambda: share_kv(gemma3_pattern(6), 1), r"layer 5 \(global\) would share keys and values, but no layer before 5"),
     (lambda: ChunkedKVCache(1, 1, 4, 0), r"cache sizes must be at least 1; got \{'chunk': 0\}"),
+    (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(4)),
+     r"PerHeadRMSNorm has a key weight, but this layer computes no keys: make it with keys=False"),
+    (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(8, keys=False)),
+     r"qk_norm was made for head_dim=8 \(the layer has 4\)"),
+    (lambda: SharedKVAttention(16, 4, rope=Rotary(8)), r"Rotary\(dim=8\) rotates more features than a head has"),
+    (lambda: SharedKVAttention(16, 3), r"d_model=16 is not divisible by num_heads=3"),
 ])
 def test_a_bad_pattern_gets_a_clear_error(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -225,8 +233,7 @@ def test_a_sharing_layer_is_gemma4s(layer: int) -> None:
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
     from lessons_src.attention import MultiHeadAttention
-    from lessons_src.lab.pattern_model import SharedKVAttention
-    from lessons_src.mechanisms import PerHeadRMSNorm, Rotary, ValueRMSNorm
+    from lessons_src.mechanisms import ValueRMSNorm
 
     B, T, D, H, K, E, W = 2, 8, 64, 4, 2, 16, 3
     types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]

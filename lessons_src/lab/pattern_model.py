@@ -295,16 +295,18 @@ class SharedKVAttention(nn.Module):
                  rope: nn.Module | None = None, scale: float | None = None, bias: bool = False) -> None:
         super().__init__()
         if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; give a head count that "
+                             f"divides it")
         self.d_model, self.num_heads, self.head_dim, self.scale = d_model, num_heads, d_model // num_heads, scale
         if getattr(qk_norm, "k_weight", None) is not None:
             raise ValueError(f"{type(qk_norm).__name__} has a key weight, but this layer computes no keys: make it "
                              "with keys=False")
-        sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_heads, "head_dim": self.head_dim}
-        if rope is not None:
-            rope.check(**sizes)
-        if getattr(qk_norm, "head_dim", self.head_dim) != self.head_dim:
-            raise ValueError(f"qk_norm was made for head_dim={qk_norm.head_dim} (the layer has {self.head_dim})")
+        norm_dim = getattr(qk_norm, "head_dim", self.head_dim)
+        if norm_dim != self.head_dim:
+            raise ValueError(f"qk_norm was made for head_dim={norm_dim} (the layer has {self.head_dim})")
+        check = getattr(rope, "check", None)
+        if callable(check):  # a position piece made for other sizes: a ValueError naming them
+            check(d_model=d_model, num_heads=num_heads, num_kv_heads=num_heads, head_dim=self.head_dim)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q: the only projection of the input
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
         self.qk_norm, self.rope = qk_norm, rope
@@ -369,6 +371,8 @@ class PatternBlock(nn.Module):
         q, k = a.qk_norm(q, k)
         if a.rope is not None:
             q, k = a.rope(q, k, start=start)  # positions start .. start + T - 1 (or Llama 4's temperature)
+        if a.v_norm is not None:
+            v = a.v_norm(v)  # normed once, here: its sharers get them normed
         if cache is None:  # the full pass: the layer's limit through the one mask preparation
             size = self.layer.size
             seen = _Attended(k, v, None, True, window=size if kind == "window" else None,
@@ -380,7 +384,7 @@ class PatternBlock(nn.Module):
             step = cache.update(k, v)
             seen = _Attended(step.k, step.v, step.mask, False)
         out = attention(q, seen.k, seen.v, attn_mask=seen.mask, is_causal=seen.is_causal, window=seen.window,
-                        chunk=seen.chunk).output  # (B, H, T, E)
+                        chunk=seen.chunk, scale=a.scale).output  # (B, H, T, E)
         return a.out_proj(out.transpose(1, 2).reshape(B, T, D)), seen  # (B, T, D)
 
 
