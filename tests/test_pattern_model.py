@@ -4,7 +4,8 @@ The patterns are compared with ``transformers``' configs (``layer_types``, Llama
 ``kv_sharing_modes``), and the masks each layer attends with are compared with those the pinned models build
 as they run (captured from their attention modules), at a sequence longer than their windows. Then decoding
 with the caches each type needs equals the full pass for every type and pattern, token by token and in
-blocks that cross window and chunk boundaries, in float64.
+blocks that cross window and chunk boundaries, in float64. Gemma 4's KV-sharing (consumer) attention module is
+compared, weights copied, with :class:`SharedKVAttention`, the query-only layer a sharing layer here is.
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ def test_a_sharing_layer_has_no_keys_or_values_of_its_own() -> None:
     and the key norm's weight (E): the model with two sharing layers has that many parameters fewer."""
     D, K, E = 32, 2, 8
     plain, shared = gemma3_pattern(6, window=3, every=3), share_kv(gemma3_pattern(6, window=3, every=3), 2)
-    count = [sum(p.numel() for p in _model(p).parameters()) for p in (plain, shared)]
+    count = [sum(w.numel() for w in _model(pattern).parameters()) for pattern in (plain, shared)]
     assert count[0] - count[1] == 2 * (2 * K * E * D + E)
     blocks = _model(shared).blocks
     assert [type(b.attn).__name__ for b in blocks] == ["MultiHeadAttention"] * 4 + ["SharedKVAttention"] * 2
