@@ -579,6 +579,7 @@ class MultiHeadAttention(nn.Module):
             same inputs and gives the same answer; ``need_weights=True`` runs ``"eager"``, which returns them.
         qk_norm: a QK-norm piece from :mod:`lessons_src.mechanisms` (``PerHeadRMSNorm``,
             ``ProjectionRMSNorm``, ``WeightlessRMSNorm``): ``(q, k) -> (q, k)``, before ``rope``.
+        v_norm: a value norm (``ValueRMSNorm``, Gemma 4): ``v -> v``, before the values are cached.
         rope: the layer's position piece, ``(q, k, start=) -> (q, k)``: a :class:`lessons_src.mechanisms.Rotary`
             (rotary positions, partial or scaled), or on a NoPE layer ``None`` or Llama 4's
             :class:`lessons_src.mechanisms.NoPETemperature`; for self-attention (with a cache, the new tokens'
@@ -588,17 +589,20 @@ class MultiHeadAttention(nn.Module):
         softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` (Gemma 2 uses 50.0); needs an
             implementation that can, ``"eager"`` or ``"tiled"``.
         sinks: learn one sink logit per head (gpt-oss), a parameter ``sinks`` ``(H,)`` starting at zero.
+        scale: the scores' multiplier; ``None`` for ``1/sqrt(head_dim)``. Gemma 4 uses 1, Gemma 2 27B
+            ``query_pre_attn_scalar ** -0.5``.
 
     Shapes:
         x: ``(B, T, D)``; context: ``(B, S, D)``; attn_mask: broadcastable to ``(B, H, T, S)``;
         output: ``(B, T, D)``; weights: ``(B, H, T, S)``. With a cache, ``S`` = cached + ``T``.
 
     Raises:
-        TypeError: if a size is not an int (``8.0`` is not a size), or a piece is not an ``nn.Module``.
+        TypeError: if a size is not an int (``8.0`` is not a size), a piece is not an ``nn.Module``, or ``scale``
+            is not a number.
         ValueError: if a size is below 1, ``num_heads`` does not divide ``d_model`` or ``num_kv_heads``
             does not divide ``num_heads`` (the messages list the counts that would), a piece was made for
-            other sizes, ``softcap`` is not positive or comes with ``implementation="sdpa"``, and, in
-            :meth:`forward`, on malformed inputs.
+            other sizes, ``softcap`` or ``scale`` is not positive or ``softcap`` comes with
+            ``implementation="sdpa"``, and, in :meth:`forward`, on malformed inputs.
 
     Example:
         >>> mha = MultiHeadAttention(d_model=8, num_heads=2)
@@ -622,6 +626,8 @@ class MultiHeadAttention(nn.Module):
         gate: nn.Module | None = None,
         softcap: float | None = None,
         sinks: bool = False,
+        v_norm: nn.Module | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         d_model, num_heads = _size("d_model", d_model), _size("num_heads", num_heads)
@@ -655,14 +661,20 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
         # today's mechanisms (lessons_src.mechanisms): each is absent (None) unless the layer is given it
         sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": self.head_dim}
-        for name, piece in (("qk_norm", qk_norm), ("rope", rope), ("gate", gate)):
+        for name, piece in (("qk_norm", qk_norm), ("v_norm", v_norm), ("rope", rope), ("gate", gate)):
             if piece is not None and not isinstance(piece, nn.Module):
                 raise TypeError(f"{name} must be an nn.Module piece (see lessons_src.mechanisms) or None; "
                                 f"got {type(piece).__name__}")
             check = getattr(piece, "check", None)
             if callable(check):
                 check(**sizes)  # a piece made for other sizes: a ValueError naming them
-        self.qk_norm, self.rope, self.gate = qk_norm, rope, gate
+        self.qk_norm, self.v_norm, self.rope, self.gate = qk_norm, v_norm, rope, gate
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
+            raise TypeError(f"scale must be a number or None; got {scale!r} of type {type(scale).__name__}")
+        if scale is not None and not 0 < scale < math.inf:
+            raise ValueError(f"scale must be a finite number above 0, or None for 1/sqrt(head_dim) = "
+                             f"{self.head_dim ** -0.5:.4g} (Gemma 4: 1.0); got scale={scale!r}")
+        self.scale = None if scale is None else float(scale)  # None: 1/sqrt(E)
         self.softcap = check_softcap(softcap)
         if self.softcap is not None and implementation == "sdpa":
             raise ValueError(f"softcap={self.softcap} needs an implementation that can cap the scores: pass "
@@ -675,6 +687,7 @@ class MultiHeadAttention(nn.Module):
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}" + ("" if self.softcap is None else f", softcap={self.softcap}")
+            + ("" if self.scale is None else f", scale={self.scale:g}")
         )
 
     @property
@@ -685,7 +698,7 @@ class MultiHeadAttention(nn.Module):
             >>> MultiHeadAttention(8, 2, sinks=True).mechanisms
             ('sinks',)
         """
-        names = ("qk_norm", "rope", "gate", "softcap", "sinks")
+        names = ("qk_norm", "v_norm", "rope", "gate", "softcap", "sinks", "scale")
         return tuple(name for name in names if getattr(self, name) is not None)
 
     def check_plain(self, what: str) -> None:
@@ -853,6 +866,8 @@ class MultiHeadAttention(nn.Module):
             q, k = self.qk_norm(q, k)  # (B, H, T, E), (B, K, S, E)
         if self.rope is not None:
             q, k = self.rope(q, k, start=start)  # the new tokens at positions start .. start + T - 1
+        if self.v_norm is not None:
+            v = self.v_norm(v)  # (B, K, S, E)
         mods: dict[str, float | Tensor] = {} if self.softcap is None else {"softcap": self.softcap}
         if self.sinks is not None:
             mods["sinks"] = self.sinks.to(q.dtype)  # (H,)
@@ -861,8 +876,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)  # everything cached so far: 2 x (B, K, S, E)
             if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
                 mask = replace(mask, mask=mask.mask.to(q.dtype))
-            result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim),
-                                               dropout_p=dropout_p, **mods)
+            scale = 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
+            result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=scale, dropout_p=dropout_p, **mods)
             if need_weights and result.weights is None:
                 raise ValueError(f"implementation {impl!r} does not return attention weights; use 'eager' for them")
         except BaseException:

@@ -1,4 +1,4 @@
-"""Today's changes around attention, as pieces a layer is given by name: QK-norm, positions, output gates.
+"""Today's changes around attention, as pieces a layer is given by name: QK-norm, value norm, positions, gates.
 
 The open models of 2025-26 keep multi-head attention and change a few things around it. Each change here
 is a small ``nn.Module`` that :class:`lessons_src.attention.MultiHeadAttention` is *given*, so a layer
@@ -6,6 +6,10 @@ says what it uses instead of switching flags on::
 
     MultiHeadAttention(d_model, num_heads, qk_norm=PerHeadRMSNorm(head_dim), rope=Rotary(head_dim),
                        gate=ElementwiseGate(d_model, num_heads, head_dim), sinks=True)
+
+Gemma 4's layer, the last of these models here, is ``qk_norm=PerHeadRMSNorm(head_dim)``, ``v_norm=ValueRMSNorm()``,
+``rope=Rotary(head_dim)`` (a window layer) or ``Rotary.proportional(head_dim, 0.25, base=1e6)`` (a global one),
+and ``scale=1.0`` (the scores are not divided by ``sqrt(E)``: the norms' learned weights set their size).
 
 Why pieces and not flags: each change has its own weights, and the models disagree on the details
 (Gemma's norms multiply by ``1 + w``, OLMo's normalise the whole projection, Llama 4's have no weight);
@@ -17,7 +21,7 @@ act *inside* the softmax, the soft-cap and the sinks, are not pieces: they are a
 them; the layer passes them on (``softcap=50.0``, and ``sinks=True`` for a learned logit per head).
 
 Where they live: this file needs only ``rope.py``, and ``attention.py`` never imports it (a layer calls the
-piece it is given: ``qk_norm(q, k)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``
+piece it is given: ``qk_norm(q, k)``, ``v_norm(v)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``
 the layer's sizes), so a reader who copies ``attention.py`` copies none of these pieces unless a model needs
 them.
 
@@ -32,8 +36,11 @@ The order, from the layer's input ``x`` to its output (each step with the model 
    before or after gives the same vector, and the layer applies all three kinds in one place. The position
    piece may rotate part of each head (partial RoPE, Qwen3-Next: :meth:`Rotary.partial`), use scaled
    frequencies (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`), or, on a
-   layer without positions (NoPE), scale the queries by position (:class:`NoPETemperature`, Llama 4);
-3. **scale** the scores ``q k^T`` by ``1/sqrt(E)``; then
+   layer without positions (NoPE), scale the queries by position (:class:`NoPETemperature`, Llama 4), or turn
+   only the fast pairs of a full-width RoPE (:meth:`Rotary.proportional`, Gemma 4's global layers); the
+   **value norm** (:class:`ValueRMSNorm`, Gemma 4) divides each head's value by its RMS, with no weight;
+3. **scale** the scores ``q k^T`` by ``1/sqrt(E)``, or by the layer's ``scale=`` (Gemma 4: 1; Gemma 2 27B:
+   ``query_pre_attn_scalar ** -0.5``); then
 4. **cap** them, ``c tanh(s / c)`` (Gemma 2): on the *scaled* scores, since ``c`` (50) is set for them;
 5. **mask**: after the cap, because a cap applied to ``-inf`` gives ``-c``, a finite score, and a hidden
    key would come back;
@@ -57,8 +64,18 @@ Where ``transformers``, the papers and the official code differ, the course foll
   (:class:`ElementwiseGate`), and the test moves the rows. The paper's headwise gate ships in no pinned
   model: its test is the formula;
 * Gemma 2 scales by ``query_pre_attn_scalar ** -0.5``, which is ``1/sqrt(head_dim)`` for the 2B and 9B
-  models (the layer's scale) but not for the 27B; ``transformers`` runs the cap in eager attention only,
-  as ``"sdpa"`` refuses it here;
+  models (the layer's default) but not for the 27B (``d_model / num_heads = 144`` where ``head_dim`` is
+  128: the layer's ``scale=144 ** -0.5``); ``transformers`` runs the cap in eager attention only, as
+  ``"sdpa"`` refuses it here;
+* Gemma 4 (``transformers``' ``Gemma4TextAttention``) norms queries and keys with a weight ``w`` starting at 1
+  (Gemma 3's multiplier was ``1 + w``), norms values with none, and scales the scores by 1. Its norms round
+  every input to float32 and back, a float64 one too; here float64 stays float64. Its global layers may
+  have another ``head_dim`` (512 against 256), which a :class:`~lessons_src.attention.MultiHeadAttention`
+  (``head_dim = d_model / num_heads``) cannot express, and, with ``attention_k_eq_v``, values taken from
+  the key projection (before the key's norm and RoPE, then the value norm), which no piece here does. Its
+  KV-sharing layers build no key or value projection and no key or value norm: a layer that reuses another's
+  keys norms its queries only (:class:`PerHeadRMSNorm` with ``keys=False``; every piece here takes ``k=None``
+  and gives ``None`` back, for such a layer);
 * gpt-oss's module shifts the logits by their row maximum (with the sink) before the softmax, which changes
   nothing but the rounding, and leaves its sinks uninitialised (``torch.empty``); here they start at zero.
 
@@ -67,6 +84,8 @@ References:
     Gemma Team, "Gemma 3 Technical Report", 2025 (arXiv:2503.19786): QK-norm with ``(1 + w)`` weights.
     Team OLMo, "2 OLMo 2 Furious", 2025 (arXiv:2501.00656): QK-norm over the whole projection.
     Meta, Llama 4 model code (``llama_models/llama4/model.py``): weightless norm after RoPE, on RoPE layers.
+    Google, Gemma 4 as ``transformers`` 5.23 ships it (``models/gemma4/modeling_gemma4.py``): the value norm,
+    the scale of 1, proportional RoPE and KV sharing (the tests compare with that module).
     Qiu et al., "Gated Attention for Large Language Models: Non-linearity, Sparsity, and Attention-Sink-Free",
     2025 (arXiv:2505.06708): the sigmoid output gate, headwise or elementwise (their G1 position).
     Su et al., "RoFormer", 2021 (arXiv:2104.09864): rotary positions.
@@ -82,7 +101,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .rope import RopeScaling, apply_rope, rope_cos_sin
+from .rope import RopeScaling, apply_rope, proportional_scaling, rope_cos_sin
 
 __all__ = [
     "ElementwiseGate",
@@ -91,6 +110,7 @@ __all__ = [
     "PerHeadRMSNorm",
     "ProjectionRMSNorm",
     "Rotary",
+    "ValueRMSNorm",
     "WeightlessRMSNorm",
 ]
 
@@ -145,16 +165,22 @@ class PerHeadRMSNorm(nn.Module):
 
     ``q_h -> q_h / rms(q_h) * (offset + w_q)``, and the same for keys with ``w_k``; one weight vector of
     ``head_dim`` serves every head. Gemma and Qwen3-Next write the multiplier as ``1 + w`` (``offset=1``,
-    ``w`` starting at 0); Qwen3 as ``w`` (``offset=0``, ``w`` starting at 1). The weights start so that the
-    multiplier is 1.
+    ``w`` starting at 0); Qwen3 and Gemma 4 as ``w`` (``offset=0``, ``w`` starting at 1). The weights start so
+    that the multiplier is 1. A layer that reuses an earlier layer's keys (Gemma 4's KV-sharing layers) norms
+    its queries only: ``keys=False`` makes no key weight, and such a layer passes ``k=None``.
 
     Args:
         head_dim: ``E``.
         eps: added to the mean square.
-        offset: ``0`` (Qwen3) or ``1`` (Gemma 3, Qwen3-Next).
+        offset: ``0`` (Qwen3, Gemma 4) or ``1`` (Gemma 3, Qwen3-Next).
+        keys: give the norm a key weight; ``False`` for a layer that computes no keys.
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, S, E)``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, S, E)`` or ``None``; outputs: the same.
+
+    Raises:
+        ValueError: in :meth:`check`, for ``keys=False`` on a layer that computes keys; in forward, for keys
+            given to a norm without a key weight.
 
     Example:
         >>> norm = PerHeadRMSNorm(4, offset=1.0)
@@ -163,23 +189,32 @@ class PerHeadRMSNorm(nn.Module):
         [1.0]
     """
 
-    def __init__(self, head_dim: int, *, eps: float = 1e-6, offset: float = 0.0) -> None:
+    def __init__(self, head_dim: int, *, eps: float = 1e-6, offset: float = 0.0, keys: bool = True) -> None:
         super().__init__()
         self.head_dim, self.eps, self.offset = _width("head_dim", head_dim), _eps(eps), float(offset)
+        if not isinstance(keys, bool):
+            raise TypeError(f"keys must be True or False (False: a layer that reuses another's keys); got {keys!r}")
         self.q_weight = nn.Parameter(torch.full((self.head_dim,), 1.0 - self.offset))  # (E,)
-        self.k_weight = nn.Parameter(torch.full((self.head_dim,), 1.0 - self.offset))  # (E,)
+        self.k_weight = nn.Parameter(torch.full((self.head_dim,), 1.0 - self.offset)) if keys else None  # (E,)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
-        """Raise a ValueError unless this norm fits a layer of these sizes."""
+        """Raise a ValueError unless this norm fits a layer of these sizes that computes its own keys."""
         _fits(self, {"head_dim": self.head_dim}, {"head_dim": head_dim})
+        if self.k_weight is None:
+            raise ValueError("PerHeadRMSNorm(keys=False) norms queries only, for a layer that reuses another "
+                             "layer's keys; this layer computes its own: use keys=True")
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
         q = _rms_norm(q, self.offset + self.q_weight, self.eps)  # (B, H, T, E), over E
-        k = _rms_norm(k, self.offset + self.k_weight, self.eps)  # (B, K, S, E)
-        return q, k
+        if k is None:
+            return q, None
+        if self.k_weight is None:
+            raise ValueError("this norm has no key weight (keys=False): pass k=None, or make it with keys=True")
+        return q, _rms_norm(k, self.offset + self.k_weight, self.eps)  # (B, K, S, E)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, eps={self.eps}, offset={self.offset}"
+        return f"head_dim={self.head_dim}, eps={self.eps}, offset={self.offset}" + ("" if self.k_weight is not None
+                                                                                     else ", keys=False")
 
 
 class ProjectionRMSNorm(nn.Module):
@@ -196,7 +231,7 @@ class ProjectionRMSNorm(nn.Module):
         eps: added to the mean square.
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, S, E)``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, S, E)`` or ``None``; outputs: the same.
 
     Example:
         >>> q, k = ProjectionRMSNorm(2, 1, 4)(torch.randn(1, 2, 3, 4), torch.randn(1, 1, 5, 4))
@@ -216,12 +251,13 @@ class ProjectionRMSNorm(nn.Module):
         mine = {"num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
         _fits(self, mine, {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim})
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
         w_q = self.q_weight.view(self.num_heads, self.head_dim)  # (H, E): the projection's features, head-major
-        w_k = self.k_weight.view(self.num_kv_heads, self.head_dim)  # (K, E)
         q = _rms_norm(q.transpose(1, 2), w_q, self.eps).transpose(1, 2)  # over (H, E) of (B, T, H, E)
-        k = _rms_norm(k.transpose(1, 2), w_k, self.eps).transpose(1, 2)  # over (K, E) of (B, S, K, E)
-        return q, k
+        if k is None:
+            return q, None
+        w_k = self.k_weight.view(self.num_kv_heads, self.head_dim)  # (K, E)
+        return q, _rms_norm(k.transpose(1, 2), w_k, self.eps).transpose(1, 2)  # over (K, E) of (B, S, K, E)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, eps={self.eps}"
@@ -236,7 +272,7 @@ class WeightlessRMSNorm(nn.Module):
     vector before RoPE (a rotation keeps lengths), which is where this layer applies every QK-norm.
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, S, E)``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, S, E)`` or ``None``; outputs: the same.
 
     Example:
         >>> q, _ = WeightlessRMSNorm()(torch.full((1, 1, 1, 4), 3.0), torch.ones(1, 1, 1, 4))
@@ -251,8 +287,41 @@ class WeightlessRMSNorm(nn.Module):
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Fits any layer: it has no weights."""
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return _rms_norm(q, None, self.eps), _rms_norm(k, None, self.eps)  # (B, H, T, E), (B, K, S, E)
+    def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        return _rms_norm(q, None, self.eps), None if k is None else _rms_norm(k, None, self.eps)  # (B, H, T, E), ...
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+class ValueRMSNorm(nn.Module):
+    """Each head's value divided by its root-mean-square, with no weight (Gemma 4), given as the layer's ``v_norm=``.
+
+    Gemma 4 norms the values as it norms the queries and keys, so every head's value has RMS 1 before the
+    softmax mixes them: a head's output is then an average of vectors of one size, whatever the projection's.
+    The norm is taken before the values are cached, so a cache holds them normed (and a layer that reuses
+    them, normed once).
+
+    Args:
+        eps: added to the mean square.
+
+    Shapes:
+        v: ``(B, K, S, E)``; output: the same.
+
+    Example:
+        >>> ValueRMSNorm(eps=0.0)(torch.tensor([[[[3.0, 4.0]]]])).flatten()  # RMS sqrt(12.5)
+        tensor([0.8485, 1.1314])
+    """
+
+    def __init__(self, *, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = _eps(eps)
+
+    def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        """Fits any layer: it has no weights."""
+
+    def forward(self, v: Tensor) -> Tensor:
+        return _rms_norm(v, None, self.eps)  # (B, K, S, E), over E
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}"
@@ -265,7 +334,8 @@ class Rotary(nn.Module):
     """RoPE on the first ``dim`` features of each head (all of them by default), at the tokens' positions.
 
     Qwen3-Next rotates a quarter of each head and passes the rest through unchanged (partial RoPE,
-    ``partial_rotary_factor``; :meth:`partial` makes it from that fraction); most models rotate all of it.
+    ``partial_rotary_factor``; :meth:`partial` makes it from that fraction); most models rotate all of it;
+    Gemma 4's global layers rotate all of it with the slow pairs' frequencies set to 0 (:meth:`proportional`).
     The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``); ``scaling``
     stretches the context (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`).
 
@@ -275,7 +345,8 @@ class Rotary(nn.Module):
         scaling: scaled frequencies (``R/2`` of them) and attention factor, or ``None``.
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` at positions ``start .. start + T - 1``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` (or ``None``, for a layer that reuses another's keys) at positions
+        ``start .. start + T - 1``; outputs: the same.
 
     Raises:
         ValueError: if ``dim`` is odd or below 2, or ``scaling`` was made for another ``dim``.
@@ -315,19 +386,36 @@ class Rotary(nn.Module):
                              f"pairs: use a fraction giving an even count, one of {good}")
         return cls(int(dim), base=base, scaling=scaling)
 
+    @classmethod
+    def proportional(cls, head_dim: int, fraction: float, *, base: float = 10000.0, factor: float = 1.0) -> Rotary:
+        """Gemma 4's global layers: RoPE on all ``head_dim`` features, only the fastest ``fraction`` of pairs turning.
+
+        The frequencies are :func:`lessons_src.rope.proportional_scaling`'s (Gemma 4: ``fraction=0.25``,
+        ``base=1e6``).
+
+        Raises:
+            ValueError: unless ``fraction`` is in ``(0, 1]`` and gives a whole number of pairs.
+
+        Example:
+            >>> Rotary.proportional(16, 0.25).scaling.inv_freq.count_nonzero().item()  # 2 of 8 pairs turn
+            2
+        """
+        return cls(head_dim, scaling=proportional_scaling(head_dim, fraction, base=base, factor=factor))
+
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Raise a ValueError unless ``dim`` fits in a head."""
         if self.dim > head_dim:
             raise ValueError(f"Rotary(dim={self.dim}) rotates more features than a head has (head_dim={head_dim}); "
                              f"use dim <= {head_dim}")
 
-    def forward(self, q: Tensor, k: Tensor, *, start: int) -> tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
         T, R = q.shape[2], self.dim
         positions = torch.arange(start, start + T, device=q.device)  # (T,)
         cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype, scaling=self.scaling)  # (T, R) each
         q = torch.cat([apply_rope(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
-        k = torch.cat([apply_rope(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
-        return q, k
+        if k is None:
+            return q, None
+        return q, torch.cat([apply_rope(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
 
     def extra_repr(self) -> str:
         scaled = "" if self.scaling is None else f", scaling={self.scaling.attention_factor:g}x attention factor"
@@ -351,7 +439,7 @@ class NoPETemperature(nn.Module):
         attn_scale: how fast the scale grows with the log of the step (``>= 0``).
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` at positions ``start .. start + T - 1``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` or ``None`` at positions ``start .. start + T - 1``; outputs: the same.
 
     Raises:
         ValueError: if ``floor_scale`` is below 1 or ``attn_scale`` negative or not finite.
@@ -374,7 +462,7 @@ class NoPETemperature(nn.Module):
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Fits any layer: it has no weights."""
 
-    def forward(self, q: Tensor, k: Tensor, *, start: int) -> tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
         positions = torch.arange(start, start + q.shape[2], device=q.device, dtype=torch.float64)  # (T,)
         scale = 1.0 + self.attn_scale * torch.log1p(torch.floor((positions + 1) / self.floor_scale))  # (T,)
         return q * scale.to(q.dtype)[:, None], k  # (B, H, T, E): each query times its position's scale

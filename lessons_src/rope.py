@@ -16,7 +16,11 @@ take as ``scaling=``:
 * :func:`yarn_scaling` (YaRN: Qwen3, DeepSeek-V3, gpt-oss): each pair is interpolated (slowed ``factor``
   times) or kept by how many turns it makes over the original context, with a linear ramp between
   ``beta_slow`` and ``beta_fast`` turns, and the cosines and sines are multiplied by
-  ``0.1 ln(factor) + 1`` so that scores keep their sharpness at long range.
+  ``0.1 ln(factor) + 1`` so that scores keep their sharpness at long range;
+* :func:`proportional_scaling` (Gemma 4's global layers, ``"proportional"`` in ``transformers``): a full-width
+  RoPE whose slowest pairs are frozen, so that only a ``fraction`` of the pairs turn, at the frequencies they
+  have in the full-width rule (partial RoPE as Qwen3-Next does it rotates the first features instead, at the
+  frequencies of a narrower rule: :meth:`lessons_src.mechanisms.Rotary.partial`).
 
 Where ``transformers`` and the papers differ, the course follows ``transformers`` (its tests compare with
 ``ROPE_INIT_FUNCTIONS``): YaRN's ramp bounds are rounded outwards (``floor``/``ceil``, its ``truncate``
@@ -37,7 +41,15 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["RopeScaling", "apply_rope", "llama3_scaling", "rope_cos_sin", "rope_frequencies", "yarn_scaling"]
+__all__ = [
+    "RopeScaling",
+    "apply_rope",
+    "llama3_scaling",
+    "proportional_scaling",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "yarn_scaling",
+]
 
 
 class RopeScaling(NamedTuple):
@@ -205,6 +217,57 @@ def yarn_scaling(
     return RopeScaling(scaled, attention_factor)
 
 
+def proportional_scaling(
+    dim: int, fraction: float, *, base: float = 10000.0, factor: float = 1.0,
+    device: torch.device | str | None = None,
+) -> RopeScaling:
+    """Gemma 4's proportional RoPE: the first ``fraction`` of a full-width RoPE's pairs turn, the others stay still.
+
+    Pair ``i`` (features ``i`` and ``i + dim/2``) turns at ``base^(-2i/dim) / factor`` radians per position for
+    ``i < fraction * dim / 2``, and at 0 after: the fast pairs keep the frequencies a full-width RoPE gives
+    them, and the slow pairs, whose angles barely move over a context anyway, carry no position at all. Gemma 4
+    uses it on its global layers (``partial_rotary_factor=0.25``, ``rope_theta=1e6``). Unlike
+    :meth:`lessons_src.mechanisms.Rotary.partial` (Qwen3-Next), which rotates the first ``R`` features at
+    ``base^(-2i/R)``, the rotated features here are spread over both halves of the head, and the frequencies
+    are the full-width rule's. ``transformers`` rounds ``fraction * dim / 2`` down; here a fraction that does
+    not give a whole number of pairs is refused.
+
+    Args:
+        dim: the head's features ``E``, all of them passed to the rotation (even).
+        fraction: the share of pairs that turn, in ``(0, 1]`` (Gemma 4: 0.25).
+        base: ``rope_theta``.
+        factor: divides every frequency (``transformers``' ``factor``, 1 unless the context is stretched); at
+            least 1.
+        device: where to make the frequencies.
+
+    Returns:
+        A :class:`RopeScaling` with ``dim/2`` frequencies, the last ones zero, and attention factor 1.
+
+    Shapes:
+        inv_freq: ``(dim/2,)``.
+
+    Raises:
+        ValueError: if ``dim`` is odd, ``fraction`` is not in ``(0, 1]`` or ``fraction * dim / 2`` is not a whole
+            number (the message lists the fractions that are), or ``factor`` is below 1.
+
+    Example:
+        >>> proportional_scaling(8, 0.5, base=100.0).inv_freq.tolist()  # two pairs of four turn, at 100^(-2i/8)
+        [1.0, 0.31622776601683794, 0.0, 0.0]
+    """
+    dim = _rotated(dim)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be a number in (0, 1] (Gemma 4: 0.25); got fraction={fraction!r}")
+    turning = fraction * dim / 2
+    if turning != int(turning):
+        good = ", ".join(f"{2 * n / dim:g}" for n in range(1, dim // 2 + 1))
+        raise ValueError(f"fraction={fraction!r} of dim={dim} turns {turning:g} of its {dim // 2} pairs; use a "
+                         f"fraction giving a whole number of pairs, one of {good}")
+    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies")
+    inv_freq = rope_frequencies(dim, base=base, device=device) / factor  # (dim/2,): the full-width rule
+    inv_freq[int(turning):] = 0.0  # the slow pairs do not turn
+    return RopeScaling(inv_freq, 1.0)
+
+
 def _positions(n: object) -> int:
     if isinstance(n, bool) or not hasattr(n, "__index__"):
         raise TypeError(f"original_max_positions must be an int; got {n!r} of type {type(n).__name__}")
@@ -225,7 +288,8 @@ def rope_cos_sin(
         dim: rotated features per head ``R``; must be even.
         base: the wavelength base (10000 in RoFormer and Llama 2); unused with ``scaling``.
         dtype: dtype of the result.
-        scaling: scaled frequencies and attention factor (:func:`llama3_scaling`, :func:`yarn_scaling`).
+        scaling: scaled frequencies and attention factor (:func:`llama3_scaling`, :func:`yarn_scaling`,
+            :func:`proportional_scaling`).
 
     Returns:
         ``(cos, sin)``.

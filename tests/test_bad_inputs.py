@@ -43,12 +43,20 @@ from lessons_src.mechanisms import (
     PerHeadRMSNorm,
     ProjectionRMSNorm,
     Rotary,
+    ValueRMSNorm,
     WeightlessRMSNorm,
 )
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
-from lessons_src.rope import RopeScaling, llama3_scaling, rope_cos_sin, rope_frequencies, yarn_scaling
+from lessons_src.rope import (
+    RopeScaling,
+    llama3_scaling,
+    proportional_scaling,
+    rope_cos_sin,
+    rope_frequencies,
+    yarn_scaling,
+)
 from lessons_src.score_mods import (
     check_score_mods,
     check_sinks,
@@ -345,6 +353,27 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      torch.randn(1, 2, 16), torch.randn(1, 3, 16)), ValueError, r"rope gives positions to self-attention; pass context=None"),
     ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4, softcap=5.0, implementation="eager")(
      torch.randn(1, 2, 16), implementation="sdpa"), ValueError, r"implementation='sdpa' cannot soft-cap the scores"),
+    ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, scale=0.0), ValueError,
+     r"scale must be a finite number above 0, or None for 1/sqrt\(head_dim\) = 0.5 \(Gemma 4: 1.0\); got scale=0.0"),
+    ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, scale=float("inf")), ValueError, r"got scale=inf"),
+    ("MultiHeadAttention", "type", lambda: MultiHeadAttention(16, 4, scale="1"), TypeError,  # type: ignore[arg-type]
+     r"scale must be a number or None; got '1' of type str"),
+    ("MultiHeadAttention", "type", lambda: MultiHeadAttention(16, 4, v_norm=lambda v: v), TypeError,  # type: ignore[arg-type]
+     r"v_norm must be an nn.Module piece \(see lessons_src.mechanisms\) or None; got function"),
+    ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, qk_norm=PerHeadRMSNorm(4, keys=False)), ValueError,
+     r"PerHeadRMSNorm\(keys=False\) norms queries only, .* this layer computes its own: use keys=True"),
+    ("PerHeadRMSNorm.forward", "value", lambda: PerHeadRMSNorm(4, keys=False)(Q, KV), ValueError,
+     r"this norm has no key weight \(keys=False\): pass k=None, or make it with keys=True"),
+    ("PerHeadRMSNorm", "type", lambda: PerHeadRMSNorm(4, keys=1), TypeError, r"keys must be True or False .*; got 1"),  # type: ignore[arg-type]
+    ("ValueRMSNorm", "value", lambda: ValueRMSNorm(eps=-1e-6), ValueError, r"eps must be a number at least 0 .*; got eps=-1e-06"),
+    ("proportional_scaling", "value", lambda: proportional_scaling(16, 0.3), ValueError,
+     r"fraction=0.3 of dim=16 turns 2.4 of its 8 pairs; use a fraction giving a whole number of pairs, one of 0.125, 0.25, .* 1"),
+    ("proportional_scaling", "value", lambda: proportional_scaling(16, 0.0), ValueError,
+     r"fraction must be a number in \(0, 1\] \(Gemma 4: 0.25\); got fraction=0.0"),
+    ("proportional_scaling", "value", lambda: proportional_scaling(16, 0.25, factor=0.5), ValueError,
+     r"factor must be at least 1 \(1 keeps the frequencies\); got factor=0.5"),
+    ("proportional_scaling", "value", lambda: proportional_scaling(15, 0.25), ValueError, r"dim must be even and at least 2; got dim=15"),
+    ("Rotary.proportional", "value", lambda: Rotary.proportional(8, 0.1), ValueError, r"fraction=0.1 of dim=8 turns 0.4 of its 4 pairs"),
     ("PerHeadRMSNorm", "type", lambda: PerHeadRMSNorm(8.0), TypeError, r"head_dim must be an int; got 8.0 of type float"),  # type: ignore[arg-type]
     ("PerHeadRMSNorm", "value", lambda: PerHeadRMSNorm(8, eps=-1.0), ValueError, r"eps must be a number at least 0 .*; got eps=-1.0"),
     ("ProjectionRMSNorm", "value", lambda: ProjectionRMSNorm(4, 0, 8), ValueError, r"num_kv_heads must be at least 1; got num_kv_heads=0"),

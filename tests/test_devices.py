@@ -131,13 +131,16 @@ def _on_meta() -> dict[str, object]:
         "score_mods.sdpa_with_sinks": lambda: [sm.sdpa_with_sinks(q, kv, kv, _meta(4), mask=m, is_causal=c, scale=0.5)
                                                for m, c in ((None, True), (keep, False))],
         "score_mods.sinks_as_a_key": lambda: [sm.sinks_as_a_key(q, kv, kv, m, _meta(4)) for m in (None, keep)],
-        "mechanisms.PerHeadRMSNorm": lambda: mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
+        "mechanisms.PerHeadRMSNorm": lambda: [*mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
+                                              mc.PerHeadRMSNorm(8, keys=False).to(META)(q, None)[0]],
+        "mechanisms.ValueRMSNorm": lambda: mc.ValueRMSNorm()(kv),
         "mechanisms.ProjectionRMSNorm": lambda: mc.ProjectionRMSNorm(4, 2, 8).to(META)(q, kv),
         "mechanisms.WeightlessRMSNorm": lambda: mc.WeightlessRMSNorm()(q, kv),
         "mechanisms.Rotary": lambda: [
             mc.Rotary(4)(q, _meta(1, 2, 3, 8), start=2),
             mc.Rotary.partial(8, 0.5, scaling=rp.yarn_scaling(4, factor=4.0, original_max_positions=8, device=META))(
                 q, _meta(1, 2, 3, 8), start=2),
+            mc.Rotary.proportional(8, 0.25, base=1e6)(q, None, start=2)[0],
         ],
         "mechanisms.NoPETemperature": lambda: mc.NoPETemperature(floor_scale=2)(q, _meta(1, 2, 3, 8), start=2),
         "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
@@ -146,6 +149,7 @@ def _on_meta() -> dict[str, object]:
             MultiHeadAttention(
                 16, 4, num_kv_heads=2, implementation=impl, qk_norm=mc.PerHeadRMSNorm(4), rope=mc.Rotary(4),
                 gate=mc.ElementwiseGate(16, 4, 4), softcap=None if impl == "sdpa" else 5.0, sinks=True,
+                v_norm=mc.ValueRMSNorm(), scale=1.0,
             ).to(META)(_meta(1, 5, 16), is_causal=True)
             for impl in ("sdpa", "eager", "tiled")
         ],
@@ -184,6 +188,7 @@ def _on_meta() -> dict[str, object]:
         "rope.rope_frequencies": lambda: rp.rope_frequencies(8, device=META),
         "rope.llama3_scaling": lambda: rp.llama3_scaling(8, device=META).inv_freq,
         "rope.yarn_scaling": lambda: rp.yarn_scaling(8, factor=4.0, original_max_positions=16, device=META).inv_freq,
+        "rope.proportional_scaling": lambda: rp.proportional_scaling(8, 0.5, device=META).inv_freq,
         "rope.RopeScaling": lambda: rp.RopeScaling(_meta(4)).inv_freq,
         "rope.apply_rope": lambda: rp.apply_rope(_meta(1, 2, 3, 4), *cos_sin),
         "convert.pool_kv_heads": lambda: cv.pool_kv_heads(_meta(8, 8), 4, 2),
@@ -271,13 +276,16 @@ def _cpu_cases() -> dict[str, object]:
         return lambda: [m(x, is_causal=True), m(x, is_causal=True, window=2), *m(x, is_causal=True, need_weights=True)]
 
     def mechanisms():
-        from lessons_src.mechanisms import HeadwiseGate, ProjectionRMSNorm, Rotary
+        from lessons_src.mechanisms import HeadwiseGate, PerHeadRMSNorm, ProjectionRMSNorm, Rotary, ValueRMSNorm
 
         torch.manual_seed(0)
         x = torch.randn(1, 5, 8, requires_grad=True)
         layers = [MultiHeadAttention(8, 4, num_kv_heads=2, implementation=impl, qk_norm=ProjectionRMSNorm(4, 2, 2),
                                      rope=Rotary(2), gate=HeadwiseGate(8, 4), sinks=True,
                                      softcap=None if impl == "sdpa" else 2.0) for impl in ("sdpa", "eager", "tiled")]
+        layers += [MultiHeadAttention(8, 2, num_kv_heads=1, implementation=impl, qk_norm=PerHeadRMSNorm(4),
+                                      v_norm=ValueRMSNorm(), rope=Rotary.proportional(4, 0.5), scale=1.0, sinks=True)
+                   for impl in ("sdpa", "eager", "tiled")]  # Gemma 4's pieces (sinks: for the gradients below)
 
         def run():
             outs = [m(x, is_causal=True) for m in layers]

@@ -31,6 +31,7 @@ from lessons_src.mechanisms import (
     PerHeadRMSNorm,
     ProjectionRMSNorm,
     Rotary,
+    ValueRMSNorm,
     WeightlessRMSNorm,
 )
 from lessons_src.rope import rope_cos_sin
@@ -80,10 +81,11 @@ def _inputs(dtype: torch.dtype, rotary: int | None) -> tuple[torch.Tensor, torch
     return x, mask, (cos.expand(B, T, rotary), sin.expand(B, T, rotary))
 
 
-def _compare(ours: MultiHeadAttention, ref: torch.nn.Module, x: torch.Tensor, call_ref, pairs, tol) -> None:
+def _compare(ours: MultiHeadAttention, ref: torch.nn.Module, x: torch.Tensor, call_ref, pairs, tol,
+             window: int | None = None) -> None:
     """Outputs and the gradients of ``x`` and of each ``(our parameter, its parameter)`` pair."""
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = ours(xa, is_causal=True), call_ref(xb)
+    got, want = ours(xa, is_causal=True, window=window), call_ref(xb)
     torch.testing.assert_close(got, want, **tol)
     upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(2), dtype=got.dtype)
     mine = torch.autograd.grad((got * upstream).sum(), [xa, *(a for a, _ in pairs)])
@@ -178,6 +180,25 @@ def test_soft_cap_is_gemma2s(impl: str) -> None:
     _copy_projections(ours, ref)
     x, mask, pe = _inputs(torch.float32, rotary=E)
     _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], [], TOL32)
+
+
+def test_query_pre_attn_scalar_is_gemma2s() -> None:
+    """Gemma 2 27B scales by ``query_pre_attn_scalar ** -0.5`` (144, where ``head_dim`` is 128): the layer's
+    ``scale=``. Here the scalar is ``3 E``, with Gemma 2's own cap of 50; the default ``1/sqrt(E)`` is far off."""
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+
+    cfg = _config(transformers.Gemma2Config, query_pre_attn_scalar=3 * E)
+    ref = Gemma2Attention(cfg, layer_idx=0)
+    _randomise(ref, 0)
+    layers = [MultiHeadAttention(D, H, num_kv_heads=K, softcap=cfg.attn_logit_softcapping, implementation="eager",
+                                 rope=Rotary(E), scale=s) for s in ((3 * E) ** -0.5, None)]
+    for layer in layers:
+        _copy_projections(layer, ref)
+    x, mask, pe = _inputs(torch.float32, rotary=E)
+    _compare(layers[0], ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], [], TOL32)
+    with torch.no_grad():
+        want = ref(x, position_embeddings=pe, attention_mask=mask)[0]
+        assert (layers[1](x, is_causal=True) - want).abs().max() > 0.01  # the default scale, 1/sqrt(E)
 
 
 # --------------------------------------------------------------------------- learned sinks (gpt-oss)
@@ -488,3 +509,97 @@ def test_chunked_layer_decodes_with_a_full_cache_as_the_full_pass() -> None:
             steps.append(layer(x[:, t : t + n], is_causal=True, chunk=3, cache=cache, cache_position=t))
             t += n
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+# ----------------------------------------------------------------- Gemma 4: value norm, scale 1, proportional RoPE
+
+G4 = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "global_head_dim": 16}
+G4_TYPES = ["sliding_attention", "full_attention"]
+
+
+def gemma4_config(types: list[str], **extra: object) -> object:
+    """A tiny Gemma 4 text config: ``E = 16`` on every layer (``MultiHeadAttention`` has ``E = D / H``, so
+    ``global_head_dim`` is ``head_dim`` here), a window of 3, Gemma 4's own RoPE settings (10,000 on window
+    layers; proportional, a quarter of the pairs, 1e6 on global ones), eager attention."""
+    cfg = transformers.Gemma4TextConfig(**G4, num_hidden_layers=len(types), layer_types=types, sliding_window=3,
+                                        intermediate_size=16, vocab_size=16, rms_norm_eps=1e-6, **extra)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def gemma4_inputs(cfg, layer_type: str, dtype: torch.dtype, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    """``x`` (8 tokens, past the window), the additive mask from ``transformers``' own mask functions, and the
+    ``(cos, sin)`` of Gemma 4's own rotary module for ``layer_type``."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
+
+    T, D = 8, cfg.hidden_size
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    fn = sliding_window_causal_mask_function(cfg.sliding_window) if layer_type == "sliding_attention" else (
+        causal_mask_function)
+    keep = fn(torch.tensor(0), torch.tensor(0), torch.arange(T)[:, None], torch.arange(T)[None])  # (T, T)
+    mask = torch.zeros(B, 1, T, T, dtype=dtype).masked_fill(~keep, float("-inf"))
+    cos, sin = Gemma4TextRotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(B, T), layer_type)  # (B, T, E)
+    return x, mask, cos, sin
+
+
+def gemma4_rope(layer_type: str, E: int) -> Rotary:
+    """Gemma 4's positions: full RoPE on window layers, proportional RoPE (a quarter of the pairs) on global ones."""
+    return Rotary(E) if layer_type == "sliding_attention" else Rotary.proportional(E, 0.25, base=1e6)
+
+
+def _gemma4_ours(ref, layer_type: str, *, v_norm: bool = True, scale: float | None = 1.0) -> MultiHeadAttention:
+    E = G4["head_dim"]
+    ours = MultiHeadAttention(G4["hidden_size"], G4["num_attention_heads"], num_kv_heads=G4["num_key_value_heads"],
+                              qk_norm=PerHeadRMSNorm(E, eps=1e-6), v_norm=ValueRMSNorm(eps=1e-6) if v_norm else None,
+                              rope=gemma4_rope(layer_type, E), scale=scale, implementation="eager").double()
+    _copy_projections(ours, ref)
+    with torch.no_grad():
+        ours.qk_norm.q_weight.copy_(ref.q_norm.weight)
+        ours.qk_norm.k_weight.copy_(ref.k_norm.weight)
+    return ours
+
+
+@pytest.mark.parametrize("layer_type", G4_TYPES)
+def test_gemma4_layer_is_gemma4s(layer_type: str) -> None:
+    """Gemma 4's attention module (a window layer, and a global one with proportional RoPE) against ours with
+    ``PerHeadRMSNorm`` (weight ``w``), ``ValueRMSNorm``, its RoPE and ``scale=1``: outputs and gradients, in
+    float64 on both sides; the module's norms and rotary compute in float32 and cast back, so float32's
+    tolerance. Every weight is drawn, the norms' too, and the same layer without the value norm, or with the
+    scale back at ``1/sqrt(E)``, is far from the module's output."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    cfg = gemma4_config(G4_TYPES)
+    ref = Gemma4TextAttention(cfg, layer_idx=G4_TYPES.index(layer_type)).double()
+    assert ref.scaling == 1.0 and ref.v_proj is not None and not hasattr(ref.v_norm, "weight")
+    _randomise(ref, 0)
+    ours = _gemma4_ours(ref, layer_type)
+    x, mask, cos, sin = gemma4_inputs(cfg, layer_type, torch.float64)
+    window = cfg.sliding_window if layer_type == "sliding_attention" else None
+    pairs = [(ours.qk_norm.q_weight, ref.q_norm.weight), (ours.qk_norm.k_weight, ref.k_norm.weight),
+             (ours.out_proj.weight, ref.o_proj.weight)]
+
+    def call_ref(x: torch.Tensor) -> torch.Tensor:
+        return ref(x, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states={})[0]
+
+    _compare(ours, ref, x, call_ref, pairs, TOL32, window=window)
+    with torch.no_grad():
+        want = call_ref(x)
+        for mutant in (_gemma4_ours(ref, layer_type, v_norm=False), _gemma4_ours(ref, layer_type, scale=None)):
+            assert (mutant(x, is_causal=True, window=window) - want).abs().max() > 0.05, mutant.mechanisms
+
+
+def test_proportional_rope_is_gemma4s() -> None:
+    """The frequencies of Gemma 4's global layers (``transformers``' ``"proportional"`` rule) at Gemma 4's own
+    sizes, a quarter of 512 features' pairs turning at ``1e6^(-2i/512)``, and at the test's 16."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
+
+    from lessons_src.rope import proportional_scaling
+
+    for head_dim in (512, 16):
+        cfg = gemma4_config(G4_TYPES) if head_dim == 16 else transformers.Gemma4TextConfig(num_hidden_layers=6)
+        want = Gemma4TextRotaryEmbedding(cfg).full_attention_inv_freq  # (E/2,), float32
+        got = proportional_scaling(head_dim, 0.25, base=1e6).inv_freq
+        assert want.shape == got.shape == (head_dim // 2,)
+        torch.testing.assert_close(got.float(), want, atol=0.0, rtol=1e-6)
+        assert int(got.count_nonzero()) == head_dim // 8

@@ -4,7 +4,8 @@ The patterns are compared with ``transformers``' configs (``layer_types``, Llama
 ``kv_sharing_modes``), and the masks each layer attends with are compared with those the pinned models build
 as they run (captured from their attention modules), at a sequence longer than their windows. Then decoding
 with the caches each type needs equals the full pass for every type and pattern, token by token and in
-blocks that cross window and chunk boundaries, in float64.
+blocks that cross window and chunk boundaries, in float64. Gemma 4's KV-sharing (consumer) attention module is
+compared, weights copied, with :class:`SharedKVAttention`, the query-only layer a sharing layer here is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from lessons_src.lab.pattern_model import (
     LayerType,
     PatternConfig,
     PatternGPT,
+    SharedKVAttention,
     check_pattern,
     gemma3_pattern,
     gpt_oss_pattern,
@@ -25,7 +27,7 @@ from lessons_src.lab.pattern_model import (
     share_kv,
 )
 from lessons_src.masks import causal_mask
-from lessons_src.rope import rope_cos_sin
+from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
 
 HF_KIND = {"sliding_attention": "window", "full_attention": "global", "chunked_attention": "chunk"}
 
@@ -195,52 +197,109 @@ def test_each_layer_masks_as_the_running_model(name: str, model: str, config: ob
     (lambda: share_kv(gpt_oss_pattern(4), 4), r"last must be in 0..3"),
     (lambda: share_kv(gemma3_pattern(6), 1), r"layer 5 \(global\) would share keys and values, but no layer before 5"),
     (lambda: ChunkedKVCache(1, 1, 4, 0), r"cache sizes must be at least 1; got \{'chunk': 0\}"),
+    (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(4)),
+     r"PerHeadRMSNorm has a key weight, but this layer computes no keys: make it with keys=False"),
+    (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(8, keys=False)),
+     r"qk_norm was made for head_dim=8 \(the layer has 4\)"),
+    (lambda: SharedKVAttention(16, 4, rope=Rotary(8)), r"Rotary\(dim=8\) rotates more features than a head has"),
+    (lambda: SharedKVAttention(16, 3), r"d_model=16 is not divisible by num_heads=3"),
 ])
 def test_a_bad_pattern_gets_a_clear_error(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
 
 
-def test_a_sharing_layer_attends_as_gemma4s() -> None:
-    """Gemma 4's consumer layer against the rule :class:`PatternBlock` follows for a sharing layer: its own queries
-    (QK-norm, RoPE), the producer's keys and values as stored (normed and rotated once, by the producer), its own
-    window, then ``W_O``, with the core's pieces and ``attention()``. Gemma 4 scales the scores by 1 and RMS-norms
-    the producer's values, which no piece here does: the keys and values are taken from what the producer stored,
-    so what is compared is the sharing itself (a sharer that re-rotated the keys or dropped its window fails)."""
+def _gemma4_inputs(cfg, layer_type: str, B: int, T: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """``x``, the additive mask from ``transformers``' own mask functions, and Gemma 4's rotary ``(cos, sin)``."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
+
+    x = torch.randn(B, T, cfg.hidden_size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    fn = sliding_window_causal_mask_function(cfg.sliding_window) if layer_type == "sliding_attention" else (
+        causal_mask_function)
+    keep = fn(torch.tensor(0), torch.tensor(0), torch.arange(T)[:, None], torch.arange(T)[None])  # (T, T)
+    mask = torch.zeros(B, 1, T, T, dtype=x.dtype).masked_fill(~keep, float("-inf"))
+    cos, sin = Gemma4TextRotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(B, T), layer_type)  # (B, T, E)
+    return x, mask, cos, sin
+
+
+@pytest.mark.parametrize("layer", [3, 4], ids=["window consumer", "global consumer"])
+def test_a_sharing_layer_is_gemma4s(layer: int) -> None:
+    """Gemma 4's KV-sharing (consumer) attention module against :class:`SharedKVAttention`, weights copied, in
+    float64 (the module's norms and rotary compute in float32: float32's tolerance). The keys and values it reuses
+    come, on our side, from the core's layer with Gemma 4's pieces (value norm, scale 1, proportional RoPE on the
+    global layer), read from its cache, and equal what Gemma 4's producer module stores; then the consumer's
+    output and the gradients of ``x`` and of its three weights (``W_Q``, the query norm's, ``W_O``) equal the
+    module's. Gemma 4 builds no key or value projection or norm for a consumer, and neither does ours."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
-    from lessons_src.attention import attention
-    from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
+    from lessons_src.attention import MultiHeadAttention
+    from lessons_src.mechanisms import ValueRMSNorm
 
-    D, H, K, E, T, W = 32, 4, 2, 8, 8, 3
+    B, T, D, H, K, E, W = 2, 8, 64, 4, 2, 16, 3
     types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]
     cfg = transformers.Gemma4TextConfig(num_hidden_layers=5, num_kv_shared_layers=2, hidden_size=D,
-                                        num_attention_heads=H, num_key_value_heads=K, head_dim=E, layer_types=types,
-                                        sliding_window=W, intermediate_size=16, vocab_size=16)
+                                        num_attention_heads=H, num_key_value_heads=K, head_dim=E, global_head_dim=E,
+                                        layer_types=types, sliding_window=W, intermediate_size=16, vocab_size=16,
+                                        rms_norm_eps=1e-6)
     cfg._attn_implementation = "eager"
-    assert cfg.kv_sharing_modes[2:4] == ["store", "reuse"]
-    ours = share_kv([LayerType("window", W) if t == "sliding_attention" else LayerType() for t in types], 2)
-    assert [t.shares for t in ours] == [None, None, None, 2, 1]
-    producer, consumer = Gemma4TextAttention(cfg, layer_idx=2), Gemma4TextAttention(cfg, layer_idx=3)
+    assert cfg.kv_sharing_modes == [None, "store", "store", "reuse", "reuse"]
+    pattern = share_kv([LayerType("window", W) if t == "sliding_attention" else LayerType() for t in types], 2)
+    source = pattern[layer].shares
+    assert source == {3: 2, 4: 1}[layer]
+    kind = types[layer]
+    window = W if kind == "sliding_attention" else None
+    producer, consumer = Gemma4TextAttention(cfg, source).double(), Gemma4TextAttention(cfg, layer).double()
+    assert not any(hasattr(consumer, name) for name in ("k_proj", "v_proj", "k_norm", "v_norm"))
     g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
+    with torch.no_grad():  # every weight drawn, the norms' too (they start at 1)
         for p in [*producer.parameters(), *consumer.parameters()]:
-            p.add_(torch.randn(p.shape, generator=g) * (D**-0.5 if p.ndim == 2 else 0.5))
-    x = torch.randn(2, T, D, generator=g)
-    mask = torch.zeros(2, 1, T, T).masked_fill(~causal_mask(T, window=W), float("-inf"))
-    cos, sin = (t.expand(2, T, E) for t in rope_cos_sin(torch.arange(T), E))
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * (D**-0.5 if p.ndim == 2 else 0.5))
+    rope = Rotary(E) if kind == "sliding_attention" else Rotary.proportional(E, 0.25, base=1e6)
+
+    mine = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=PerHeadRMSNorm(E, eps=1e-6),
+                              v_norm=ValueRMSNorm(eps=1e-6), rope=rope, scale=1.0).double()  # the producer
+    ours = SharedKVAttention(D, H, qk_norm=PerHeadRMSNorm(E, eps=1e-6, keys=False), rope=rope, scale=1.0).double()
+    assert sorted(ours.state_dict()) == ["out_proj.weight", "q_proj.weight", "qk_norm.q_weight"]
+    with torch.no_grad():
+        mine.qkv_proj.weight.copy_(torch.cat([producer.q_proj.weight, producer.k_proj.weight, producer.v_proj.weight]))
+        mine.out_proj.weight.copy_(producer.o_proj.weight)
+        mine.qk_norm.q_weight.copy_(producer.q_norm.weight)
+        mine.qk_norm.k_weight.copy_(producer.k_norm.weight)
+        ours.q_proj.weight.copy_(consumer.q_proj.weight)
+        ours.out_proj.weight.copy_(consumer.o_proj.weight)
+        ours.qk_norm.q_weight.copy_(consumer.q_norm.weight)
+
+    x_source, mask, cos, sin = _gemma4_inputs(cfg, kind, B, T, seed=1)
     shared: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    cache = KVCache(B, K, E, T, dtype=torch.float64)
     with torch.no_grad():
-        producer(torch.randn(2, T, D, generator=g), position_embeddings=(cos, sin), attention_mask=mask,
-                 shared_kv_states=shared)
-    k, v = shared["sliding_attention"]  # (B, K, T, E): the producer's, as stored
-    want = consumer(x, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states=shared)[0]
-    norm, rope = PerHeadRMSNorm(E, eps=cfg.rms_norm_eps), Rotary(E)
-    with torch.no_grad():
-        norm.q_weight.copy_(consumer.q_norm.weight)
-    q = consumer.q_proj(x).view(2, T, H, E).transpose(1, 2)  # (B, H, T, E)
-    q, _ = norm(q, k)
-    q, _ = rope(q, k, start=0)
-    out = attention(q, k, v, is_causal=True, window=W, scale=1.0).output  # the producer's keys, its own window
-    got = consumer.o_proj(out.transpose(1, 2).reshape(2, T, H * E))
+        producer(x_source, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states=shared)
+        mine(x_source, is_causal=True, window=window, cache=cache)
+    k, v = cache.k, cache.v  # (B, K, T, E): normed, rotated and cached once, by the producer
+    torch.testing.assert_close((k, v), shared[kind], atol=1e-5, rtol=1e-5)
+
+    x = _gemma4_inputs(cfg, kind, B, T, seed=2)[0]
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = ours(xa, k, v, start=0, is_causal=True, window=window)
+    want = consumer(xb, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states=shared)[0]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    upstream = torch.randn(got.shape, generator=g, dtype=got.dtype)
+    mine_grads = torch.autograd.grad((got * upstream).sum(), [xa, ours.q_proj.weight, ours.qk_norm.q_weight,
+                                                              ours.out_proj.weight])
+    theirs = torch.autograd.grad((want * upstream).sum(), [xb, consumer.q_proj.weight, consumer.q_norm.weight,
+                                                           consumer.o_proj.weight])
+    for i, (a, b) in enumerate(zip(mine_grads, theirs, strict=True)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5,
+                                   msg=lambda m, i=i: f"gradient {i} (x, W_Q, norm, W_O): {m}")
+
+
+def test_a_sharing_layer_has_no_keys_or_values_of_its_own() -> None:
+    """Each sharing layer of a :class:`PatternGPT` lacks exactly the key and value rows of ``W_K``, ``W_V`` (2 K E D)
+    and the key norm's weight (E): the model with two sharing layers has that many parameters fewer."""
+    D, K, E = 32, 2, 8
+    plain, shared = gemma3_pattern(6, window=3, every=3), share_kv(gemma3_pattern(6, window=3, every=3), 2)
+    count = [sum(w.numel() for w in _model(pattern).parameters()) for pattern in (plain, shared)]
+    assert count[0] - count[1] == 2 * (2 * K * E * D + E)
+    blocks = _model(shared).blocks
+    assert [type(b.attn).__name__ for b in blocks] == ["MultiHeadAttention"] * 4 + ["SharedKVAttention"] * 2

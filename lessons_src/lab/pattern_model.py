@@ -13,7 +13,9 @@ Each layer type needs its own cache (:meth:`PatternGPT.make_caches`): a global l
 (:class:`~lessons_src.kv_cache.RollingKVCache`), a chunk of ``C`` the current chunk
 (:class:`~lessons_src.kv_cache.ChunkedKVCache`), and a layer that shares none: it attends to what its source
 layer attended to in the same step. Decoding with these caches equals the full pass, token by token and in
-blocks (the tests check every type and pattern).
+blocks (the tests check every type and pattern). A sharing layer computes only its queries
+(:class:`SharedKVAttention`): it has no key or value projection and no key norm, as Gemma 4's consumer
+layers build none.
 
 Why here, in ``lab``, and not in the core: the decoder needs the attention layer, the masks, the caches,
 the pieces and RoPE, five core files where a core file may need three; and its MLP, norms and embeddings are
@@ -50,6 +52,7 @@ __all__ = [
     "LayerType",
     "PatternConfig",
     "PatternGPT",
+    "SharedKVAttention",
     "check_pattern",
     "gemma3_pattern",
     "gpt_oss_pattern",
@@ -254,6 +257,74 @@ class _Attended(NamedTuple):
 Cache = KVCache | RollingKVCache | ChunkedKVCache | None
 
 
+class SharedKVAttention(nn.Module):
+    """The attention of a layer that reuses an earlier layer's keys and values (Gemma 4's KV sharing): queries only.
+
+    It has ``W_Q`` and ``W_O`` and the query side of its pieces, and no ``W_K``, ``W_V`` or key norm, as Gemma 4
+    builds none for such a layer (``transformers`` makes no ``k_proj``, ``v_proj``, ``k_norm`` or ``v_norm`` for
+    it). Its queries get the layer's own norm and positions; the keys and values come as the source layer left
+    them (normed and rotated once, by the source), with the source's mask, so a shared window stays the
+    source's window.
+
+    Args:
+        d_model: ``D``.
+        num_heads: ``H`` (each head of ``E = D / H`` features).
+        qk_norm: the queries' norm, a piece that takes ``k=None`` and has no key weight
+            (:class:`~lessons_src.mechanisms.PerHeadRMSNorm` with ``keys=False``), or ``None``.
+        rope: the queries' position piece (:class:`~lessons_src.mechanisms.Rotary`,
+            :class:`~lessons_src.mechanisms.NoPETemperature`), or ``None``.
+        scale: the scores' multiplier; ``None`` for ``1/sqrt(E)`` (Gemma 4: 1).
+        bias: add biases to the projections.
+
+    Shapes:
+        x: ``(B, T, D)``; k, v: ``(B, K, S, E)`` with ``K`` dividing ``H``; output: ``(B, T, D)``.
+
+    Raises:
+        ValueError: if ``num_heads`` does not divide ``d_model``, ``qk_norm`` has a key weight, or a piece was
+            made for other sizes.
+
+    Example:
+        >>> from lessons_src.mechanisms import PerHeadRMSNorm
+        >>> layer = SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(4, keys=False))
+        >>> k = v = torch.randn(1, 2, 5, 4)  # another layer's keys and values
+        >>> layer(torch.randn(1, 5, 16), k, v, start=0, is_causal=True).shape, sorted(layer.state_dict())
+        (torch.Size([1, 5, 16]), ['out_proj.weight', 'q_proj.weight', 'qk_norm.q_weight'])
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, qk_norm: nn.Module | None = None,
+                 rope: nn.Module | None = None, scale: float | None = None, bias: bool = False) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; give a head count that "
+                             f"divides it")
+        self.d_model, self.num_heads, self.head_dim, self.scale = d_model, num_heads, d_model // num_heads, scale
+        if getattr(qk_norm, "k_weight", None) is not None:
+            raise ValueError(f"{type(qk_norm).__name__} has a key weight, but this layer computes no keys: make it "
+                             "with keys=False")
+        norm_dim = getattr(qk_norm, "head_dim", self.head_dim)
+        if norm_dim != self.head_dim:
+            raise ValueError(f"qk_norm was made for head_dim={norm_dim} (the layer has {self.head_dim})")
+        check = getattr(rope, "check", None)
+        if callable(check):  # a position piece made for other sizes: a ValueError naming them
+            check(d_model=d_model, num_heads=num_heads, num_kv_heads=num_heads, head_dim=self.head_dim)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q: the only projection of the input
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.qk_norm, self.rope = qk_norm, rope
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, *, start: int, attn_mask: Tensor | None = None,
+                is_causal: bool = False, window: int | None = None, chunk: int | None = None) -> Tensor:
+        """Attend from ``x``'s queries (tokens ``start ..``) to the given keys and values, with their mask."""
+        B, T, D = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, E)
+        if self.qk_norm is not None:
+            q, _ = self.qk_norm(q, None)  # the queries only: the keys were normed by their own layer
+        if self.rope is not None:
+            q, _ = self.rope(q, None, start=start)  # the queries' positions; the keys were rotated once already
+        out = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, window=window, chunk=chunk,
+                        scale=self.scale).output  # (B, H, T, E)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
 class PatternBlock(nn.Module):
     """Pre-norm residual block: attention of the layer's type, then a GELU MLP."""
 
@@ -269,22 +340,40 @@ class PatternBlock(nn.Module):
             pos = None
         self.layer = layer
         self.norm1, self.norm2 = nn.RMSNorm(cfg.d_model), nn.RMSNorm(cfg.d_model)
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                                       qk_norm=PerHeadRMSNorm(E, offset=1.0), rope=pos)
+        self.attn: MultiHeadAttention | SharedKVAttention
+        if layer.shares is None:
+            self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                                           qk_norm=PerHeadRMSNorm(E, offset=1.0), rope=pos)
+        else:  # queries only: the keys and values are an earlier layer's
+            self.attn = SharedKVAttention(cfg.d_model, cfg.num_heads, qk_norm=PerHeadRMSNorm(E, offset=1.0, keys=False),
+                                          rope=pos)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
 
     def forward(self, x: Tensor, *, start: int, cache: Cache, shared: _Attended | None) -> tuple[Tensor, _Attended]:
         """One block on ``x`` (tokens ``start .. start + T - 1``); returns the output and what it attended to."""
-        B, T, D = x.shape
-        a, kind = self.attn, self.layer.kind
-        q, k, v = a.project_qkv(self.norm1(x))  # (B, H, T, E), 2 x (B, K, T, E)
+        h = self.norm1(x)  # (B, T, D)
+        if isinstance(self.attn, SharedKVAttention):  # a sharing layer: its source's keys, values and mask
+            assert shared is not None
+            seen = shared
+            y = self.attn(h, seen.k, seen.v, start=start, attn_mask=seen.mask, is_causal=seen.is_causal,
+                          window=seen.window, chunk=seen.chunk)  # (B, T, D)
+        else:
+            y, seen = self._attend(self.attn, h, start, cache)
+        x = x + y
+        return x + self.mlp(self.norm2(x)), seen
+
+    def _attend(self, a: MultiHeadAttention, h: Tensor, start: int, cache: Cache) -> tuple[Tensor, _Attended]:
+        """A layer with keys and values of its own: attend, and return what it attended to for its sharers."""
+        B, T, D = h.shape
+        kind = self.layer.kind
+        q, k, v = a.project_qkv(h)  # (B, H, T, E), 2 x (B, K, T, E)
         assert a.qk_norm is not None
         q, k = a.qk_norm(q, k)
         if a.rope is not None:
             q, k = a.rope(q, k, start=start)  # positions start .. start + T - 1 (or Llama 4's temperature)
-        if shared is not None:  # a sharing layer: its source's keys, values and mask (its own k, v unused)
-            seen = shared
-        elif cache is None:  # the full pass: the layer's limit through the one mask preparation
+        if a.v_norm is not None:
+            v = a.v_norm(v)  # normed once, here: its sharers get them normed
+        if cache is None:  # the full pass: the layer's limit through the one mask preparation
             size = self.layer.size
             seen = _Attended(k, v, None, True, window=size if kind == "window" else None,
                              chunk=size if kind == "chunk" else None)
@@ -295,10 +384,8 @@ class PatternBlock(nn.Module):
             step = cache.update(k, v)
             seen = _Attended(step.k, step.v, step.mask, False)
         out = attention(q, seen.k, seen.v, attn_mask=seen.mask, is_causal=seen.is_causal, window=seen.window,
-                        chunk=seen.chunk).output  # (B, H, T, E)
-        y = a.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-        x = x + y
-        return x + self.mlp(self.norm2(x)), seen
+                        chunk=seen.chunk, scale=a.scale).output  # (B, H, T, E)
+        return a.out_proj(out.transpose(1, 2).reshape(B, T, D)), seen  # (B, T, D)
 
 
 class PatternGPT(nn.Module):
