@@ -322,7 +322,8 @@ class SharedKVAttention(nn.Module):
             q, _ = self.rope(q, None, start=start)  # the queries' positions; the keys were rotated once already
         out = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, window=window, chunk=chunk,
                         scale=self.scale).output  # (B, H, T, E)
-        return self.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        y: Tensor = self.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return y
 
 
 class PatternBlock(nn.Module):
