@@ -133,7 +133,7 @@ def lab_extra() -> str:
     direct = functools.cache(_direct_requirements)
     extras = {name: reqs for name, reqs, _ in site_links.extras()}
     core = [r.split(">")[0].split("=")[0].strip() for r in site_links.dependencies()]
-    lab = sorted({r for name in ("plot", "toy", "minilm", "transformers") for r in extras[name]})
+    lab = sorted({r for name in ("plot", "toy", "minilm") for r in extras[name]})
     added = _closure(lab, direct) - _closure(core, direct)
     small = _closure(sorted({r for name in ("plot", "toy") for r in extras[name]}), direct) - _closure(core, direct)
     base = _closure(core, direct)
