@@ -157,7 +157,8 @@ def llama3_scaling(
 
 def yarn_scaling(
     dim: int, *, base: float = 10000.0, factor: float, original_max_positions: int, beta_fast: float = 32.0,
-    beta_slow: float = 1.0, attention_factor: float | None = None, device: torch.device | str | None = None,
+    beta_slow: float = 1.0, attention_factor: float | None = None, truncate: bool = True,
+    device: torch.device | str | None = None,
 ) -> RopeScaling:
     """YaRN's frequencies and attention factor ("NTK-by-parts" interpolation plus a temperature).
 
@@ -165,8 +166,8 @@ def yarn_scaling(
     Pairs that make more than ``beta_fast`` turns keep their frequency, pairs that make fewer than
     ``beta_slow`` are interpolated (slowed ``factor`` times), and between them a linear ramp in ``i`` blends
     the two (the ramp's ends are the dims where ``r_i`` equals ``beta_fast`` and ``beta_slow``, rounded
-    outwards as ``transformers`` does). The cosines and sines are multiplied by ``attention_factor``,
-    ``0.1 ln(factor) + 1`` unless given (the paper's ``sqrt(1/t)``).
+    outwards as ``transformers`` does unless ``truncate=False``, as gpt-oss's config says). The cosines and
+    sines are multiplied by ``attention_factor``, ``0.1 ln(factor) + 1`` unless given (the paper's ``sqrt(1/t)``).
 
     Args:
         dim: rotated features per head ``R`` (even).
@@ -176,6 +177,8 @@ def yarn_scaling(
         beta_fast: turns above which a pair keeps its frequency (32); above ``beta_slow``.
         beta_slow: turns below which a pair is interpolated (1); positive.
         attention_factor: the cosines' and sines' multiplier, ``None`` for the paper's; positive.
+        truncate: round the ramp's ends outwards to whole dims (``transformers``' default); gpt-oss's config
+            sets ``truncate: false``, a ramp between the fractional dims.
         device: where to make the frequencies.
 
     Returns:
@@ -185,6 +188,7 @@ def yarn_scaling(
         inv_freq: ``(R/2,)``.
 
     Raises:
+        TypeError: if ``truncate`` is not a bool.
         ValueError: if ``dim`` is odd, ``factor`` is below 1, ``beta_slow`` is not positive or not below
             ``beta_fast``, ``attention_factor`` is not positive, or ``original_max_positions`` is below 1.
 
@@ -209,7 +213,12 @@ def yarn_scaling(
     def dim_at(turns: float) -> float:  # the (fractional) feature index whose pair makes `turns` turns
         return dim * math.log(context / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-    lo, hi = float(max(math.floor(dim_at(fast)), 0)), float(min(math.ceil(dim_at(slow)), dim - 1))
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate must be True or False (gpt-oss: False); got {truncate!r}")
+    lo, hi = dim_at(fast), dim_at(slow)  # fractional dims
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = float(max(lo, 0)), float(min(hi, dim - 1))
     hi = hi + 0.001 if lo == hi else hi  # a ramp of width 0 would divide by 0
     i = torch.arange(dim // 2, dtype=torch.float64, device=device)  # (R/2,)
     kept = 1 - ((i - lo) / (hi - lo)).clamp(0.0, 1.0)  # 1: keep the frequency, 0: interpolate

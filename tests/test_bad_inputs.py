@@ -407,6 +407,8 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"attention_factor must be above 0 .*; got attention_factor=0.0"),
     ("yarn_scaling", "type", lambda: yarn_scaling(16, factor="4", original_max_positions=64), TypeError,  # type: ignore[arg-type]
      r"factor must be a number; got '4' of type str"),
+    ("yarn_scaling", "type", lambda: yarn_scaling(16, factor=4.0, original_max_positions=64, truncate="no"),  # type: ignore[arg-type]
+     TypeError, r"truncate must be True or False \(gpt-oss: False\); got 'no'"),
     ("rope_frequencies", "value", lambda: rope_frequencies(8, base=1.0), ValueError,
      r"base must be above 1 \(rope_theta, 10000 in RoFormer\); got base=1.0"),
     ("RopeScaling", "shape", lambda: rope_cos_sin(torch.arange(3), 4, scaling=RopeScaling(torch.ones(3))), ValueError,

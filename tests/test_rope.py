@@ -52,24 +52,25 @@ def test_llama3_scaling_is_transformers(head_dim, base, factor, low, high, conte
         assert all(kinds.values()), kinds
 
 
-YARN = [  # (head_dim, base, factor, original context, beta_fast, beta_slow, attention_factor)
-    (16, 10000.0, 4.0, 512, 32.0, 1.0, None),  # Qwen3's factor 4
-    (64, 150000.0, 32.0, 4096, 32.0, 1.0, None),  # gpt-oss's settings
-    (16, 10000.0, 8.0, 256, 16.0, 2.0, 1.25),  # an explicit attention factor
-    (8, 10000.0, 2.0, 64, 64.0, 32.0, None),  # the ramp's ends rounded onto one dim: width 0.001
+YARN = [  # (head_dim, base, factor, original context, beta_fast, beta_slow, attention_factor, truncate)
+    (16, 10000.0, 4.0, 512, 32.0, 1.0, None, True),  # Qwen3's factor 4
+    (64, 150000.0, 32.0, 4096, 32.0, 1.0, None, True),  # gpt-oss's numbers, the ramp's ends rounded
+    (64, 150000.0, 32.0, 4096, 32.0, 1.0, None, False),  # gpt-oss's settings: its config says truncate: false
+    (16, 10000.0, 8.0, 256, 16.0, 2.0, 1.25, True),  # an explicit attention factor
+    (8, 10000.0, 2.0, 64, 64.0, 32.0, None, True),  # the ramp's ends rounded onto one dim: width 0.001
 ]
 
 
-@pytest.mark.parametrize(("head_dim", "base", "factor", "context", "fast", "slow", "attn"), YARN)
-def test_yarn_scaling_is_transformers(head_dim, base, factor, context, fast, slow, attn) -> None:
+@pytest.mark.parametrize(("head_dim", "base", "factor", "context", "fast", "slow", "attn", "truncate"), YARN)
+def test_yarn_scaling_is_transformers(head_dim, base, factor, context, fast, slow, attn, truncate) -> None:
     rope = {"rope_type": "yarn", "rope_theta": base, "factor": factor, "original_max_position_embeddings": context,
-            "beta_fast": fast, "beta_slow": slow}
+            "beta_fast": fast, "beta_slow": slow, "truncate": truncate}
     if attn is not None:
         rope["attention_factor"] = attn
     cfg = _config(rope, head_dim, max_position_embeddings=int(context * factor))
     want, want_factor = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
     got = yarn_scaling(head_dim, base=base, factor=factor, original_max_positions=context, beta_fast=fast,
-                       beta_slow=slow, attention_factor=attn)
+                       beta_slow=slow, attention_factor=attn, truncate=truncate)
     torch.testing.assert_close(got.inv_freq, want.double(), **F32)
     assert math.isclose(got.attention_factor, want_factor, rel_tol=1e-12)
     assert got.attention_factor > 1.0  # the factor takes effect in every case here

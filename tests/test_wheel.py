@@ -85,7 +85,7 @@ def test_wheel_name_and_contents(wheel: Path) -> None:
     meta = zipfile.ZipFile(wheel).read(f"mha_computed-{lessons_src.__version__}.dist-info/METADATA").decode()
     assert "Requires-Dist: torch>=2.5" in meta
     assert "Requires-Dist: numpy" in meta  # without it, `import torch` warns "Failed to initialize NumPy"
-    for extra in ("plot", "toy", "minilm", "lab"):
+    for extra in ("plot", "toy", "minilm", "transformers", "lab"):
         assert f"Provides-Extra: {extra}" in meta
 
 

@@ -177,6 +177,7 @@ PARTS = {  # part key -> the heading the quiz and flashcard pages show; in the n
     "sdpa": "How SDPA runs: FlashAttention",
     "long": "Long contexts: sliding windows, attention sinks, paged caches",
     "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
+    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates",
 }
 QUIZ_PARTS = PARTS
 

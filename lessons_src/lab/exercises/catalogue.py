@@ -179,6 +179,61 @@ def _absorb_cases() -> list[Case]:
                  (_randn(g, B, H, T, E), _randn(g, H * E, C))) for B, H, T, E, C in sizes]
 
 
+def _softcap_cases() -> list[Case]:
+    g = _gen(13)
+    causal = solutions.causal_mask(3, 5)  # (T, S) = (3, 5), bottom-right
+    padded = torch.ones(2, 1, 4, 4, dtype=torch.bool)
+    padded[1, :, :, 2:] = False
+    padded[1, :, 2:, :] = False  # two fully masked rows
+    return [
+        Case("scores (B=1, H=2, T=3, S=5) of spread 8, mask = the causal mask (T=3, S=5), cap=5.0",
+             (_randn(g, 1, 2, 3, 5) * 8, causal, 5.0)),
+        Case("scores (B=2, H=2, T=4, S=4), mask (B=2, 1, T=4, S=4) with two fully masked rows, cap=2.0",
+             (_randn(g, 2, 2, 4, 4) * 4, padded, 2.0)),
+    ]
+
+
+def _sink_cases() -> list[Case]:
+    g = _gen(14)
+    out = []
+    for B, H, T, S, E in [(1, 2, 3, 5, 4), (2, 3, 4, 4, 8)]:
+        out.append(Case(f"q (B={B}, H={H}, T={T}, E={E}), k and v (S={S}), sinks (H={H},), mask = the causal "
+                        f"mask (T={T}, S={S})",
+                        (_randn(g, B, H, T, E), _randn(g, B, H, S, E), _randn(g, B, H, S, E), _randn(g, H),
+                         solutions.causal_mask(T, S))))
+    hidden = torch.zeros(2, 3, dtype=torch.bool)
+    hidden[1] = True  # query 0 sees nothing: all its weight on the sink
+    out.append(Case("q (B=1, H=2, T=2, E=4), k and v (S=3), sinks (H=2,), query 0 sees no key",
+                    (_randn(g, 1, 2, 2, 4), _randn(g, 1, 2, 3, 4), _randn(g, 1, 2, 3, 4), _randn(g, 2), hidden)))
+    return out
+
+
+def _qk_norm_cases() -> list[Case]:
+    from ...rope import rope_cos_sin
+
+    g = _gen(15)
+    out = []
+    for B, H, T, E in [(1, 2, 4, 8), (2, 3, 5, 4)]:
+        cos, sin = rope_cos_sin(torch.arange(T), E)  # (T, E)
+        out.append(Case(f"q and k (B={B}, H={H}, T={T}, E={E}), weights (E={E},) drawn around 1, cos and sin "
+                        f"(T={T}, E={E}) of positions 0..{T - 1}",
+                        (_randn(g, B, H, T, E) * 3, _randn(g, B, H, T, E), 1 + 0.5 * _randn(g, E),
+                         1 + 0.5 * _randn(g, E), cos, sin)))
+    return out
+
+
+def _gate_cases() -> list[Case]:
+    g = _gen(16)
+    out = []
+    for B, H, T, E in [(1, 2, 3, 4), (2, 4, 2, 2)]:
+        D = H * E
+        out.append(Case(f"x (B={B}, T={T}, D={D}), heads (B={B}, H={H}, T={T}, E={E}), w_g ({D}, {D}), "
+                        f"w_o ({D}, {D})",
+                        (_randn(g, B, T, D), _randn(g, B, H, T, E), _randn(g, D, D) / D**0.5,
+                         _randn(g, D, D) / D**0.5)))
+    return out
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 EXERCISES: dict[str, Exercise] = {
@@ -292,6 +347,47 @@ EXERCISES: dict[str, Exercise] = {
              "Head `h` owns the rows `h * E .. h * E + E - 1` of `w_uk`: `w_uk.view(H, E, C)`.",
              "Contract over `E`: `torch.einsum('bhte,hec->bhtc', q_nope, w)`."),
             _absorb_cases, ("lessons_src.mla.MultiHeadLatentAttention._absorbed",),
+        ),
+        Exercise(
+            "softcapped_softmax", "A soft-capped, masked softmax",
+            Link("lessons/reading-a-real-model.md", "where-the-other-pieces-go",
+                 "Reading a real model's attention: where the other pieces go"),
+            ("The cap is `cap * torch.tanh(scores / cap)`: every finite score ends in `(-cap, cap)`.",
+             "What does the cap do to `-inf`? `tanh(-inf) = -1`. So cap first, then fill the hidden scores with "
+             "`-inf`.",
+             "Then the masked softmax you wrote before: shift by 0 where a row sees nothing, divide by 1 where "
+             "its sum is 0."),
+            _softcap_cases, ("lessons_src.score_mods.soft_cap",),
+        ),
+        Exercise(
+            "sink_attention", "Attention with a learned sink",
+            Link("lessons/reading-a-real-model.md", "where-the-other-pieces-go",
+                 "Reading a real model's attention: where the other pieces go"),
+            ("Masked scores as usual, `(B, H, T, S)`; head `h`'s sink logit is one more column: "
+             "`sinks[:, None, None].expand(B, H, T, 1)`.",
+             "Concatenate it after the keys' columns and take the softmax over all `S + 1`.",
+             "The sink has no value: keep the first `S` columns of the weights (`[..., :-1]`) and multiply by `v`."),
+            _sink_cases,
+        ),
+        Exercise(
+            "qk_norm_scores", "QK-norm, RoPE and the scores, in Qwen3's order",
+            Link("lessons/reading-a-real-model.md", "ours-and-theirs-run-together",
+                 "Reading a real model's attention: ours and theirs"),
+            ("RMSNorm over the last dim: `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight`.",
+             "RoPE, rotate-half: split the last dim in halves `x1, x2`, then `x * cos + cat([-x2, x1]) * sin`.",
+             "The order matters: the norm's weight scales features one by one, and RoPE mixes feature `i` with "
+             "`i + E/2`. Norm first, as Qwen3's `forward` does."),
+            _qk_norm_cases, ("lessons_src.mechanisms.PerHeadRMSNorm.forward",),
+        ),
+        Exercise(
+            "gated_output", "An output gate, then W_O",
+            Link("lessons/reading-a-real-model.md", "where-the-other-pieces-go",
+                 "Reading a real model's attention: where the other pieces go"),
+            ("Concatenate the heads first: `heads.transpose(1, 2).reshape(B, T, H * E)`; feature `h * E + e` is "
+             "head `h`'s feature `e`.",
+             "The gate, `torch.sigmoid(x @ w_g.T)`, has the same layout: multiply it in before `W_O`, which mixes "
+             "the heads."),
+            _gate_cases, ("lessons_src.mechanisms.ElementwiseGate.forward",),
         ),
     )
 }

@@ -64,6 +64,9 @@ class Variant:
 
 
 _PITFALLS = "lessons/pitfalls-in-code.md"
+_READING = "lessons/reading-a-real-model.md"
+_OTHER_PIECES = Link(_READING, "where-the-other-pieces-go",
+                     "Reading a real model's attention: where the other pieces go")
 _SCALE_ANCHOR = "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k"
 _SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_model")
 _SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
@@ -173,6 +176,32 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "term, and dividing by sqrt(E) brings it back. Without it your scores are sqrt(E) times the "
             "expected ones, and the softmax saturates as E grows (Vaswani et al. 2017, section 3.2.1).",
             _SCALE_WHY,
+        ),
+        Misconception(
+            "cap_after_mask", "the soft-cap applied after the mask",
+            "The soft-cap c * tanh(s / c) maps every score into (-c, c), -inf included: a hidden key's -inf "
+            "becomes -c, a finite score, and the key gets weight again. Cap the scores first, then mask them.",
+            _OTHER_PIECES,
+        ),
+        Misconception(
+            "sink_weight_on_a_value", "the sink's weight put on a real token's value",
+            "A learned sink is one more column of the softmax with no value: after the softmax its column is "
+            "dropped, and every other column stays with its own key's value. Put it first and drop the last "
+            "column, and the first key's value gets the sink's share while the last key loses its own.",
+            _OTHER_PIECES,
+        ),
+        Misconception(
+            "norm_after_rope", "QK-norm after RoPE where the model applies it before",
+            "A norm with a weight scales feature i by w_i, and RoPE mixes feature i with feature i + E/2: the two "
+            "steps commute only if the weight is the same on both features of every pair. Qwen3 (like Gemma 3 "
+            "and OLMo) normalises the projected queries and keys first, then rotates them.",
+            Link(_READING, "ours-and-theirs-run-together", "Reading a real model's attention: ours and theirs"),
+        ),
+        Misconception(
+            "gate_after_w_o", "the output gate applied after W_O",
+            "The gate scales each head's output (one value per head and feature) before W_O mixes the heads; "
+            "after W_O a gate entry scales a mix of every head, so it can no longer silence one head.",
+            _OTHER_PIECES,
         ),
         Misconception(
             "scale_by_e", "dividing by E instead of √E",
@@ -373,6 +402,36 @@ def _absorb_wrong_order(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     return torch.einsum("bhte,hec->bhtc", q_nope, w)
 
 
+def _softcap_after_mask(scores: Tensor, mask: Tensor, cap: float) -> Tensor:
+    masked = scores.masked_fill(~mask, _NEG_INF)
+    return torch.softmax(cap * torch.tanh(masked / cap), dim=-1)  # a hidden -inf comes back as -cap
+
+
+def _sink_first(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor) -> Tensor:
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, _NEG_INF)  # (B, H, T, S)
+    sink = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat([sink, scores], dim=-1), dim=-1)  # the sink's column first ...
+    return weights[..., :-1] @ v  # ... and the last key's column dropped
+
+
+def _rope_rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def _norm_after_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    q, k = _rope_rotate_half(q, cos, sin), _rope_rotate_half(k, cos, sin)  # RoPE first ...
+    q = q * torch.rsqrt(q.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * q_weight  # ... then the norm
+    k = k * torch.rsqrt(k.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * k_weight
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def _gate_after_w_o(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
+    B, H, T, E = heads.shape
+    y = heads.transpose(1, 2).reshape(B, T, H * E)
+    return (y @ w_o.T) * torch.sigmoid(x @ w_g.T)  # the gate on W_O's output
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -507,5 +566,15 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
             "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
             _absorb_wrong_order),
+    Variant("softcapped_softmax", "softcap_after_mask", "cap_after_mask",
+            "filled the hidden scores with `-inf` and then capped them: a hidden key came back with score `-cap`",
+            _softcap_after_mask),
+    Variant("sink_attention", "sink_first", "sink_weight_on_a_value",
+            "put the sink's column first and dropped the last column: the sink's weight went to the first key's "
+            "value and the last key's weight was lost", _sink_first),
+    Variant("qk_norm_scores", "norm_after_rope", "norm_after_rope",
+            "rotated the queries and keys with RoPE first and normalised them after", _norm_after_rope),
+    Variant("gated_output", "gate_after_w_o", "gate_after_w_o",
+            "applied `W_O` first and the gate to its output", _gate_after_w_o),
     *_SCALE_VARIANTS,
 )

@@ -17,6 +17,7 @@ __all__ = [
     "causal_mask",
     "decode_step",
     "dimension_arithmetic",
+    "gated_output",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -24,6 +25,9 @@ __all__ = [
     "mha_param_count",
     "online_softmax",
     "padding_mask",
+    "qk_norm_scores",
+    "sink_attention",
+    "softcapped_softmax",
     "split_heads",
 ]
 
@@ -130,3 +134,38 @@ def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H = q_nope.shape[1]
     w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): head h owns rows h * E .. h * E + E - 1
     return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C): q . (W c) = (W^T q) . c
+
+
+def softcapped_softmax(scores: Tensor, mask: Tensor, cap: float) -> Tensor:
+    capped = cap * torch.tanh(scores / cap)  # the cap first: every score in (-cap, cap)
+    capped = capped.masked_fill(~mask, float("-inf"))  # then the mask: a hidden key stays at -inf
+    m = capped.amax(dim=-1, keepdim=True)
+    m = torch.where(m == float("-inf"), 0.0, m)  # a row that sees nothing: shift by 0
+    e = torch.exp(capped - m)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, 1.0)
+
+
+def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor) -> Tensor:
+    E = q.shape[-1]
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(E)).masked_fill(~mask, float("-inf"))  # (B, H, T, S)
+    sink = sinks[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, T, 1): head h's logit in every row
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)  # over the S keys and the sink
+    return weights[..., :-1] @ v  # the sink's column, last, has no value: dropped
+
+
+def qk_norm_scores(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def rms_norm(x: Tensor, w: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * w  # over each head's E features
+    def rope(x: Tensor) -> Tensor:
+        x1, x2 = x.chunk(2, dim=-1)  # feature i pairs with feature i + E/2
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    q, k = rope(rms_norm(q, q_weight)), rope(rms_norm(k, k_weight))  # the norm first, then RoPE
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+
+
+def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
+    B, H, T, E = heads.shape
+    y = heads.transpose(1, 2).reshape(B, T, H * E)  # the heads side by side: feature h * E + e
+    g = torch.sigmoid(x @ w_g.T)  # (B, T, H * E): one gate per token, head and feature
+    return (y * g) @ w_o.T  # gate each head's output, then mix the heads with W_O

@@ -17,6 +17,9 @@ from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grou
 from ...flash import online_softmax as _online_softmax
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
+from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
+from ...rope import apply_rope
+from ...score_mods import soft_cap
 
 __all__ = [
     "absorb_query",
@@ -24,6 +27,7 @@ __all__ = [
     "causal_mask",
     "decode_step",
     "dimension_arithmetic",
+    "gated_output",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -31,6 +35,9 @@ __all__ = [
     "mha_param_count",
     "online_softmax",
     "padding_mask",
+    "qk_norm_scores",
+    "sink_attention",
+    "softcapped_softmax",
     "split_heads",
 ]
 
@@ -107,3 +114,31 @@ def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H = q_nope.shape[1]
     w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): W_UK per head, as MultiHeadLatentAttention._absorbed
     return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C)
+
+
+def softcapped_softmax(scores: Tensor, mask: Tensor, cap: float) -> Tensor:
+    capped = soft_cap(scores, cap)  # lessons_src.score_mods.soft_cap, before the mask
+    return _softmax_zero_rows(capped.masked_fill(~mask, float("-inf")))
+
+
+def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor) -> Tensor:
+    return attention(q, k, v, attn_mask=mask, sinks=sinks, implementation="eager").output  # (B, H, T, E)
+
+
+def qk_norm_scores(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    norm = PerHeadRMSNorm(q.shape[-1], eps=1e-6).to(q.dtype)  # Qwen3's: offset 0, the weight itself
+    with torch.no_grad():
+        norm.q_weight.copy_(q_weight)
+        norm.k_weight.copy_(k_weight)
+        q, k = norm(q, k)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+
+
+def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
+    B, H, T, E = heads.shape
+    gate = ElementwiseGate(x.shape[-1], H, E).to(x.dtype)
+    with torch.no_grad():
+        gate.proj.weight.copy_(w_g)
+        y: Tensor = gate(x, heads)  # (B, H, T, E): gated before W_O
+    return y.transpose(1, 2).reshape(B, T, H * E) @ w_o.T  # (B, T, D)

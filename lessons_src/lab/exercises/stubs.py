@@ -175,3 +175,57 @@ def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
         q_nope: ``(B, H, T, E)``; w_uk: ``(H * E, C)``; output: ``(B, H, T, C)``.
     """
     raise NotImplementedError
+
+
+def softcapped_softmax(scores: Tensor, mask: Tensor, cap: float) -> Tensor:
+    """Attention weights from scaled scores with Gemma 2's soft-cap: ``cap * tanh(scores / cap)``, then the mask.
+
+    ``scores`` are already scaled by ``1 / sqrt(E)``. Cap them, hide the keys the bool ``mask`` forbids
+    (``True`` = may attend), and take the softmax over the keys. A hidden key must get weight exactly 0, and a
+    query that may see no key gets all zeros (not ``NaN``).
+
+    Shapes:
+        scores: ``(B, H, T, S)``; mask: broadcastable to it; output: ``(B, H, T, S)``.
+    """
+    raise NotImplementedError
+
+
+def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor) -> Tensor:
+    """Attention with a learned sink logit per head (gpt-oss): one more column in each softmax, with no value.
+
+    Scores ``q k^T / sqrt(E)``, hidden where the bool ``mask`` is ``False``; head ``h``'s sink logit
+    ``sinks[h]`` joins every query's row as one more column; the softmax runs over the ``S + 1`` columns, and
+    the weights on the ``S`` keys (the sink's share dropped) weight the values. A query that may see no key
+    puts all its weight on the sink and gets zeros.
+
+    Shapes:
+        q: ``(B, H, T, E)``; k, v: ``(B, H, S, E)``; sinks: ``(H,)``; mask: ``(T, S)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
+
+
+def qk_norm_scores(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Qwen3's scores: RMS-normalise each head's queries and keys with a weight per feature, then RoPE, then score.
+
+    ``x / sqrt(mean(x^2) + 1e-6) * weight`` over each head's ``E`` features (``q_weight`` for the queries,
+    ``k_weight`` for the keys); then RoPE in the rotate-half layout, ``x * cos + rotate_half(x) * sin`` with
+    ``rotate_half(x) = cat([-x2, x1])`` for the halves ``x1, x2`` of the last dim; then ``q k^T / sqrt(E)``.
+
+    Shapes:
+        q, k: ``(B, H, T, E)``; q_weight, k_weight: ``(E,)``; cos, sin: ``(T, E)``; output: ``(B, H, T, T)``.
+    """
+    raise NotImplementedError
+
+
+def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
+    """The elementwise output gate (Qiu et al.; Qwen3-Next), then ``W_O``.
+
+    The gate is ``sigmoid(x @ w_g.T)``, one value per token, head and feature, computed from the layer's input
+    ``x``; feature ``e`` of head ``h`` is gate entry ``h * E + e``. Gate each head's output, concatenate the
+    heads, and apply the output projection ``w_o``.
+
+    Shapes:
+        x: ``(B, T, D)``; heads: ``(B, H, T, E)`` with ``H * E = D``; w_g: ``(H * E, D)``; w_o: ``(D, H * E)``;
+        output: ``(B, T, D)``.
+    """
+    raise NotImplementedError
