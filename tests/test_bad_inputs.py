@@ -35,7 +35,15 @@ from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
-from lessons_src.masks import check_chunk, check_mask, check_window, chunk_mask, combine_masks
+from lessons_src.masks import (
+    check_chunk,
+    check_mask,
+    check_window,
+    chunk_mask,
+    combine_masks,
+    document_mask,
+    prefix_lm_mask,
+)
 from lessons_src.mechanisms import (
     ElementwiseGate,
     HeadwiseGate,
@@ -382,6 +390,25 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"base must be above 1 \(rope_theta, 10000 in RoFormer\); got base=1.0"),
     ("RopeScaling", "shape", lambda: rope_cos_sin(torch.arange(3), 4, scaling=RopeScaling(torch.ones(3))), ValueError,
      r"scaling has \(3,\) frequencies but dim=4 rotates 2 pairs"),
+    ("document_mask", "dtype", lambda: document_mask(torch.zeros(3)), TypeError, r"documents must hold integer document ids; got dtype torch.float32"),
+    ("document_mask", "type", lambda: document_mask([0, 0, 1]), TypeError, r"documents must be a tensor of integer document ids; got list"),  # type: ignore[arg-type]
+    ("document_mask", "shape", lambda: document_mask(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"documents must be \(S,\) or \(B, S\), .*; got shape \(1, 2, 3\)"),
+    ("document_mask", "value", lambda: document_mask(torch.zeros(3, dtype=torch.long), T=0), ValueError, r"T=0 queries must be the last of the S=3 positions"),
+    ("attention", "device", lambda: attention(torch.randn(1, 1, 3, 4, device="meta"), *[torch.randn(1, 1, 3, 4, device="meta")] * 2,
+     documents=torch.zeros(3, dtype=torch.long)), ValueError, r"documents are on cpu but the queries are on meta; move them there"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, documents=torch.zeros(3, 3, dtype=torch.long)),
+     ValueError, r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(2, 3\), one id per key position; got shape \(3, 3\)"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=4), ValueError, r"prefix=4 is longer than the S=3 keys; use 0 .. 3"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=[1, -1]), ValueError, r"every prefix length must be between 0 and S=3; got \[-1\]"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"prefix_lm_mask needs 1 <= T <= S .*; got T=4, S=3"),
+    ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=[0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints .*; got \[0.5\]"),  # type: ignore[list-item]
+    ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=2.0), TypeError, r"prefix must be an int, or a 1-D list of ints"),  # type: ignore[arg-type]
+    ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2, prefix=1), ValueError,
+     r"prefix=1 widens the causal mask .*, so it needs is_causal=True"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, is_causal=True, prefix=[1, 2, 3]),
+     ValueError, r"prefix has 3 lengths for a batch of B=2; give one per sequence or one int"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), is_causal=True, prefix=1, chunk=2),
+     ValueError, r"prefix=1 with window=None, chunk=2: a prefix LM sees its whole prefix"),
     ("chunk_mask", "value", lambda: chunk_mask(4, 4, 0), ValueError, r"chunk must be at least 1 position .*; got chunk=0"),
     ("chunk_mask", "type", lambda: chunk_mask(4, 4, None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
     ("ChunkedKVCache", "value", lambda: ChunkedKVCache(1, 1, 4, 0), ValueError, r"cache sizes must be at least 1; got \{'chunk': 0\}"),

@@ -120,6 +120,10 @@ def _on_meta() -> dict[str, object]:
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, chunk=2)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5))
         ] + [
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, **extra)
+            for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
+            for extra in ({"prefix": 2}, {"documents": torch.empty(5, dtype=torch.long, device=META)})
+        ] + [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, sinks=_meta(4),
                          softcap=None if impl == "sdpa" else 5.0)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
@@ -162,6 +166,9 @@ def _on_meta() -> dict[str, object]:
         "masks.causal_mask": lambda: [mk.causal_mask(3, 5, window=2, sinks=1, device=META),
                                       mk.causal_mask(3, 5, chunk=2, device=META)],
         "masks.chunk_mask": lambda: mk.chunk_mask(3, 5, 2, device=META),
+        "masks.document_mask": lambda: [mk.document_mask(torch.empty(2, 5, dtype=torch.long, device=META), 3),
+                                        mk.document_mask(torch.empty(5, dtype=torch.long, device=META))],
+        "masks.prefix_lm_mask": lambda: mk.prefix_lm_mask(3, 5, prefix=2, device=META),
         "masks.combine_masks": lambda: mk.combine_masks(keep, _meta(1, 1, 3, 5), torch.float32),
         "masks.check_mask": lambda: (mk.check_mask(keep, (1, 4, 3, 5), torch.float32), keep)[1],
         "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
