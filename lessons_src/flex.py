@@ -201,7 +201,9 @@ def prefix_lm_mod(T: int, S: int | None = None, *, prefix: int | Tensor | Sequen
         [True, True, False]
     """
     S, offset = _offset(T, S)
-    lengths = torch.as_tensor(prefix, device=device).reshape(-1)  # (1,) or (B,)
+    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not 0 <= _size("prefix", prefix) <= S:
+        raise ValueError(f"prefix={prefix} must be between 0 and S={S}")
+    lengths = torch.as_tensor(prefix, device=device).reshape(-1)  # (1,) or (B,): their values are not read here
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.numel() == 0:
         raise TypeError(f"prefix must be an int or one int per sequence; got {prefix!r}")
     one = lengths.numel() == 1
@@ -260,6 +262,8 @@ def block_sparsity(mask: BlockMask) -> float:
         >>> block_sparsity(block_mask(causal_mod(4), 4, block_size=2))  # 1 of the 2 x 2 tiles is above the diagonal
         0.25
     """
+    if not isinstance(mask, BlockMask):
+        raise TypeError(f"block_sparsity needs a BlockMask (from block_mask); got {type(mask).__name__}")
     T, S = mask.seq_lengths
     q_block, kv_block = mask.BLOCK_SIZE
     tiles = math.ceil(T / q_block) * math.ceil(S / kv_block) * mask.kv_num_blocks.shape[0] * mask.kv_num_blocks.shape[1]
@@ -306,5 +310,6 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: BlockMask | None = None, 
     if sinks is None:
         return out  # (B, H, T, Ev)
     lse = aux.lse  # (B, H, T), natural log, float32
+    assert lse is not None  # asked for with AuxRequest(lse=True)
     lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): the keys and the sink
     return (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # (B, H, T, Ev)
