@@ -31,8 +31,10 @@ no function of one score can add it. :func:`flex_attend` rescales FlexAttention'
 
 On a CPU, torch 2.13's FlexAttention runs the forward pass only (inputs that need gradients raise
 ``NotImplementedError``), and without ``torch.compile`` it builds the whole ``(B, H, T, S)`` score matrix and
-applies the functions to it with ``vmap``: the same answer, none of the savings. This file needs torch 2.5 or later
-(``return_aux``: 2.9), ``masks.py`` and ``score_mods.py``.
+applies the functions to it with ``vmap``: the same answer, none of the savings. Even then it traces each call with
+TorchDynamo (an eager backend), once per new function or shape, a fraction of a second to a second each; torch's
+``_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True`` calls the same dense path without the trace. This file needs torch
+2.9 or later (``AuxRequest``), ``masks.py`` and ``score_mods.py``.
 
 References:
     Dong et al., "Flex Attention: A Programming Model for Generating Optimized Attention Kernels", 2024

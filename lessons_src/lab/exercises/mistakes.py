@@ -181,6 +181,15 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "expected / sqrt(E)) and flattens the softmax.",
             _SCALE_WHY,
         ),
+        Misconception(
+            "sink_in_scores", "a learned sink inside the scores",
+            "A learned sink is one more column of the softmax with no value: it adds exp(sink) to each query's "
+            "normaliser. A score_mod sees one score at a time, never the row: adding the sink to every score is "
+            "a constant per row, which the softmax removes, and normalising each score against the sink alone "
+            "is not the row's softmax. Apply it after the kernel, with the log-sum-exp FlexAttention returns.",
+            Link("lessons/mask-is-a-function.md", "score-changes-and-the-sink-that-is-not-one",
+                 "A mask is a function: the sink that is not one"),
+        ),
     )
 }
 
@@ -218,6 +227,22 @@ def _causal_inverted(T: int, S: int) -> Tensor:
 
 def _padding_inverted(lengths: list[int], S: int) -> Tensor:
     return ~solutions.padding_mask(lengths, S)  # True = padding, nn.MultiheadAttention's key_padding_mask
+
+
+def _mod_top_left(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return q_idx >= kv_idx  # FlexAttention's documented causal mask_mod: top-left when T < S
+
+
+def _sink_added_to_scores(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: s + sinks[h])  # a constant per row
+
+
+def _sink_normalised_per_score(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: torch.sigmoid(s - sinks[h]))
 
 
 def _masked_softmax_nan(scores: Tensor, mask: Tensor) -> Tensor:
@@ -507,5 +532,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("absorb_query", "absorb_wrong_order", "heads_not_head_major",
             "viewed `w_uk` as `(E, H, C)`: each head got every `H`-th row instead of a block of `E` rows",
             _absorb_wrong_order),
+    Variant("causal_mask_mod", "mod_top_left", "top_left_causal",
+            "returned `q_idx >= kv_idx`, FlexAttention's documented causal mask, which is top-left when `T < S`",
+            _mod_top_left),
+    Variant("flex_sink_attention", "sink_added_to_scores", "sink_in_scores",
+            "added `sinks[h]` to every score in a `score_mod`: the softmax removes a constant per row, so the sink "
+            "has no effect", _sink_added_to_scores),
+    Variant("flex_sink_attention", "sink_normalised_per_score", "sink_in_scores",
+            "turned each score into `sigmoid(score - sinks[h])` in a `score_mod` (each score against the sink "
+            "alone, as `transformers` once did), which FlexAttention then softmaxes again", _sink_normalised_per_score),
     *_SCALE_VARIANTS,
 )

@@ -10,13 +10,16 @@ import math
 
 import torch
 from torch import Tensor
+from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 __all__ = [
     "absorb_query",
     "attention_scores",
     "causal_mask",
+    "causal_mask_mod",
     "decode_step",
     "dimension_arithmetic",
+    "flex_sink_attention",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -130,3 +133,15 @@ def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H = q_nope.shape[1]
     w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): head h owns rows h * E .. h * E + E - 1
     return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C): q . (W c) = (W^T q) . c
+
+
+def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return kv_idx <= q_idx + S - T  # query q_idx is at position q_idx + S - T: bottom-right
+
+
+def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    out, aux = flex_attention(q, k, v, return_aux=AuxRequest(lse=True))
+    lse = aux.lse  # (B, H, T): the log of each query's sum of exp(score) over the keys
+    assert lse is not None  # asked for above
+    lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1))  # the sink joins each query's normaliser
+    return out * torch.exp(lse - lse_all)[..., None]  # each weight exp(s - lse) becomes exp(s - lse_all)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
 from ...flash import online_softmax as _online_softmax
+from ...flex import causal_mod, flex_attend
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 
@@ -22,8 +23,10 @@ __all__ = [
     "absorb_query",
     "attention_scores",
     "causal_mask",
+    "causal_mask_mod",
     "decode_step",
     "dimension_arithmetic",
+    "flex_sink_attention",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -107,3 +110,11 @@ def absorb_query(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     H = q_nope.shape[1]
     w = w_uk.view(H, -1, w_uk.shape[-1])  # (H, E, C): W_UK per head, as MultiHeadLatentAttention._absorbed
     return torch.einsum("bhte,hec->bhtc", q_nope, w)  # (B, H, T, C)
+
+
+def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return causal_mod(T, S)(torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long), q_idx, kv_idx)
+
+
+def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    return flex_attend(q, k, v, sinks=sinks)  # lessons_src.flex: the sink through the returned log-sum-exp
