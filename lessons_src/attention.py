@@ -43,10 +43,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask, check_chunk, check_mask, check_window, chunk_mask, combine_masks
+from .masks import (
+    causal_mask,
+    check_chunk,
+    check_mask,
+    check_window,
+    chunk_mask,
+    combine_masks,
+    document_mask,
+    prefix_lm_mask,
+)
 from .score_mods import check_score_mods, check_softcap, sdpa_with_sinks, soft_cap
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .kv_cache import KVCache
 
 __all__ = [
@@ -118,7 +129,8 @@ class PreparedMask:
 
 
 def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
-                 device: torch.device, window: int | None = None, chunk: int | None = None) -> PreparedMask:
+                 device: torch.device, window: int | None = None, chunk: int | None = None,
+                 documents: Tensor | None = None, prefix: int | Tensor | Sequence[int] | None = None) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
     Args:
@@ -132,10 +144,18 @@ def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int,
         chunk: with ``is_causal``, each query sees only the keys of its own chunk of ``chunk`` positions
             (Llama 4); folded into ``mask`` (:func:`lessons_src.masks.chunk_mask`), so every implementation
             honours it as it honours a caller's mask.
+        documents: packed sequences: the integer document id of each of the ``S`` positions, ``(S,)`` or
+            ``(B, S)``, on the queries' device; each query sees only its own document's keys (with
+            ``is_causal``, causally within it). The queries are the last ``T`` positions (:func:`document_mask`).
+        prefix: prefix LM (with ``is_causal``): the first ``prefix`` keys are seen by every query, the rest
+            causally; an int, or one length per sequence (:func:`lessons_src.masks.prefix_lm_mask`). It widens
+            the causal mask, so the whole mask is folded into ``mask`` and ``causal`` is ``False``.
 
     Raises:
-        ValueError: naming the mask's shape, dtype or device (or the window or chunk) and what would be accepted.
-        TypeError: if ``is_causal`` is not a bool (or ``window`` or ``chunk`` not an int).
+        ValueError: naming the mask's shape, dtype or device (or the window, chunk, documents or prefix) and what
+            would be accepted.
+        TypeError: if ``is_causal`` is not a bool (or ``window`` or ``chunk`` not an int, ``documents`` not integer
+            ids).
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
@@ -157,6 +177,33 @@ def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int,
             raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
         same_chunk = chunk_mask(T, S, chunk, device=device)[None, None]  # (1, 1, T, S)
         mask = same_chunk if mask is None else combine_masks(mask, same_chunk, dtype)
+    if documents is not None:
+        if not isinstance(documents, Tensor):
+            raise TypeError(f"documents must be a tensor of integer document ids; got {type(documents).__name__}")
+        if documents.device != device:
+            raise ValueError(f"documents are on {documents.device} but the queries are on {device}; move them there")
+        if documents.shape[-1:] != (S,) or (documents.ndim == 2 and documents.shape[0] not in (1, shape[0])):
+            raise ValueError(f"documents must be (S,) = ({S},) or (B, S) = ({shape[0]}, {S}), one id per key "
+                             f"position; got shape {tuple(documents.shape)}")
+        same_doc = document_mask(documents, T)  # (T, S) or (B, 1, T, S)
+        same_doc = same_doc.reshape((1,) * (4 - same_doc.ndim) + tuple(same_doc.shape))  # 4-D
+        mask = same_doc if mask is None else combine_masks(mask, same_doc, dtype)
+    if prefix is not None:
+        if not is_causal:
+            raise ValueError(f"prefix={prefix!r} widens the causal mask (the prefix attends both ways), so it needs "
+                             "is_causal=True (or pass an attn_mask)")
+        if window is not None or chunk is not None:
+            raise ValueError(f"prefix={prefix!r} with window={window}, chunk={chunk}: a prefix LM sees its whole "
+                             "prefix; a layer uses one of them")
+        if documents is not None:
+            raise ValueError("prefix with documents: a prefix per packed document is not supported; build that "
+                             "mask yourself and pass it as attn_mask")
+        lm = prefix_lm_mask(T, S, prefix=prefix, device=device)  # (T, S) or (B, 1, T, S)
+        if lm.ndim == 4 and lm.shape[0] != shape[0]:
+            raise ValueError(f"prefix has {lm.shape[0]} lengths for a batch of B={shape[0]}; give one per sequence "
+                             "or one int")
+        lm = lm.reshape((1,) * (4 - lm.ndim) + tuple(lm.shape))  # 4-D
+        return PreparedMask(lm if mask is None else combine_masks(mask, lm, dtype), False, T, S, device=device)
     return PreparedMask(mask, is_causal and (T > 1 or window is not None), T, S, window=window, device=device)
 
 
@@ -404,6 +451,8 @@ def attention(
     softcap: float | None = None,
     sinks: Tensor | None = None,
     chunk: int | None = None,
+    documents: Tensor | None = None,
+    prefix: int | Tensor | Sequence[int] | None = None,
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
@@ -432,6 +481,10 @@ def attention(
             with no value (gpt-oss), so each query may put weight on "nothing"; every implementation.
         chunk: chunked attention (with ``is_causal``; Llama 4): each query sees only the keys of its own chunk
             of ``chunk`` positions (:func:`lessons_src.masks.chunk_mask`).
+        documents: packed sequences: integer document id per key position, ``(S,)`` or ``(B, S)``; a query sees
+            only its own document (with ``is_causal``, causally within it; :func:`lessons_src.masks.document_mask`).
+        prefix: prefix LM (with ``is_causal``): the first ``prefix`` keys are seen by every query, both ways; an
+            int or one length per sequence (:func:`lessons_src.masks.prefix_lm_mask`).
 
     Returns:
         An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``
@@ -460,7 +513,8 @@ def attention(
     B, H, T, E = q.shape
     S = k.shape[2]
     mask = prepare_mask(
-        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window, chunk=chunk
+        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window, chunk=chunk,
+        documents=documents, prefix=prefix,
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     mods = check_score_mods(softcap, sinks, H, q.dtype, q.device)
@@ -763,6 +817,8 @@ class MultiHeadAttention(nn.Module):
         implementation: str | None = ...,
         window: int | None = ...,
         chunk: int | None = ...,
+        documents: Tensor | None = ...,
+        prefix: int | Tensor | Sequence[int] | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -779,6 +835,8 @@ class MultiHeadAttention(nn.Module):
         implementation: str | None = ...,
         window: int | None = ...,
         chunk: int | None = ...,
+        documents: Tensor | None = ...,
+        prefix: int | Tensor | Sequence[int] | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -794,6 +852,8 @@ class MultiHeadAttention(nn.Module):
         implementation: str | None = None,
         window: int | None = None,
         chunk: int | None = None,
+        documents: Tensor | None = None,
+        prefix: int | Tensor | Sequence[int] | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -818,6 +878,8 @@ class MultiHeadAttention(nn.Module):
                 (or ``"eager"`` with ``need_weights``).
             window: sliding window, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
             chunk: chunked attention, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
+            documents: packed sequences, a document id per key position, cached ones included (see :func:`attention`).
+            prefix: prefix LM, with ``is_causal`` (see :func:`attention`).
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
@@ -858,7 +920,7 @@ class MultiHeadAttention(nn.Module):
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
         mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window,
-                            chunk=chunk)
+                            chunk=chunk, documents=documents, prefix=prefix)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length

@@ -40,7 +40,25 @@ start, and a cache needs only the current chunk::
                               query 3   . . 1 1 .
                               query 4   . . . . 1
 
+**Packed documents** put several sequences in one row of a batch, end to end, as training pipelines pack them;
+per-token document ids say which is which, and a query sees only the keys of its own document
+(:func:`document_mask`; with ``is_causal``, causally within it). **Prefix-LM** (T5's prefix LM, PaliGemma's
+prompt, Gemma 3's image tokens) lets every query see a prefix of ``P`` keys in full, and causally after it
+(:func:`prefix_lm_mask`): the prefix attends both ways::
+
+    document_mask(tensor([0, 0, 1, 1, 1])) & causal_mask(5)    prefix_lm_mask(5, prefix=2)
+    key j ->  0 1 2 3 4                                          key j ->  0 1 2 3 4
+    query 0   1 . . . .                                          query 0   1 1 . . .
+    query 1   1 1 . . .                                          query 1   1 1 . . .
+    query 2   . . 1 . .                                          query 2   1 1 1 . .
+    query 3   . . 1 1 .                                          query 3   1 1 1 1 .
+    query 4   . . 1 1 1                                          query 4   1 1 1 1 1
+
 References:
+    Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", JMLR
+    2020 (arXiv:1910.10683), section 3.2.1: the prefix LM's mask.
+    Krell et al., "Efficient Sequence Packing without Cross-contamination", 2021 (arXiv:2107.02027): packed
+    sequences with a block-diagonal mask.
     Meta, Llama 4 model code (``llama_models/llama4/model.py``): chunked attention on the RoPE layers.
     Beltagy et al., "Longformer: The Long-Document Transformer", 2020 (arXiv:2004.05150), sliding windows.
     Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453).
@@ -63,7 +81,9 @@ __all__ = [
     "check_window",
     "chunk_mask",
     "combine_masks",
+    "document_mask",
     "padding_mask",
+    "prefix_lm_mask",
 ]
 
 
@@ -194,6 +214,109 @@ def chunk_mask(T: int, S: int, chunk: int, *, device: torch.device | str | None 
     query = (torch.arange(T, device=device) + S - T) // c  # (T,): each query's chunk
     key = torch.arange(S, device=device) // c  # (S,)
     return query[:, None] == key[None, :]  # (T, S)
+
+
+def document_mask(documents: Tensor, T: int | None = None) -> Tensor:
+    """Bool mask that lets a query see only the keys of its own document, for sequences packed into one row.
+
+    ``documents[..., j]`` is the document of position ``j``. The queries are the last ``T`` of the ``S``
+    positions (a cache: the ids cover the cached keys and the new tokens alike), so query ``i`` is at
+    ``p = i + S - T`` and sees key ``j`` when ``documents[..., j] == documents[..., p]``. Not causal by itself:
+    ``attention(..., is_causal=True, documents=ids)`` is causal within each document.
+
+    Args:
+        documents: integer document id of each of the ``S`` positions, one row per sequence of the batch
+            or one row for all; the mask is built on its device.
+        T: number of queries, the last ``T`` positions (``1 <= T <= S``; defaults to ``S``).
+
+    Returns:
+        Bool tensor, ``True`` = may attend.
+
+    Shapes:
+        documents: ``(S,)`` or ``(B, S)``; output: ``(T, S)`` or ``(B, 1, T, S)``.
+
+    Raises:
+        TypeError: if ``documents`` is not an integer tensor, or ``T`` not an int.
+        ValueError: if ``documents`` is not 1-D or 2-D with at least one position, or ``T`` is not in ``1 .. S``.
+
+    Example:
+        >>> document_mask(torch.tensor([0, 0, 1])).int().tolist()
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+        >>> document_mask(torch.tensor([0, 0, 1]), T=1).int().tolist()  # the last token, decoded with a cache
+        [[0, 0, 1]]
+    """
+    if not isinstance(documents, Tensor):
+        raise TypeError(f"documents must be a tensor of integer document ids; got {type(documents).__name__}")
+    if documents.dtype == torch.bool or documents.dtype.is_floating_point or documents.dtype.is_complex:
+        raise TypeError(f"documents must hold integer document ids; got dtype {documents.dtype}")
+    if documents.ndim not in (1, 2) or documents.shape[-1] == 0:
+        raise ValueError(f"documents must be (S,) or (B, S), one id per position, S >= 1; got shape "
+                         f"{tuple(documents.shape)}")
+    S = documents.shape[-1]
+    T = S if T is None else _length("T", T)
+    if not 1 <= T <= S:
+        raise ValueError(f"T={T} queries must be the last of the S={S} positions the document ids cover: "
+                         f"1 <= T <= {S}")
+    query = documents[..., S - T :]  # (..., T): the queries' documents
+    keep = query[..., :, None] == documents[..., None, :]  # (..., T, S)
+    return keep if documents.ndim == 1 else keep[:, None]  # (T, S) or (B, 1, T, S)
+
+
+def prefix_lm_mask(
+    T: int, S: int | None = None, *, prefix: int | Tensor | Sequence[int], device: torch.device | str | None = None
+) -> Tensor:
+    """Bool mask of a prefix LM: every query sees the first ``prefix`` keys, and the rest causally.
+
+    Query ``i`` (at position ``i + S - T``, bottom-right as in :func:`causal_mask`) sees key ``j`` when
+    ``j <= i + S - T`` or ``j < prefix``: the prefix attends to itself both ways, and what follows it is
+    generated causally. ``prefix=0`` is the causal mask.
+
+    Args:
+        T: number of query positions, the last ``T`` of ``S`` (``1 <= T <= S``).
+        S: number of key positions (defaults to ``T``).
+        prefix: length of the bidirectional prefix, ``0 .. S``: one int for the batch, or one per sequence.
+        device: where to build the mask (``None``: the lengths' device if they are a tensor, else the
+            default device).
+
+    Returns:
+        Bool tensor, ``True`` = may attend.
+
+    Shapes:
+        output: ``(T, S)`` for one int, ``(B, 1, T, S)`` for ``B`` lengths.
+
+    Raises:
+        TypeError: if a size or a prefix length is not an int.
+        ValueError: if ``T`` is not in ``1 .. S``, or a prefix length is outside ``0 .. S``.
+
+    Example:
+        >>> prefix_lm_mask(3, prefix=2).int().tolist()
+        [[1, 1, 0], [1, 1, 0], [1, 1, 1]]
+        >>> prefix_lm_mask(2, 3, prefix=[1, 3]).int()[:, 0].tolist()  # two sequences, two new queries each
+        [[[1, 1, 0], [1, 1, 1]], [[1, 1, 1], [1, 1, 1]]]
+    """
+    T = _length("T", T)
+    S = T if S is None else _length("S", S)
+    if not 1 <= T <= S:
+        raise ValueError(f"prefix_lm_mask needs 1 <= T <= S (the queries are the last T of S positions); "
+                         f"got T={T}, S={S}")
+    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool):
+        P = _length("prefix", prefix)  # one length for the batch: no tensor values read (runs on meta)
+        if P > S:
+            raise ValueError(f"prefix={P} is longer than the S={S} keys; use 0 .. {S}")
+        prefix_keys = torch.arange(S, device=device) < P  # (S,)
+        return causal_mask(T, S, device=device) | prefix_keys  # (T, S)
+    if device is None and isinstance(prefix, Tensor):
+        device = prefix.device
+    lengths = torch.as_tensor(prefix, device=device)
+    if lengths.dtype == torch.bool or lengths.dtype.is_floating_point or lengths.dtype.is_complex \
+            or lengths.ndim != 1 or lengths.numel() == 0:
+        raise TypeError(f"prefix must be an int, or a 1-D list of ints (one per sequence); got {prefix!r}")
+    bad = [int(n) for n in lengths if not 0 <= int(n) <= S]
+    if bad:
+        raise ValueError(f"every prefix length must be between 0 and S={S}; got {bad}")
+    prefix_keys = torch.arange(S, device=lengths.device) < lengths[:, None, None]  # (B, 1, S)
+    keep = causal_mask(T, S, device=lengths.device) | prefix_keys  # (B, T, S)
+    return keep[:, None]  # (B, 1, T, S)
 
 
 def _length(name: str, value: object) -> int:

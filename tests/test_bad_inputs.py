@@ -34,8 +34,28 @@ from lessons_src import (
 from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
+from lessons_src.flex import (
+    block_mask,
+    block_sparsity,
+    causal_mod,
+    chunk_mod,
+    document_mod,
+    flex_attend,
+    padding_mod,
+    prefix_lm_mod,
+    soft_cap_mod,
+    window_mod,
+)
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
-from lessons_src.masks import check_chunk, check_mask, check_window, chunk_mask, combine_masks
+from lessons_src.masks import (
+    check_chunk,
+    check_mask,
+    check_window,
+    chunk_mask,
+    combine_masks,
+    document_mask,
+    prefix_lm_mask,
+)
 from lessons_src.mechanisms import (
     ElementwiseGate,
     HeadwiseGate,
@@ -413,6 +433,40 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"base must be above 1 \(rope_theta, 10000 in RoFormer\); got base=1.0"),
     ("RopeScaling", "shape", lambda: rope_cos_sin(torch.arange(3), 4, scaling=RopeScaling(torch.ones(3))), ValueError,
      r"scaling has \(3,\) frequencies but dim=4 rotates 2 pairs"),
+    ("document_mask", "dtype", lambda: document_mask(torch.zeros(3)), TypeError, r"documents must hold integer document ids; got dtype torch.float32"),
+    ("document_mask", "type", lambda: document_mask([0, 0, 1]), TypeError, r"documents must be a tensor of integer document ids; got list"),  # type: ignore[arg-type]
+    ("document_mask", "shape", lambda: document_mask(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"documents must be \(S,\) or \(B, S\), .*; got shape \(1, 2, 3\)"),
+    ("document_mask", "value", lambda: document_mask(torch.zeros(3, dtype=torch.long), T=0), ValueError, r"T=0 queries must be the last of the S=3 positions"),
+    ("attention", "device", lambda: attention(torch.randn(1, 1, 3, 4, device="meta"), *[torch.randn(1, 1, 3, 4, device="meta")] * 2,
+     documents=torch.zeros(3, dtype=torch.long)), ValueError, r"documents are on cpu but the queries are on meta; move them there"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, documents=torch.zeros(3, 3, dtype=torch.long)),
+     ValueError, r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(2, 3\), one id per key position; got shape \(3, 3\)"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=4), ValueError, r"prefix=4 is longer than the S=3 keys; use 0 .. 3"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=[1, -1]), ValueError, r"every prefix length must be between 0 and S=3; got \[-1\]"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"prefix_lm_mask needs 1 <= T <= S .*; got T=4, S=3"),
+    ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=[0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints .*; got \[0.5\]"),  # type: ignore[list-item]
+    ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=2.0), TypeError, r"prefix must be an int, or a 1-D list of ints"),  # type: ignore[arg-type]
+    ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2, prefix=1), ValueError,
+     r"prefix=1 widens the causal mask .*, so it needs is_causal=True"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, is_causal=True, prefix=[1, 2, 3]),
+     ValueError, r"prefix has 3 lengths for a batch of B=2; give one per sequence or one int"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), is_causal=True, prefix=1, chunk=2),
+     ValueError, r"prefix=1 with window=None, chunk=2: a prefix LM sees its whole prefix"),
+    ("causal_mod", "value", lambda: causal_mod(0), ValueError, r"T must be at least 1; got T=0"),
+    ("causal_mod", "type", lambda: causal_mod(4, 4.0), TypeError, r"S must be an int; got 4.0 of type float"),  # type: ignore[arg-type]
+    ("padding_mod", "type", lambda: padding_mod([2, 3]), TypeError, r"lengths must be a 1-D integer tensor, one length per sequence; got \[2, 3\]"),  # type: ignore[arg-type]
+    ("window_mod", "value", lambda: window_mod(4, window=0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
+    ("window_mod", "value", lambda: window_mod(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
+    ("chunk_mod", "type", lambda: chunk_mod(4, chunk=None), TypeError, r"chunk_mod needs a chunk, an int of at least 1; got None"),  # type: ignore[arg-type]
+    ("document_mod", "dtype", lambda: document_mod(torch.zeros(3)), TypeError, r"documents must be integer ids, \(S,\) or \(B, S\) with S >= 1"),
+    ("prefix_lm_mod", "value", lambda: prefix_lm_mod(3, prefix=4), ValueError, r"prefix=4 must be between 0 and S=3"),
+    ("prefix_lm_mod", "type", lambda: prefix_lm_mod(3, prefix=[0.5]), TypeError, r"prefix must be an int or one int per sequence; got \[0.5\]"),  # type: ignore[list-item]
+    ("soft_cap_mod", "value", lambda: soft_cap_mod(-1.0), ValueError, r"softcap must be positive and finite .*; got softcap=-1.0"),
+    ("block_mask", "value", lambda: block_mask(causal_mod(4), 4, block_size=0), ValueError, r"block_size must be at least 1; got block_size=0"),
+    ("block_sparsity", "type", lambda: block_sparsity(torch.ones(2, 2)), TypeError, r"block_sparsity needs a BlockMask \(from block_mask\); got Tensor"),  # type: ignore[arg-type]
+    ("flex_attend", "shape", lambda: flex_attend(*[torch.randn(1, 2, 4, 8)] * 3, sinks=torch.zeros(3)), ValueError, r"sinks must have shape \(H,\) = \(2,\)"),
+    ("flex_attend", "dtype", lambda: flex_attend(*[torch.randn(1, 2, 4, 8)] * 3, sinks=torch.zeros(2, dtype=torch.float64)), ValueError,
+     r"sinks have dtype torch.float64 but the queries are torch.float32"),
     ("chunk_mask", "value", lambda: chunk_mask(4, 4, 0), ValueError, r"chunk must be at least 1 position .*; got chunk=0"),
     ("chunk_mask", "type", lambda: chunk_mask(4, 4, None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
     ("ChunkedKVCache", "value", lambda: ChunkedKVCache(1, 1, 4, 0), ValueError, r"cache sizes must be at least 1; got \{'chunk': 0\}"),
@@ -476,9 +530,9 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import masks, rope
 
     public |= set(rope.__all__) | set(masks.__all__)
-    from lessons_src import score_mods
+    from lessons_src import flex, score_mods
 
-    public |= set(score_mods.__all__)
+    public |= set(score_mods.__all__) | set(flex.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}

@@ -94,6 +94,24 @@ def _paged_meta() -> object:
     return cache.gather(0)
 
 
+def _flex_on_meta() -> dict[str, object]:
+    """FlexAttention's functions on meta index tensors, as create_block_mask applies them; block masks on meta."""
+    import lessons_src.flex as fx
+
+    qi, ki = torch.arange(3, device=META)[:, None], torch.arange(5, device=META)  # (3, 1), (5,)
+    ids = torch.empty(2, 5, dtype=torch.long, device=META)
+    return {
+        "flex.causal_mod": lambda: fx.causal_mod(3, 5)(0, 0, qi, ki),
+        "flex.padding_mod": lambda: fx.padding_mod(torch.empty(2, dtype=torch.long, device=META))(1, 0, qi, ki),
+        "flex.window_mod": lambda: fx.window_mod(3, 5, window=2, sinks=1)(0, 0, qi, ki),
+        "flex.chunk_mod": lambda: fx.chunk_mod(3, 5, chunk=2)(0, 0, qi, ki),
+        "flex.document_mod": lambda: fx.document_mod(ids, 3)(1, 0, qi, ki),
+        "flex.prefix_lm_mod": lambda: fx.prefix_lm_mod(3, 5, prefix=[1, 2], device=META)(1, 0, qi, ki),
+        "flex.soft_cap_mod": lambda: fx.soft_cap_mod(5.0)(_meta(3, 5), 0, 0, qi, ki),
+        "flex.block_mask": lambda: list(fx.block_mask(fx.causal_mod(4), 4, block_size=2, device=META).as_tuple()[:4]),
+    }
+
+
 def _on_meta() -> dict[str, object]:
     """Each public name that runs on meta tensors, as a zero-argument call exercising it."""
     import lessons_src.convert as cv
@@ -119,6 +137,10 @@ def _on_meta() -> dict[str, object]:
         ] + [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, chunk=2)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5))
+        ] + [
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, **extra)
+            for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
+            for extra in ({"prefix": 2}, {"documents": torch.empty(5, dtype=torch.long, device=META)})
         ] + [
             at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, sinks=_meta(4),
                          softcap=None if impl == "sdpa" else 5.0)
@@ -166,6 +188,10 @@ def _on_meta() -> dict[str, object]:
         "masks.causal_mask": lambda: [mk.causal_mask(3, 5, window=2, sinks=1, device=META),
                                       mk.causal_mask(3, 5, chunk=2, device=META)],
         "masks.chunk_mask": lambda: mk.chunk_mask(3, 5, 2, device=META),
+        **_flex_on_meta(),
+        "masks.document_mask": lambda: [mk.document_mask(torch.empty(2, 5, dtype=torch.long, device=META), 3),
+                                        mk.document_mask(torch.empty(5, dtype=torch.long, device=META))],
+        "masks.prefix_lm_mask": lambda: mk.prefix_lm_mask(3, 5, prefix=2, device=META),
         "masks.combine_masks": lambda: mk.combine_masks(keep, _meta(1, 1, 3, 5), torch.float32),
         "masks.check_mask": lambda: (mk.check_mask(keep, (1, 4, 3, 5), torch.float32), keep)[1],
         "kv_cache.KVCache": lambda: kc.KVCache(1, 2, 8, 6, device=META).update(kv, kv),
@@ -212,6 +238,8 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
     "parallel.TensorParallelAttention": "needs a torch.distributed process group; gloo sends real values",
     "parallel.Collectives": "a process group's collectives; gloo sends real values",
     "score_mods.sink_flash_cpu": "torch's CPU flash kernel takes CPU tensors only (other devices: a clear error)",
+    "flex.flex_attend": "FlexAttention refuses meta tensors (CUDA, CPU, HPU, XPU, MPS only)",
+    "flex.block_sparsity": "* reads the block mask's tile counts",
 }
 NO_TENSORS = {  # public names that make no tensor: nothing to place
     "attention.ATTENTION_FUNCTIONS": "a dict of implementations",
@@ -322,8 +350,28 @@ def _cpu_cases() -> dict[str, object]:
         return lambda: paged_attention(q, cache, [0, 1], min_run=1)
 
     lengths = torch.tensor([2, 3])
+    def flex():
+        import torch.nn.attention.flex_attention as flex_module
+
+        from lessons_src.flex import block_mask, block_sparsity, causal_mod, flex_attend
+
+        torch.manual_seed(0)
+        q, kv, sinks = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.zeros(4)
+
+        def run():
+            bm = block_mask(causal_mod(3, 5), 3, 5, block_size=2)
+            debug = flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+            flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+            try:  # the dense path without its TorchDynamo trace (tests/test_flex.py says why)
+                out = flex_attend(q, kv, kv, bm, sinks=sinks)
+            finally:
+                flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = debug
+            return [out, *bm.as_tuple()[:4]] if block_sparsity(bm) > 0 else []
+
+        return run
+
     return {"MultiHeadAttention": mha, "mechanisms": mechanisms, "tiled": tiled, "rolling": rolling, "paged": paged,
-            "padding_mask": lambda: lambda: padding_mask(lengths, 4)}
+            "padding_mask": lambda: lambda: padding_mask(lengths, 4), "flex": flex}
 
 
 @pytest.mark.parametrize("name", sorted(_cpu_cases()))

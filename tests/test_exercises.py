@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 MISTAKE_TABLE = json.loads((ROOT / "docs" / "_data" / "exercise_mistakes.json").read_text(encoding="utf-8"))["pairs"]
-SHOWN_IMPORTS = {"math", "torch"}  # all a shown solution may import (from torch: Tensor)
+SHOWN_IMPORTS = {"math", "torch", "torch.nn.attention.flex_attention"}  # from torch: Tensor; FlexAttention
 REQUIRED_MISCONCEPTIONS = {  # the issue's list: each must be in the catalogue with a real wrong function
     "view_without_transpose", "scale_by_d_model", "inverted_polarity", "top_left_causal", "repeat_not_interleave",
     "softmax_over_queries", "forgot_w_o", "nan_rows", "off_by_one_cache", "no_rescale", "missing_scale", "scale_by_e",
@@ -90,7 +90,8 @@ def test_the_shown_solution_is_plain_torch_short_and_passes(name: str) -> None:
     assert getattr(shown, name) is not getattr(solutions, name)
 
 
-SHOWN_HEADER = "import math\n\nimport torch\nfrom torch import Tensor\n"
+SHOWN_HEADER = ("import math\n\nimport torch\nfrom torch import Tensor\n"
+                "from torch.nn.attention.flex_attention import AuxRequest, flex_attention\n")
 
 
 def test_the_shown_solutions_import_only_math_and_torch() -> None:
@@ -112,7 +113,10 @@ def _mistaken(name: str, changes: list[list[str]]) -> object:
     for old, new in changes:
         assert old in source, f"{name}'s shown solution has no {old!r} to change"
         source = source.replace(old, new)
-    namespace: dict[str, object] = {"math": math, "torch": torch, "Tensor": torch.Tensor}
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    namespace: dict[str, object] = {"math": math, "torch": torch, "Tensor": torch.Tensor, "AuxRequest": AuxRequest,
+                                    "flex_attention": flex_attention}
     exec(compile(source, f"<{name} with a mistake>", "exec"), namespace)
     return namespace[name]
 

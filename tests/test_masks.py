@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -11,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons_src.attention import attention
-from lessons_src.masks import causal_mask, check_mask, chunk_mask, combine_masks, padding_mask
+from lessons_src.masks import (
+    causal_mask,
+    check_mask,
+    chunk_mask,
+    combine_masks,
+    document_mask,
+    padding_mask,
+    prefix_lm_mask,
+)
 
 
 def test_causal_square_is_lower_triangle() -> None:
@@ -162,3 +171,120 @@ def test_chunk_and_window_are_refused_together_and_need_is_causal() -> None:
         attention(q, q, q, chunk=2)
     with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
         attention(q, q, q, is_causal=True, chunk=0)
+
+
+# --------------------------------------------------------------------------- packed documents and prefix LM
+
+
+def _by_definition(T: int, S: int, keep) -> torch.Tensor:
+    """A (T, S) mask built one entry at a time from ``keep(p, j)``, with ``p = i + S - T`` the query's position."""
+    return torch.tensor([[bool(keep(i + S - T, j)) for j in range(S)] for i in range(T)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(ids=st.lists(st.integers(0, 3), min_size=1, max_size=9), data=st.data())
+def test_document_mask_is_its_definition(ids: list[int], data) -> None:
+    """Query at position ``p`` sees key ``j`` when they share a document; with the causal mask, only ``j <= p``."""
+    S = len(ids)
+    T = data.draw(st.integers(1, S))
+    docs = torch.tensor(sorted(ids))  # packed: each document's tokens side by side
+    want = _by_definition(T, S, lambda p, j: docs[j] == docs[p])
+    assert torch.equal(document_mask(docs, T), want)
+    assert torch.equal(document_mask(docs, T) & causal_mask(T, S), _by_definition(T, S, lambda p, j: j <= p and want[p
+                       - (S - T), j]))
+    both = document_mask(torch.stack([docs, docs.flip(0)]), T)  # (B, S) ids: one mask per sequence
+    assert both.shape == (2, 1, T, S) and torch.equal(both[0, 0], want)
+
+
+def test_document_mask_by_hand() -> None:
+    docs = torch.tensor([0, 0, 1, 1, 1])
+    want = torch.tensor([[1, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0],
+                         [0, 0, 1, 0, 0],
+                         [0, 0, 1, 1, 0],
+                         [0, 0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(document_mask(docs) & causal_mask(5), want)
+    assert torch.equal(document_mask(docs, 2) & causal_mask(2, 5), want[3:])  # the last two, with three cached
+
+
+@settings(max_examples=25, deadline=None)
+@given(S=st.integers(1, 9), data=st.data())
+def test_prefix_lm_mask_is_its_definition(S: int, data) -> None:
+    T = data.draw(st.integers(1, S))
+    P = data.draw(st.integers(0, S))
+    assert torch.equal(prefix_lm_mask(T, S, prefix=P), _by_definition(T, S, lambda p, j: j <= p or j < P))
+    assert torch.equal(prefix_lm_mask(T, S, prefix=0), causal_mask(T, S))
+    both = prefix_lm_mask(T, S, prefix=[P, 0])
+    assert both.shape == (2, 1, T, S) and torch.equal(both[0, 0], prefix_lm_mask(T, S, prefix=P))
+    assert torch.equal(both[1, 0], causal_mask(T, S))
+
+
+def test_prefix_lm_mask_by_hand() -> None:
+    want = torch.tensor([[1, 1, 0, 0],
+                         [1, 1, 0, 0],
+                         [1, 1, 1, 0],
+                         [1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(prefix_lm_mask(4, prefix=2), want)
+    assert torch.equal(prefix_lm_mask(1, 4, prefix=2), want[3:])
+
+
+@settings(max_examples=15, deadline=None)
+@given(T=st.integers(1, 5), extra=st.integers(0, 3), kind=st.sampled_from(["none", "bool", "float"]),
+       seed=st.integers(0, 2**16))
+def test_every_implementation_takes_documents_and_prefix(T: int, extra: int, kind: str, seed: int) -> None:
+    """``documents=`` and ``prefix=`` go through the one mask preparation: every implementation, with or without
+    sinks, equals the explicit mask, combined with the caller's."""
+    from lessons_src.attention import ATTENTION_FUNCTIONS
+
+    g = torch.Generator().manual_seed(seed)
+    S = T + extra
+    q = torch.randn(2, 4, T, 4, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, S, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    keep = torch.rand(T, S, generator=g) > 0.2
+    mask = {"none": None, "bool": keep, "float": torch.zeros(T, S, dtype=torch.float64).masked_fill(~keep, -math.inf)}
+    caller = keep if kind != "none" else True
+    docs = torch.randint(0, 3, (2, S), generator=g).sort(dim=-1).values  # (B, S)
+    prefix = torch.randint(0, S + 1, (2,), generator=g).tolist()
+    sinks = torch.randn(4, generator=g, dtype=torch.float64)
+    cases = [({"documents": docs}, document_mask(docs, T) & causal_mask(T, S) & caller),
+             ({"prefix": prefix}, prefix_lm_mask(T, S, prefix=prefix) & caller)]
+    for extra_args, explicit in cases:
+        for s in (None, sinks):
+            want = attention(q, k, v, attn_mask=explicit, implementation="eager", sinks=s).output
+            for impl in sorted(ATTENTION_FUNCTIONS):
+                got = attention(q, k, v, attn_mask=mask[kind], is_causal=True, implementation=impl, sinks=s,
+                                **extra_args).output
+                torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9, msg=lambda m, i=impl: f"{i}: {m}")
+
+
+def test_documents_decoded_with_a_cache_equal_the_full_forward() -> None:
+    """T != S: the ids cover the cached keys and the new token; decoding the last token of a packed row with a cache
+    gives the full forward's last row."""
+    from lessons_src.attention import MultiHeadAttention
+    from lessons_src.kv_cache import KVCache
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x, docs = torch.randn(2, 6, 16), torch.tensor([[0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 2, 2]])
+    with torch.no_grad():
+        full = mha(x, is_causal=True, documents=docs)
+        cache = KVCache(batch_size=2, num_kv_heads=2, head_dim=4, max_len=8)
+        mha(x[:, :5], is_causal=True, cache=cache, documents=docs[:, :5])
+        last = mha(x[:, 5:], is_causal=True, cache=cache, documents=docs)
+        wrong = mha(x, is_causal=True)  # without the ids the last token sees the other documents
+    torch.testing.assert_close(last, full[:, 5:])
+    assert (wrong[:, 5:] - full[:, 5:]).abs().max() > 1e-3
+
+
+def test_prefix_and_documents_refuse_what_they_cannot_mean() -> None:
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match=r"prefix=2 widens the causal mask .* needs is_causal=True"):
+        attention(q, q, q, prefix=2)
+    with pytest.raises(ValueError, match=r"prefix=2 with window=2, chunk=None"):
+        attention(q, q, q, is_causal=True, prefix=2, window=2)
+    with pytest.raises(ValueError, match=r"prefix with documents: a prefix per packed document is not supported"):
+        attention(q, q, q, is_causal=True, prefix=2, documents=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(1, 3\)"):
+        attention(q, q, q, is_causal=True, documents=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"T=4 queries must be the last of the S=3 positions"):
+        document_mask(torch.zeros(3, dtype=torch.long), T=4)

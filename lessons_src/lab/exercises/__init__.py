@@ -1,6 +1,6 @@
 """Coding exercises with a checker that names the mistake.
 
-Thirteen functions to write, from splitting heads to MLA's weight absorption, each with a statement (the
+Fifteen functions to write, from splitting heads to a FlexAttention mask and learned sinks, each with a statement (the
 stub's docstring in :mod:`.stubs`), progressive hints and a lesson section (:mod:`.catalogue`). The
 checker (:mod:`.checker`) runs your function on cases chosen to tell the common mistakes apart and compares
 it with the package's own code (:mod:`.solutions`); when it is wrong, it runs a catalogue of known-wrong

@@ -234,6 +234,21 @@ def _gate_cases() -> list[Case]:
     return out
 
 
+def _mask_mod_cases() -> list[Case]:
+    sizes = [(2, 5), (4, 6), (3, 3), (1, 4)]  # T < S first: there top-left and bottom-right differ
+    return [Case(f"q_idx = arange(T)[:, None], kv_idx = arange(S)[None, :], T={T}, S={S}",
+                 (torch.arange(T)[:, None], torch.arange(S)[None, :], T, S)) for T, S in sizes]
+
+
+def _flex_sink_cases() -> list[Case]:
+    g = _gen(13)
+    out = []
+    for B, H, T, E, sinks in [(1, 2, 5, 8, [-1.0, 2.0]), (2, 2, 5, 8, [0.5, 3.0])]:
+        q, k, v = (_randn(g, B, H, T, E) for _ in range(3))
+        out.append(Case(f"q, k, v (B={B}, H={H}, T={T}, E={E}), sinks={sinks}", (q, k, v, torch.tensor(sinks))))
+    return out
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 EXERCISES: dict[str, Exercise] = {
@@ -388,6 +403,24 @@ EXERCISES: dict[str, Exercise] = {
              "The gate, `torch.sigmoid(x @ w_g.T)`, has the same layout: multiply it in before `W_O`, which mixes "
              "the heads."),
             _gate_cases, ("lessons_src.mechanisms.ElementwiseGate.forward",),
+        ),
+        Exercise(
+            "causal_mask_mod", "A causal mask_mod for new tokens after a cache",
+            Link("lessons/mask-is-a-function.md", "the-convention-that-bites-bottom-right",
+                 "A mask is a function: bottom-right"),
+            ("Query `q_idx` is not at position `q_idx`: `S - T` cached keys come before the new queries.",
+             "Query `q_idx` sits at position `q_idx + S - T`; it may see every key at or before that position."),
+            _mask_mod_cases, ("lessons_src.flex.causal_mod",),
+        ),
+        Exercise(
+            "flex_sink_attention", "Learned sinks through FlexAttention's log-sum-exp",
+            Link("lessons/mask-is-a-function.md", "score-changes-and-the-sink-that-is-not-one",
+                 "A mask is a function: the sink that is not one"),
+            ("A score_mod sees one score; the sink changes each query's normaliser. Ask FlexAttention for it: "
+             "`flex_attention(q, k, v, return_aux=AuxRequest(lse=True))` returns `(out, aux)` with `aux.lse`.",
+             "With the sink the normaliser's log is `torch.logaddexp(lse, sink)`; every weight `exp(s - lse)` becomes "
+             "`exp(s - lse_all)`, so multiply `out` by `exp(lse - lse_all)` (one number per query)."),
+            _flex_sink_cases, ("lessons_src.flex.flex_attend",),
         ),
     )
 }

@@ -210,6 +210,15 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "expected / sqrt(E)) and flattens the softmax.",
             _SCALE_WHY,
         ),
+        Misconception(
+            "sink_in_scores", "a learned sink inside the scores",
+            "A learned sink is one more column of the softmax with no value: it adds exp(sink) to each query's "
+            "normaliser. A score_mod sees one score at a time, never the row: adding the sink to every score is "
+            "a constant per row, which the softmax removes, and normalising each score against the sink alone "
+            "is not the row's softmax. Apply it after the kernel, with the log-sum-exp FlexAttention returns.",
+            Link("lessons/mask-is-a-function.md", "score-changes-and-the-sink-that-is-not-one",
+                 "A mask is a function: the sink that is not one"),
+        ),
     )
 }
 
@@ -247,6 +256,22 @@ def _causal_inverted(T: int, S: int) -> Tensor:
 
 def _padding_inverted(lengths: list[int], S: int) -> Tensor:
     return ~solutions.padding_mask(lengths, S)  # True = padding, nn.MultiheadAttention's key_padding_mask
+
+
+def _mod_top_left(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return q_idx >= kv_idx  # FlexAttention's documented causal mask_mod: top-left when T < S
+
+
+def _sink_added_to_scores(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: s + sinks[h])  # a constant per row
+
+
+def _sink_normalised_per_score(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: torch.sigmoid(s - sinks[h]))
 
 
 def _masked_softmax_nan(scores: Tensor, mask: Tensor) -> Tensor:
@@ -576,5 +601,14 @@ VARIANTS: tuple[Variant, ...] = (
             "rotated the queries and keys with RoPE first and normalised them after", _norm_after_rope),
     Variant("gated_output", "gate_after_w_o", "gate_after_w_o",
             "applied `W_O` first and the gate to its output", _gate_after_w_o),
+    Variant("causal_mask_mod", "mod_top_left", "top_left_causal",
+            "returned `q_idx >= kv_idx`, FlexAttention's documented causal mask, which is top-left when `T < S`",
+            _mod_top_left),
+    Variant("flex_sink_attention", "sink_added_to_scores", "sink_in_scores",
+            "added `sinks[h]` to every score in a `score_mod`: the softmax removes a constant per row, so the sink "
+            "has no effect", _sink_added_to_scores),
+    Variant("flex_sink_attention", "sink_normalised_per_score", "sink_in_scores",
+            "turned each score into `sigmoid(score - sinks[h])` in a `score_mod` (each score against the sink "
+            "alone, as `transformers` once did), which FlexAttention then softmaxes again", _sink_normalised_per_score),
     *_SCALE_VARIANTS,
 )

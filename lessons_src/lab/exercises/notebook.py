@@ -25,7 +25,7 @@ STUB_TAG = "exercise-stub"
 _INTRO = """\
 # Exercises: write multi-head attention yourself
 
-{count} functions, from splitting the heads to MLA's weight absorption. Under each heading, replace
+{count} functions, from splitting the heads to learned sinks through FlexAttention. Under each heading, replace
 `raise NotImplementedError` with your code, run the cell, then run the `check(...)` cell under it. The
 checker runs your function on cases chosen to tell the common mistakes apart and compares it with the
 course package's own code. When your answer is wrong it says where (the first differing element, with
@@ -68,6 +68,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 from lessons_src.lab.exercises import check"""
 

@@ -10,14 +10,17 @@ import math
 
 import torch
 from torch import Tensor
+from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 __all__ = [
     "absorb_query",
     "attention_scores",
     "causal_mask",
+    "causal_mask_mod",
     "decode_step",
     "dimension_arithmetic",
     "gated_output",
+    "flex_sink_attention",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -169,3 +172,15 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
     y = heads.transpose(1, 2).reshape(B, T, H * E)  # the heads side by side: feature h * E + e
     g = torch.sigmoid(x @ w_g.T)  # (B, T, H * E): one gate per token, head and feature
     return (y * g) @ w_o.T  # gate each head's output, then mix the heads with W_O
+
+
+def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return kv_idx <= q_idx + S - T  # query q_idx is at position q_idx + S - T: bottom-right
+
+
+def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    out, aux = flex_attention(q, k, v, return_aux=AuxRequest(lse=True))
+    lse = aux.lse  # (B, H, T): the log of each query's sum of exp(score) over the keys
+    assert lse is not None  # asked for above
+    lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1))  # the sink joins each query's normaliser
+    return out * torch.exp(lse - lse_all)[..., None]  # each weight exp(s - lse) becomes exp(s - lse_all)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
 from ...flash import online_softmax as _online_softmax
+from ...flex import causal_mod, flex_attend
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
@@ -25,9 +26,11 @@ __all__ = [
     "absorb_query",
     "attention_scores",
     "causal_mask",
+    "causal_mask_mod",
     "decode_step",
     "dimension_arithmetic",
     "gated_output",
+    "flex_sink_attention",
     "gqa_attention",
     "masked_softmax",
     "merge_heads",
@@ -142,3 +145,11 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
         gate.proj.weight.copy_(w_g)
         y: Tensor = gate(x, heads)  # (B, H, T, E): gated before W_O
     return y.transpose(1, 2).reshape(B, T, H * E) @ w_o.T  # (B, T, D)
+
+
+def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    return causal_mod(T, S)(torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long), q_idx, kv_idx)
+
+
+def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    return flex_attend(q, k, v, sinks=sinks)  # lessons_src.flex: the sink through the returned log-sum-exp

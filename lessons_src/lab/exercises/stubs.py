@@ -229,3 +229,30 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
         output: ``(B, T, D)``.
     """
     raise NotImplementedError
+
+
+def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
+    """The body of a FlexAttention ``mask_mod`` for the causal mask when ``T`` new queries follow cached keys.
+
+    FlexAttention calls ``mask_mod(b, h, q_idx, kv_idx)`` and keeps key ``kv_idx`` for query ``q_idx`` where it
+    returns ``True``; yours is wrapped as ``lambda b, h, q_idx, kv_idx: causal_mask_mod(q_idx, kv_idx, T, S)``.
+    The ``T`` queries are the LAST ``T`` of the ``S`` positions (``S - T`` keys are cached before them). Use only
+    elementwise operations: the indices arrive as tensors that broadcast.
+
+    Shapes:
+        q_idx: ``(T, 1)``, kv_idx: ``(1, S)`` (or any shapes that broadcast); output: their broadcast, bool.
+    """
+    raise NotImplementedError
+
+
+def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
+    """Attention over every key with gpt-oss's learned sinks, run by FlexAttention (no mask).
+
+    Call ``torch.nn.attention.flex_attention.flex_attention`` (eager: no ``torch.compile``). Head ``h``'s sink
+    logit ``sinks[h]`` joins each query's softmax as one more column with no value, so the weights on the keys
+    sum to less than 1. Scale the scores by ``1 / sqrt(E)`` (FlexAttention's default).
+
+    Shapes:
+        q, k, v: ``(B, H, T, E)``, sinks: ``(H,)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
