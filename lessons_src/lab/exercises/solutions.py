@@ -131,6 +131,7 @@ def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor)
 def qk_norm_scores(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     norm = PerHeadRMSNorm(q.shape[-1], eps=1e-6).to(q.dtype)  # Qwen3's: offset 0, the weight itself
     with torch.no_grad():
+        assert norm.k_weight is not None  # a norm made with keys=True has a key weight
         norm.q_weight.copy_(q_weight)
         norm.k_weight.copy_(k_weight)
         q, k = norm(q, k)
