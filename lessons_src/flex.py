@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
-from .masks import check_chunk, check_window
+from .masks import _length, check_chunk, check_window  # _length: an int size, or an error naming it
 from .score_mods import check_sinks, check_softcap
 
 if TYPE_CHECKING:
@@ -76,19 +76,10 @@ __all__ = [
 ]
 
 
-def _size(name: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    n = int(value.__index__())
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
-    return n
-
-
 def _offset(T: int, S: int | None) -> tuple[int, int]:
     """``(S, S - T)``: query ``q_idx`` is at position ``q_idx + S - T``."""
-    T = _size("T", T, 1)
-    S = T if S is None else _size("S", S, 1)
+    T = _length("T", T, 1)
+    S = T if S is None else _length("S", S, 1)
     return S, S - T
 
 
@@ -141,7 +132,7 @@ def window_mod(T: int, S: int | None = None, *, window: int, sinks: int = 0) -> 
     w = check_window(window)
     if w is None:
         raise TypeError("window_mod needs a window, an int of at least 1; got None")
-    n_sinks = _size("sinks", sinks)
+    n_sinks = _length("sinks", sinks)
 
     def sliding_window(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         p = q_idx + offset
@@ -203,7 +194,7 @@ def prefix_lm_mod(T: int, S: int | None = None, *, prefix: int | Tensor | Sequen
         [True, True, False]
     """
     S, offset = _offset(T, S)
-    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not 0 <= _size("prefix", prefix) <= S:
+    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not 0 <= _length("prefix", prefix) <= S:
         raise ValueError(f"prefix={prefix} must be between 0 and S={S}")
     lengths = torch.as_tensor(prefix, device=device).reshape(-1)  # (1,) or (B,): their values are not read here
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.numel() == 0:
@@ -251,8 +242,8 @@ def block_mask(mask_mod: MaskMod, T: int, S: int | None = None, *, B: int | None
         >>> bm.kv_num_blocks.flatten().tolist(), bm.full_kv_num_blocks.flatten().tolist()  # partial, full tiles
         ([1, 1], [0, 1])
     """
-    S = _size("T", T, 1) if S is None else _size("S", S, 1)
-    return create_block_mask(mask_mod, B, H, T, S, device=device, BLOCK_SIZE=_size("block_size", block_size, 1))
+    S = _length("T", T, 1) if S is None else _length("S", S, 1)
+    return create_block_mask(mask_mod, B, H, T, S, device=device, BLOCK_SIZE=_length("block_size", block_size, 1))
 
 
 def block_sparsity(mask: BlockMask) -> float:

@@ -319,12 +319,14 @@ def prefix_lm_mask(
     return keep[:, None]  # (B, 1, T, S)
 
 
-def _length(name: str, value: object) -> int:
+def _length(name: str, value: object, minimum: int = 0) -> int:
+    """``value`` as an int of at least ``minimum``, or a ``TypeError``/``ValueError`` naming it (``8.0`` is not a
+    length)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
     n = int(value.__index__())
-    if n < 0:
-        raise ValueError(f"{name} must be at least 0; got {name}={n}")
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
     return n
 
 
