@@ -104,3 +104,19 @@ def test_the_site_page_says_what_the_report_covers(report: dict[str, Any]) -> No
                 f"while Lighthouse ran, other processes used at most {m['other_cpu_max']} of {m['cpus']} cores") in text
     else:
         assert f"This report covers {covers}, measured at load average {load}" in text
+
+
+def test_chromium_is_the_bench_s_own_work_and_anything_else_is_not() -> None:
+    """Chromium's zygote leaves its parent: its renderers are children of init, and must still count as the bench's."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    from bench_site import is_bench_process
+
+    table = {  # pid: (name, parent, cpu)
+        1: ("process_api", 0, 9.0), 100: ("python", 1, 1.0), 101: ("node", 100, 5.0),  # the bench, Lighthouse
+        102: ("chromium", 101, 3.0), 200: ("chromium", 1, 4.0), 201: ("chromium", 200, 6.0),  # zygote, renderer
+        300: ("bash", 1, 0.5), 301: ("python", 300, 2.0),  # someone else's work
+    }
+    ours = {pid for pid in table if is_bench_process(pid, table, root=100)}
+    assert ours == {100, 101, 102, 200, 201}

@@ -303,7 +303,8 @@ def test_block_runs_with_the_wheel_alone(block: Block, runner: Runner) -> None:
     absent = next((e for e in ABSENT_EXTRAS if f'pip install "{PROJECT["name"]}[{e}]"' in reply.stderr), None)
     if reply.returncode != 0 and absent:  # an extra this environment does not install: the block must say so
         page = (DOCS / block.page).read_text(encoding="utf-8")
-        assert f'"{PROJECT["name"]}[{absent}]"' in page, f"{block.where} needs the [{absent}] extra; name it on its page"
+        named = f'"{PROJECT["name"]}[{absent}]"' in page
+        assert named, f"{block.where} needs the [{absent}] extra; name it on its page"
         pytest.skip(f"needs the [{absent}] extra, which make test does not install (make test-triton runs it)")
     assert reply.returncode == 0, (
         f"the block {block.where} fails with the installed wheel alone, from an empty folder"

@@ -55,33 +55,53 @@ BUILD_BUDGET_S = 90.0  # cold build on CI's 2 cores
 LOAD_SAMPLE_S = 15.0  # how often the load average is sampled while Lighthouse runs
 
 
-def cpu_seconds_outside(root: int) -> float:
-    """CPU seconds so far of every live process that is not ``root`` or one of its descendants (Linux /proc).
-
-    Each process counts its own time and its reaped children's (``cutime``, ``cstime``), so work by short-lived
-    commands is counted once their parent has waited for them.
-    """
-    parent, seconds = {}, {}
+def processes() -> dict[int, tuple[str, int, float]]:
+    """Every live process: ``pid -> (name, parent pid, its own CPU seconds so far)`` (Linux /proc)."""
+    table = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+            stat = Path(entry.path, "stat").read_text()
         except OSError:  # gone meanwhile
             continue
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        seconds[pid] = sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+        fields = stat.rsplit(")", 1)[1].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        table[int(entry.name)] = (name, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return table
 
-    def inside(pid: int) -> bool:
-        while pid > 1:
-            if pid == root:
-                return True
-            pid = parent.get(pid, 1)
-        return False
 
-    return sum(s for pid, s in seconds.items() if not inside(pid))
+def is_bench_process(pid: int, table: dict[int, tuple[str, int, float]], root: int) -> bool:
+    """Whether ``pid`` is this bench's work: ``root`` or a descendant of it, or a Chromium process.
+
+    Chromium's zygote leaves its parent, so its renderers and GPU process are children of init, not of the
+    Lighthouse run that started them: they are recognised by name. Only processes' own time is counted
+    (a process's reaped children's time would count Chromium's renderers again under init).
+    """
+    while pid > 1 and pid in table:
+        name, parent, _ = table[pid]
+        if pid == root or "chrom" in name:
+            return True
+        pid = parent
+    return False
+
+
+class OtherCpu:
+    """Samples every process's own CPU time and splits what was used since the last sample: the bench's, others'."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.seen = root, {pid: cpu for pid, (_, _, cpu) in processes().items()}
+
+    def sample(self) -> float:
+        """CPU seconds used by processes that are not the bench's since the last sample (a process that started
+        and ended between two samples is missed: sample often)."""
+        table, other = processes(), 0.0
+        for pid, (_, _, cpu) in table.items():
+            if not is_bench_process(pid, table, self.root):
+                other += max(0.0, cpu - self.seen.get(pid, 0.0))
+        self.seen = {pid: cpu for pid, (_, _, cpu) in table.items()}
+        return other
 
 
 def build_env() -> dict[str, str]:
@@ -252,12 +272,13 @@ def main() -> None:
     stop = threading.Event()
 
     def sample_load() -> None:
-        before, at = cpu_seconds_outside(os.getpid()), time.monotonic()
-        while not stop.wait(LOAD_SAMPLE_S):
-            loads.append(os.getloadavg()[0])
-            now, t = cpu_seconds_outside(os.getpid()), time.monotonic()
-            others.append(max(0.0, now - before) / (t - at))
-            before, at = now, t
+        other, at, used = OtherCpu(os.getpid()), time.monotonic(), 0.0
+        while not stop.wait(1.0):  # every second, so that short-lived processes are seen
+            used += other.sample()
+            if time.monotonic() - at >= LOAD_SAMPLE_S:
+                loads.append(os.getloadavg()[0])
+                others.append(used / (time.monotonic() - at))
+                at, used = time.monotonic(), 0.0
 
     with tempfile.TemporaryDirectory() as tmp:
         yard_site = build_yardstick(Path(tmp) / "yardstick")
@@ -291,7 +312,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "load_average_at_start": round(load_before, 2),
             "load_average_max": round(max(loads, default=load_before), 2),  # sampled every LOAD_SAMPLE_S
-            # cores used by every process outside this bench (its build, servers, Lighthouse and Chromium)
+            # cores used by every process that is not this bench's (its build, servers, Lighthouse and Chromium)
             "other_cpu_max": round(max(others, default=0.0), 2),
             "other_cpu_mean": round(sum(others) / len(others), 2) if others else 0.0,
             "load_sample_s": LOAD_SAMPLE_S,
