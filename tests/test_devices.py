@@ -72,7 +72,10 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
 
 # --------------------------------------------------------------------------- every public core name
 
-CORE = sorted(p.stem for p in Path(lessons_src.__file__).parent.glob("*.py") if p.stem != "__init__")  # every one
+# Every core file but triton_flash: its kernels run on a CUDA GPU or through Triton's interpreter, never on meta or
+# the CPU by themselves (tests/test_triton_flash.py covers both; `make test-gpu` and `make test-triton` run it)
+SKIP = ("__init__", "triton_flash")
+CORE = sorted(p.stem for p in Path(lessons_src.__file__).parent.glob("*.py") if p.stem not in SKIP)
 
 
 def _mods() -> dict[str, object]:
@@ -242,6 +245,8 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
     "flex.block_sparsity": "* reads the block mask's tile counts",
 }
 NO_TENSORS = {  # public names that make no tensor: nothing to place
+    "flash.RescaleCount": "a NamedTuple of three ints",
+    "flash.count_rescales": "counts (ints) read from the caller's scores, on their device",
     "attention.ATTENTION_FUNCTIONS": "a dict of implementations",
     "attention.AttentionFunction": "a typing Protocol",
     "attention.AttentionResult": "a NamedTuple of the caller's tensors",

@@ -112,7 +112,8 @@ def test_local_url_is_the_serve_address() -> None:
 
 def test_extras_and_their_comments_come_from_pyproject() -> None:
     extras = {name: (reqs, why) for name, reqs, why in site_links.extras()}
-    assert set(extras) == {"plot", "toy", "minilm", "transformers", "lab"}
+    assert set(extras) == {"plot", "toy", "minilm", "transformers", "triton", "lab"}
+    assert "triton>=3.2" in extras["triton"][0] and "TRITON_INTERPRET=1" in extras["triton"][1]
     assert "transformers>=5" in extras["transformers"][0] and "real model" in extras["transformers"][1]
     assert extras["plot"][0] == ["matplotlib"] and "plotting" in extras["plot"][1]
     assert site_links.dependencies() == ["torch>=2.5", "numpy"]
