@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 import time
 from typing import Any
@@ -23,7 +24,7 @@ from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
 from lessons_src.attention import attention
 from lessons_src.kv_cache import LatentCache
 from lessons_src.lab.launch import launch
-from lessons_src.lab.parallel_runs import combined_run, fails_beside_a_busy_rank_0, ranks_and_sizes
+from lessons_src.lab.parallel_runs import combined_run, fails_beside_a_busy_rank_0, fresh_state, ranks_and_sizes
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 
@@ -513,3 +514,16 @@ def test_launch_tries_again_when_the_group_does_not_form(monkeypatch: pytest.Mon
     with pytest.raises(RuntimeError, match=r"the process group did not form in 3 tries: Gloo connectFullMesh"):
         launch(ranks_and_sizes, 2)
     assert len(tries) == 3
+
+
+def test_each_rank_starts_as_fresh_as_a_new_process() -> None:
+    """Ranks are forked from one warm process (torch imported once), yet none shares the caller's state, an earlier
+    launch's or another rank's: each seeds its random generator anew, as a new process does."""
+    torch.manual_seed(123)  # the caller's state, which a new process would not have
+    callers = torch.rand(3).tolist()
+    torch.manual_seed(123)
+    ranks = launch(fresh_state, 2) + launch(fresh_state, 2)
+    draws = [tuple(r["draw"]) for r in ranks]
+    assert len(set(draws)) == 4 and tuple(callers) not in draws, draws
+    assert len({r["parent"] for r in ranks}) == 1, "one warm process forks the ranks of both launches"
+    assert ranks[0]["parent"] != os.getpid(), "the ranks are not forks of the caller"

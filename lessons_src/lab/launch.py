@@ -1,11 +1,13 @@
 """Run a function in N local processes joined by ``torch.distributed``, and count what they send.
 
-:func:`launch` starts ``world_size`` fresh Python processes (one CPU thread each), joins them into one
+:func:`launch` runs ``world_size`` local processes (one CPU thread each), joins them into one
 gloo process group through a rendezvous file (``init_method="file://..."``: no network port), calls
 ``fn(comm, *args)`` in each with a :class:`CountingCollectives`, and returns what each rank returned, in
 rank order. ``fn`` must be importable by name (a module-level function of an importable module), because
 each process imports it afresh: a function defined in a notebook cell or a page's code block cannot be
-sent to another process.
+sent to another process. The processes are forked from one warm process that has imported torch and nothing
+else, started at the first launch and kept for the next ones: each rank starts as a fresh process would, without
+paying ``import torch`` again (about 3 CPU-seconds a rank).
 
 :class:`CountingCollectives` is :class:`lessons_src.parallel.Collectives` with a record of every call:
 the collective, the bytes of the tensor it was given (the payload) and the bytes this rank sends over
@@ -27,13 +29,18 @@ and the tensors moved to it; that path is not exercised here (no GPU).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
+import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,6 +163,9 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` in ``world_size`` new local processes; return each rank's result, in rank order.
 
+    The processes are forks of a warm process started at the first call (see the module's docstring), each as
+    fresh as a new ``python`` would be: nothing of the caller's state or of earlier launches reaches it.
+
     Each process gets one CPU thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``), joins a
     ``backend`` process group through a rendezvous file in a fresh temporary folder, and receives a
     :class:`CountingCollectives`. If the group fails to form for a reason that may pass (gloo's TCP
@@ -207,33 +217,160 @@ class _NoGroupError(Exception):
     """A rank failed inside init_process_group, before running anything of the caller's."""
 
 
+class _Zygote:
+    """A warm process that forks the ranks: ``import torch`` is paid once for every launch of this process.
+
+    A fresh ``python`` per rank would import torch again, about 3 CPU-seconds each. The zygote imports this module
+    (torch and torch.distributed with it) and then only forks: each rank is a copy of a process that has run
+    nothing, so it starts with the state a fresh process has (no process group, random generators seeded anew
+    from the system, as a new process seeds them), and it reads the job from its folder as a fresh process
+    would. Each request carries the caller's working folder and environment, which the rank takes on
+    (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` set to 1); a change to ``PYTHONPATH`` (read when Python starts)
+    starts a new zygote. The zygote reaps its ranks and writes each one's exit code to ``rank<r>.exit`` in the
+    job's folder. It lives as long as the process that started it (its standard input closes with it).
+    """
+
+    _CODE = "from lessons_src.lab.launch import _zygote_main; _zygote_main()"
+
+    def __init__(self) -> None:
+        self.key = self.now()
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(  # our own interpreter, running our own code
+            [sys.executable, "-c", self._CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+        )
+
+    @staticmethod
+    def now() -> tuple[int, str | None]:
+        """What a warm zygote cannot take on afterwards: the process it serves, and ``PYTHONPATH``."""
+        return os.getpid(), os.environ.get("PYTHONPATH")
+
+    def start(self, rank: int, world_size: int, job_dir: str) -> int:
+        """Fork rank ``rank``; returns its process id."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            request = {"rank": rank, "world_size": world_size, "job_dir": job_dir, "cwd": os.getcwd(), "env": env}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if not reply.strip().isdigit():
+            raise RuntimeError(f"launch: the process that starts the ranks ended (exit code {self.proc.poll()})")
+        return int(reply)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+_zygote: _Zygote | None = None
+
+
+def _warm_zygote() -> _Zygote:
+    global _zygote
+    if _zygote is not None and _zygote.key[0] != os.getpid():  # a fork of the process that started it
+        _zygote = None
+    if _zygote is not None and (_zygote.proc.poll() is not None or _zygote.key != _Zygote.now()):
+        _zygote.close()
+        _zygote = None
+    if _zygote is None:
+        _zygote = _Zygote()
+        atexit.register(_zygote.close)
+    return _zygote
+
+
+def _zygote_main() -> None:
+    """The zygote's loop: for each request (a line of JSON: rank, world size, job folder, folder, environment),
+    fork that rank."""
+    exits: dict[int, Path] = {}
+
+    def reap(*_: Any) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            path = exits.pop(pid, None)
+            if path is not None:
+                try:
+                    path.with_suffix(".tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+                    path.with_suffix(".tmp").replace(path)
+                except OSError:  # the launch already gave up and removed its folder
+                    pass
+
+    signal.signal(signal.SIGCHLD, reap)
+    for line in sys.stdin:
+        request = json.loads(line)
+        rank, job_dir = request["rank"], request["job_dir"]
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # no reaping before the pid is on record
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            torch.seed()  # a seed of its own, as a new process draws (Python's `random` reseeds itself at a fork)
+            if "numpy" in sys.modules:
+                sys.modules["numpy"].random.seed()
+            code = 1
+            try:
+                os.chdir(request["cwd"])
+                os.environ.clear()
+                os.environ.update(request["env"])
+                log = os.open(Path(job_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # off the zygote's pipes
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                _child(rank, request["world_size"], job_dir)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        exits[pid] = Path(job_dir) / f"rank{rank}.exit"
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        print(pid, flush=True)
+
+
+def _exit_code(job: Path, rank: int) -> int | None:
+    path = job / f"rank{rank}.exit"
+    return int(path.read_text()) if path.exists() else None
+
+
 def _run(module: str, name: str, args: tuple[Any, ...], world_size: int, backend: str, timeout_s: float) -> list[Any]:
-    """One try of :func:`launch`: start the processes in a fresh folder, wait, collect their reports."""
+    """One try of :func:`launch`: fork the ranks from the warm zygote in a fresh folder, wait, collect their reports."""
     with tempfile.TemporaryDirectory(prefix="lessons-launch-") as job_dir:
         job = Path(job_dir)
         (job / "job.pkl").write_bytes(pickle.dumps((module, name, args, backend)))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        code = ("import sys; from lessons_src.lab.launch import _child; "
-                "_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+        zygote = _warm_zygote()
+        pids = [zygote.start(r, world_size, job_dir) for r in range(world_size)]
         logs = [job / f"rank{r}.log" for r in range(world_size)]
-        procs = []
-        for r in range(world_size):
-            with logs[r].open("wb") as sink:
-                procs.append(subprocess.Popen(  # our own interpreter, running our own code
-                    [sys.executable, "-c", code, str(r), str(world_size), job_dir], env=env, stdout=sink, stderr=sink
-                ))
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
-                codes = [p.poll() for p in procs]  # every process, each round
+                codes = [_exit_code(job, r) for r in range(world_size)]  # every process, each round
                 if None not in codes or any(codes):  # all ended, or one failed: the others would wait for it forever
                     break
                 time.sleep(0.02)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+            for r, pid in enumerate(pids):
+                if _exit_code(job, r) is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            stop = time.monotonic() + 10
+            while any(_exit_code(job, r) is None for r in range(world_size)) and time.monotonic() < stop:
+                time.sleep(0.01)  # the zygote reaps them
+        codes = [_exit_code(job, r) for r in range(world_size)]
         reports = []
         for r in range(world_size):
             out = job / f"rank{r}.pt"
@@ -245,11 +382,11 @@ def _run(module: str, name: str, args: tuple[Any, ...], world_size: int, backend
                 raise RuntimeError(
                     f"launch: rank {r} of {world_size} running {module}.{name} failed:\n{report['trace']}"
                 )
-        for r, (p, report) in enumerate(zip(procs, reports, strict=True)):
+        for r, report in enumerate(reports):
             if report is None:
-                log = logs[r].read_text(errors="replace")[-2000:]
+                log = logs[r].read_text(errors="replace")[-2000:] if logs[r].exists() else ""
                 raise RuntimeError(
                     f"launch: rank {r} of {world_size} running {module}.{name} did not finish within {timeout_s} s "
-                    f"or exited with code {p.returncode}:\n{log}"
+                    f"or exited with code {codes[r]}:\n{log}"
                 )
         return [report["result"] for report in reports if report is not None]

@@ -17,6 +17,7 @@ reference it computed itself. Many checks share one launch, because starting pro
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -313,3 +314,9 @@ def mla_run(comm: CountingCollectives, cases: list[dict[str, Any]]) -> list[dict
         results.append({"prefill": prefill, "decode": decode, "cache_bytes": cache.nbytes,
                         "parameters": sum(p.numel() for p in local.parameters()), "records": list(comm.records)})
     return results
+
+
+def fresh_state(comm: CountingCollectives) -> dict[str, Any]:
+    """What a rank starts with: its first random draw (a new process seeds torch anew from the system) and the
+    process it was forked from."""
+    return {"draw": torch.rand(3).tolist(), "parent": os.getppid(), "rank": comm.rank}
