@@ -11,6 +11,7 @@ page as MkDocs renders it, and the math is typeset later, by the post-build step
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 import sys
@@ -187,3 +188,48 @@ def test_code_pages_index_the_names_their_module_defines_not_its_source() -> Non
             methods = [m for m, f in vars(obj).items() if inspect.isfunction(f)] if inspect.isclass(obj) else []
             missing += [n for n in [name, *methods] if not n.startswith("_") and n not in words]
         assert missing == [], f"{location}: these names of {dotted} cannot be found by search: {missing}"
+
+
+class _Figures(HTMLParser):
+    """The SVG files a built page's figures draw (after the post-build step moved them behind <picture>)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        src = dict(attrs).get("src") or ""
+        if tag == "img" and src.endswith(".svg") and "/figures/" in src:
+            self.files.append(src)
+
+
+def _labels(svg: str) -> list[str]:
+    """The text a figure draws, label by label, in the order the file draws it."""
+    return [" ".join(_text(t).split()) for t in re.findall(r"<text\b[^>]*>(.*?)</text>", svg, re.S)]
+
+
+def test_figures_and_controls_stay_out_of_the_index() -> None:
+    """A figure's drawn labels and a widget's buttons were indexed run together with the prose ("answerKnew
+    itAgain", "0.0 0.2 0.4 0.6 0.8 1.0"): neither is in the index, unless the page shows the same text itself
+    (issue 56). The prose stays in."""
+    figures, found = 0, []
+    for location, text, page_html in indexed_pages():
+        flat, shown = " ".join(text.split()), " ".join(_text(page_html).split())  # shown: the page's own text
+        parser = _Figures()
+        parser.feed(page_html)
+        for src in parser.files:
+            svg = (SITE / location / src).resolve() if not src.startswith("/") else None
+            if svg is None or not svg.exists():
+                continue
+            labels = [label for label in _labels(svg.read_text(encoding="utf-8")) if label]
+            if len(labels) >= 3:
+                figures += 1
+                if " ".join(labels[:3]) in flat and " ".join(labels[:3]) not in shown:
+                    found.append(f"{location}: the figure {src} ({' '.join(labels[:3])!r})")
+        buttons = [_text(b).strip() for b in re.findall(r"<button\b[^>]*>(.*?)</button>", page_html, re.S)]
+        found += [f"{location}: the buttons {a!r} and {b!r}" for a, b in itertools.pairwise(buttons)
+                  if a and b and a + b in flat]
+    assert figures >= 20, f"only {figures} figures with labels found on indexed pages"
+    assert found == [], "figure labels or controls in the search index:\n  " + "\n  ".join(found)
+    prose = "To find out, remove it and measure."  # ablation's first paragraph: prose stays in
+    assert prose in " ".join(index_text_by_page()["lessons/ablation/"].split())

@@ -11,6 +11,8 @@
   imports (their reference pages, and their source on GitHub when the repository is known). Each module page
   (``reference/code/``) gets a line naming what its module defines, above its whole file, which
   ``on_page_content`` leaves out of the search index.
+* ``on_page_content``: on every page, figures' drawn text and widgets' controls are left out of the search
+  index too (their captions and the prose stay in).
 * The lab notebook: its first cell's ``WHEEL = ...`` line is set to this site's wheel before it runs, the
   executed notebook replaces the unexecuted copy mkdocs-jupyter publishes (so the download is this build's
   run, with its outputs), and the page gets its download and "Open in Colab" links.
@@ -189,7 +191,21 @@ def defines_line(path: Path) -> str:
     return "**Defines**: " + ", ".join(items) + "." if items else "**Defines** no public name of its own."
 
 
+# A figure's drawn text (tick labels, legends) and a widget's controls (buttons, menus, the labels of its boxes) are
+# not prose: Material's search indexed them run together with the text beside them ("answerKnew itAgain" on the
+# flashcards page, a figure's "0.0 0.2 0.4 0.6 0.8 1.0"). They are left out of the index; a figure keeps its
+# caption, which is outside its <svg>. (Elements with a closing tag only: the search plugin forgets a skipped
+# element at its end tag.)
+_NOT_PROSE = re.compile(r"<(svg|button|select|label|textarea)\b(?![^>]*\bdata-search-exclude\b)")
+
+
+def exclude_figures_and_controls(content: str) -> str:
+    """``content`` with ``data-search-exclude`` on each <svg>, <button>, <select>, <label> and <textarea>."""
+    return _NOT_PROSE.sub(r"<\1 data-search-exclude", content)
+
+
 def on_page_content(content: str, page: Any, **kwargs: Any) -> str:
+    content = exclude_figures_and_controls(content)
     if page.file.src_uri == LAB:
         return lab_links(Path(LAB).name) + content
     if page.file.src_uri.startswith(CODE_PAGES):
