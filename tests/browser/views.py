@@ -71,6 +71,7 @@ FACTS_JS = """async () => {
     const blocks = document.querySelectorAll('article pre > code, article .jp-OutputArea-output pre');
     facts.codeBlocks = [...blocks].map(c => ({
         result: c.closest('.result, .jp-OutputArea-output') !== null,
+        shell: c.closest('.language-bash, .language-console, .language-shell, .language-sh') !== null,
         highlighted: c.querySelector('span[class]') !== null,
         over: c.scrollWidth - c.clientWidth, where: where(c), line: widest(c).slice(0, 100)}));
     facts.tables = [...document.querySelectorAll('article table')].map(t => {

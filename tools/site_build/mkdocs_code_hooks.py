@@ -200,8 +200,8 @@ _NOT_PROSE = re.compile(r"<(svg|button|select|label|textarea)\b(?![^>]*\bdata-se
 
 
 def exclude_figures_and_controls(content: str) -> str:
-    """``content`` with ``data-search-exclude`` on each <svg>, <button>, <select>, <label> and <textarea>."""
-    return _NOT_PROSE.sub(r"<\1 data-search-exclude", content)
+    """``content`` with ``data-search-exclude=""`` on each <svg>, <button>, <select>, <label> and <textarea>."""
+    return _NOT_PROSE.sub(r'<\1 data-search-exclude=""', content)  # a value: an SVG file is XML
 
 
 def on_page_content(content: str, page: Any, **kwargs: Any) -> str:
