@@ -254,13 +254,13 @@ def test_quiz_gives_feedback_and_a_score(page: Any, context: tuple[Any, Watch], 
         expected_correct += radio.get_attribute("data-correct") == "true"
         assert score.inner_text() == f"{i + 1} of {n} answered, {expected_correct} correct"  # same wording
     assert expected_correct < n, "the first option was right everywhere: the options were not shuffled"
-    # Answering every question right gives a full score, and the feedback says so.
-    for i in range(n):
-        q = questions.nth(i)
-        right = q.locator("input[type=radio][data-correct=true]")
-        if right.count() == 0:
-            pytest.fail(f"the quiz marks no right answer (data-correct) for question {i + 1}")
-        right.first.locator("xpath=ancestor::label[1]").click()
+    # Answering every question right gives a full score. The first pass clicked as a reader does, one question at a
+    # time; this one clicks every right answer's label in one round trip (the same click event on the same label).
+    marked = quiz.locator(".quiz-question").evaluate_all(
+        "qs => qs.map(q => q.querySelectorAll('input[type=radio][data-correct=true]').length)")
+    assert all(count >= 1 for count in marked), f"questions marking no right answer (data-correct): {marked}"
+    quiz.locator("input[type=radio][data-correct=true]").evaluate_all(
+        "inputs => inputs.forEach(i => i.closest('label').click())")
     assert score.inner_text() == f"{n} of {n} answered, {n} correct"
     page.locator("[data-quiz-reset]").click()
     page.wait_for_function(
