@@ -527,3 +527,16 @@ def test_each_rank_starts_as_fresh_as_a_new_process() -> None:
     assert len(set(draws)) == 4 and tuple(callers) not in draws, draws
     assert len({r["parent"] for r in ranks}) == 1, "one warm process forks the ranks of both launches"
     assert ranks[0]["parent"] != os.getpid(), "the ranks are not forks of the caller"
+
+
+def test_without_fork_each_rank_is_a_new_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ranks are not forked (macOS, Windows: FORK_RANKS is false), each is a new interpreter: results,
+    failures and the caller's state kept out, as on the forked path."""
+    import lessons_src.lab.launch as launch_module
+
+    monkeypatch.setattr(launch_module, "FORK_RANKS", False)
+    ranks = launch(fresh_state, 2)
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["parent"] == os.getpid() for r in ranks)
+    assert len({tuple(r["draw"]) for r in ranks}) == 2
+    with pytest.raises(RuntimeError, match="rank 1 of 2"):
+        launch(fails_beside_a_busy_rank_0, 2, 60.0, timeout_s=60)

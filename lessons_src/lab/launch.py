@@ -5,9 +5,10 @@ gloo process group through a rendezvous file (``init_method="file://..."``: no n
 ``fn(comm, *args)`` in each with a :class:`CountingCollectives`, and returns what each rank returned, in
 rank order. ``fn`` must be importable by name (a module-level function of an importable module), because
 each process imports it afresh: a function defined in a notebook cell or a page's code block cannot be
-sent to another process. The processes are forked from one warm process that has imported torch and nothing
-else, started at the first launch and kept for the next ones: each rank starts as a fresh process would, without
-paying ``import torch`` again (about 3 CPU-seconds a rank).
+sent to another process. On Linux the processes are forked from one warm process that has imported torch and
+nothing else, started at the first launch and kept for the next ones: each rank starts as a fresh process would,
+without paying ``import torch`` again (about 3 CPU-seconds a rank). Elsewhere each is a new ``python``
+(:data:`FORK_RANKS`).
 
 :class:`CountingCollectives` is :class:`lessons_src.parallel.Collectives` with a record of every call:
 the collective, the bytes of the tensor it was given (the payload) and the bytes this rank sends over
@@ -163,8 +164,8 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` in ``world_size`` new local processes; return each rank's result, in rank order.
 
-    The processes are forks of a warm process started at the first call (see the module's docstring), each as
-    fresh as a new ``python`` would be: nothing of the caller's state or of earlier launches reaches it.
+    On Linux the processes are forks of a warm process started at the first call (see the module's docstring),
+    each as fresh as a new ``python`` would be: nothing of the caller's state or of earlier launches reaches it.
 
     Each process gets one CPU thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``), joins a
     ``backend`` process group through a rendezvous file in a fresh temporary folder, and receives a
@@ -347,30 +348,67 @@ def _exit_code(job: Path, rank: int) -> int | None:
     return int(path.read_text()) if path.exists() else None
 
 
+FORK_RANKS = sys.platform.startswith("linux")
+"""Whether ranks are forked from the warm zygote. Elsewhere each rank is a new ``python``: macOS's system
+libraries are not safe to use in a fork of a process that has loaded them, and Windows has no fork."""
+
+
+class _Ranks:
+    """The ranks of one try: forked by the zygote (:data:`FORK_RANKS`), else each a new ``python``."""
+
+    def __init__(self, world_size: int, job_dir: str) -> None:
+        self.job, self.procs, self.pids = Path(job_dir), [], []
+        if FORK_RANKS:
+            zygote = _warm_zygote()
+            self.pids = [zygote.start(r, world_size, job_dir) for r in range(world_size)]
+            return
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        code = ("import sys; from lessons_src.lab.launch import _child; "
+                "_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+        for r in range(world_size):
+            with (self.job / f"rank{r}.log").open("wb") as sink:
+                self.procs.append(subprocess.Popen(  # our own interpreter, running our own code
+                    [sys.executable, "-c", code, str(r), str(world_size), job_dir], env=env, stdout=sink, stderr=sink
+                ))
+
+    def codes(self) -> list[int | None]:
+        """Each rank's exit code, None while it runs."""
+        if self.procs:
+            return [p.poll() for p in self.procs]
+        return [_exit_code(self.job, r) for r in range(len(self.pids))]
+
+    def stop(self) -> None:
+        """Kill the ranks still running and wait until they are gone (the zygote reaps forked ones)."""
+        for r, code in enumerate(self.codes()):
+            if code is None and self.procs:
+                self.procs[r].kill()
+            elif code is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pids[r], signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+        deadline = time.monotonic() + 10
+        while None in self.codes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 def _run(module: str, name: str, args: tuple[Any, ...], world_size: int, backend: str, timeout_s: float) -> list[Any]:
-    """One try of :func:`launch`: fork the ranks from the warm zygote in a fresh folder, wait, collect their reports."""
+    """One try of :func:`launch`: start the ranks in a fresh folder, wait, collect their reports."""
     with tempfile.TemporaryDirectory(prefix="lessons-launch-") as job_dir:
         job = Path(job_dir)
         (job / "job.pkl").write_bytes(pickle.dumps((module, name, args, backend)))
-        zygote = _warm_zygote()
-        pids = [zygote.start(r, world_size, job_dir) for r in range(world_size)]
+        ranks = _Ranks(world_size, job_dir)
         logs = [job / f"rank{r}.log" for r in range(world_size)]
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
-                codes = [_exit_code(job, r) for r in range(world_size)]  # every process, each round
+                codes = ranks.codes()  # every process, each round
                 if None not in codes or any(codes):  # all ended, or one failed: the others would wait for it forever
                     break
                 time.sleep(0.02)
         finally:
-            for r, pid in enumerate(pids):
-                if _exit_code(job, r) is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-            stop = time.monotonic() + 10
-            while any(_exit_code(job, r) is None for r in range(world_size)) and time.monotonic() < stop:
-                time.sleep(0.01)  # the zygote reaps them
-        codes = [_exit_code(job, r) for r in range(world_size)]
+            ranks.stop()
+        codes = ranks.codes()
         reports = []
         for r in range(world_size):
             out = job / f"rank{r}.pt"
