@@ -218,6 +218,11 @@ class _NoGroupError(Exception):
     """A rank failed inside init_process_group, before running anything of the caller's."""
 
 
+def _rank_env() -> dict[str, str]:
+    """The caller's environment, with one CPU thread per rank."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 class _Zygote:
     """A warm process that forks the ranks: ``import torch`` is paid once for every launch of this process.
 
@@ -235,9 +240,9 @@ class _Zygote:
 
     def __init__(self) -> None:
         self.key = self.now()
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(  # our own interpreter, running our own code
-            [sys.executable, "-c", self._CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+            [sys.executable, "-c", self._CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_rank_env(),
+            text=True,
         )
 
     @staticmethod
@@ -249,8 +254,8 @@ class _Zygote:
         """Fork rank ``rank``; returns its process id."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            request = {"rank": rank, "world_size": world_size, "job_dir": job_dir, "cwd": os.getcwd(), "env": env}
+            request = {"rank": rank, "world_size": world_size, "job_dir": job_dir, "cwd": os.getcwd(),
+                       "env": _rank_env()}
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
             reply = self.proc.stdout.readline()
@@ -284,8 +289,13 @@ def _warm_zygote() -> _Zygote:
         _zygote = None
     if _zygote is None:
         _zygote = _Zygote()
-        atexit.register(_zygote.close)
     return _zygote
+
+
+@atexit.register
+def _close_zygote() -> None:
+    if _zygote is not None and _zygote.key[0] == os.getpid():
+        _zygote.close()
 
 
 def _zygote_main() -> None:
@@ -362,7 +372,7 @@ class _Ranks:
             zygote = _warm_zygote()
             self.pids = [zygote.start(r, world_size, job_dir) for r in range(world_size)]
             return
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = _rank_env()
         code = ("import sys; from lessons_src.lab.launch import _child; "
                 "_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
         for r in range(world_size):
