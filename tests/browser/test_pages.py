@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from browser_support import ROOT, Watch, goto, open_context, page_file, pages_with, site_pages
-from views import View, per_page
+from views import CONTRAST_KINDS_JS, ContrastKinds, View, per_page, run_axe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,6 +109,47 @@ def test_axe_clean(view: View) -> None:
 def test_axe_clean_in_the_dark_scheme(view: View) -> None:
     violations = view.axe("dark")
     assert violations == [], f"{view.name} (dark): {json.dumps(violations, indent=1)}"
+
+
+_KINDS_PAGE = """<main style="background: #fff">
+  <p>plain</p><p>plain again, one kind with the first</p>
+  <p style="color: #555">another colour</p>
+  <p style="font-size: 24px">another size</p>
+  <p style="font-weight: 700">another weight</p>
+  <div style="background: #ffe"><p>another background</p></div>
+  <div style="background-image: linear-gradient(#fff, #eee)"><p>a background image</p></div>
+  <div style="opacity: 0.8"><p>under an opacity</p></div>
+  <pre><span style="color: #999">code: checked on its own pages</span></pre>
+  <p hidden>hidden</p>
+</main>"""
+
+
+def test_colour_kinds_tell_apart_what_contrast_depends_on(page: Any) -> None:
+    """Each change that can change a contrast verdict makes a kind of its own; repeats, code and hidden text none."""
+    page.set_content(_KINDS_PAGE)
+    kinds = page.evaluate(CONTRAST_KINDS_JS, ["pre", [], False])
+    assert len(kinds) == 7, kinds
+    assert page.evaluate(CONTRAST_KINDS_JS, ["pre", kinds, False]) == []
+
+
+def test_contrast_is_judged_once_per_kind_and_a_bad_one_is_caught(page: Any) -> None:
+    """A faint colour fails on the first page that shows it; a kind already judged is not run again; code's
+    colours are left to CODE_COLOUR_PAGES; a kind axe-core cannot judge (text over an image) stays unseen."""
+    page.set_content('<main style="background: #fff"><p>fine</p><p style="color: #bbb">faint</p>'
+                     '<pre style="color: #bbb">faint code</pre></main>')
+    kinds = ContrastKinds()
+    found = run_axe(page, only=("color-contrast",), contrast=kinds)
+    assert [v["id"] for v in found] == ["color-contrast"], found
+    assert len(found[0]["nodes"]) == 1 and "pre" not in found[0]["nodes"][0], found
+    assert len(kinds.seen) == 2
+    assert run_axe(page, only=("color-contrast",), contrast=kinds) == []
+    assert run_axe(page, only=("color-contrast",), contrast=ContrastKinds(seen=set())) != []
+    assert page.evaluate("document.querySelectorAll('[data-contrast-new]').length") == 0, "marks left behind"
+    page.set_content('<main><div style="background-image: linear-gradient(#000, #fff)"><p>over a gradient</p>'
+                     '</div></main>')
+    unjudged = ContrastKinds()
+    assert run_axe(page, only=("color-contrast",), contrast=unjudged) == []
+    assert unjudged.seen == set(), "a kind axe-core could not judge was recorded as judged"
 
 
 def _phone_axe_pages() -> list[str]:
