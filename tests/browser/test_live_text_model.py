@@ -304,3 +304,40 @@ def test_the_script_loads_only_where_shown_and_after_instant_navigation(page: An
     shape = page.evaluate("() => window.liveTextModel.run('Multi').then(r => [r.probs.length, r.probs[0].length])")
     assert shape == [5, 256]  # a next-byte distribution after each of the 5 bytes
     assert [u for u in fetched if u.endswith("live-model.js")] == []
+
+
+def test_on_a_phone_the_writing_stays_in_view_and_the_maps_are_readable(browser: Any, server: str) -> None:
+    """At 375x667, with the text box just under the header, what the model writes starts in the upper half of the
+    screen (the half a phone's keyboard leaves while the reader types); each head's map is at least 150 px wide,
+    and the maps' axes are named in text of at least 12 px."""
+    context, watch = open_context(
+        browser, server, viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True
+    )
+    try:
+        page = context.new_page()
+        goto(page, server + PATH)
+        page.evaluate("() => window.liveTextModel.ready")
+        page.locator(".ltm-text").focus()
+        page.keyboard.type(" is")
+        layout = page.evaluate(
+            """() => {
+                const header = document.querySelector('.md-header').getBoundingClientRect().bottom;
+                const box = document.querySelector('.ltm-text');
+                window.scrollBy(0, box.getBoundingClientRect().top - header);
+                const axes = document.querySelector('.ltm-axes');
+                return {header, box: box.getBoundingClientRect().top,
+                        written: document.querySelector('.ltm-generated').getBoundingClientRect().top,
+                        maps: [...document.querySelectorAll('.ltm-map canvas')]
+                            .map(c => c.getBoundingClientRect().width),
+                        axes: axes && axes.checkVisibility() ? axes.textContent : null,
+                        axesSize: axes ? parseFloat(getComputedStyle(axes).fontSize) : 0};
+            }"""
+        )
+        assert abs(layout["box"] - layout["header"]) < 2, layout
+        assert layout["written"] < 667 / 2, f"the written text starts {layout['written']:.0f} px down a 667-px screen"
+        assert layout["maps"] and min(layout["maps"]) >= 150, f"head maps {layout['maps']} px wide at 375"
+        assert layout["axes"] and "row" in layout["axes"] and "column" in layout["axes"], layout["axes"]
+        assert layout["axesSize"] >= 12, layout
+        assert watch.problems() == {}
+    finally:
+        context.close()

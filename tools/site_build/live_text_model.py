@@ -207,19 +207,21 @@ def render_widget(default_text: str = "Multi-head attention") -> str:
         '<p id="ltm-message" class="ltm-message" role="status" aria-live="polite">'
         f"{len(raw)} bytes. Greedy, every head on: bars and text computed by PyTorch when the site was built; "
         "your browser draws the head maps and takes over once it has loaded the model (with JavaScript).</p>"
-        f'<p class="ltm-caption">The next byte: the model\'s top {TOP_K}</p>'
-        f'<div class="ltm-probs" role="list">{bars}</div>'
+        f'<p class="ltm-output" aria-live="polite"><span class="ltm-prompt">{e(default_text)}</span>'
+        f'<mark class="ltm-generated">{e(written)}</mark></p>'
         '<fieldset class="ltm-gen"><legend>Writing on</legend>'
         '<label><input type="radio" name="ltm-mode" value="greedy" checked> greedy</label>'
         '<label><input type="radio" name="ltm-mode" value="sample"> sample</label>'
         '<label>temperature <input type="number" class="ltm-temp" min="0.1" max="2" step="0.1" value="0.8"></label>'
         '<label>seed <input type="number" class="ltm-seed" min="0" max="4294967295" step="1" value="1"></label>'
         "</fieldset>"
-        f'<p class="ltm-output" aria-live="polite"><span class="ltm-prompt">{e(default_text)}</span>'
-        f'<mark class="ltm-generated">{e(written)}</mark></p>'
+        f'<p class="ltm-caption">The next byte: the model\'s top {TOP_K}</p>'
+        f'<div class="ltm-probs" role="list">{bars}</div>'
         '<fieldset class="ltm-heads"><legend>Heads switched on (untick to switch one off)</legend>'
         f'{toggles}<button type="button" class="md-button ltm-restore">All heads on</button></fieldset>'
         f'<p class="ltm-readout" aria-live="polite" aria-atomic="true">{readout}</p>'
+        '<p class="ltm-axes">In each map, row ↓ is a byte of your text, the first at the top; column → is a byte '
+        "it reads, the first at the left.</p>"
         f'<div class="ltm-maps">{maps}</div>'
         '<button type="button" class="md-button ltm-share">Copy a link to this view</button>'
         '<span class="ltm-share-status" aria-live="polite"></span>'
