@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lessons_src.lab.plotting import (
-    DESKTOP_COLUMN_PX,
+    COLLAPSIBLE_COLUMN_PX,
     MIN_TEXT_PX,
     attention_heatmaps,
     category_labels,
@@ -43,7 +43,7 @@ def test_both_variants_have_legible_type_and_the_figure_is_left_alone() -> None:
     wide = out[: out.index('<svg class="lesson-figure-narrow"')]
     view_width = float(re.search(r'viewBox="0 0 ([\d.]+)', wide).group(1))  # type: ignore[union-attr]
     smallest = min(float(f) for f in re.findall(r"font-size: ([\d.]+)px", wide))
-    assert smallest * DESKTOP_COLUMN_PX / view_width >= MIN_TEXT_PX  # as drawn in the laptop's column
+    assert smallest * COLLAPSIBLE_COLUMN_PX / view_width >= MIN_TEXT_PX  # as drawn in a collapsible at 1280
     assert tuple(fig.get_size_inches()) == size and [t.get_fontsize() for t in fig.findobj(Text)] == fonts
 
 

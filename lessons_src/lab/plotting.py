@@ -46,6 +46,9 @@ NARROW_MIN_FONT_PT = 9.0
 # Material's content column on a 1280-px laptop screen: from 45em up the site's stylesheet draws a figure's wide
 # variant this wide (docs/assets/site.css), whatever its own width.
 DESKTOP_COLUMN_PX = 688
+# A collapsible's content box in that column (Material's admonition padding and border): the narrowest place a
+# lesson draws a wide figure, so the wide variant's type is sized for it.
+COLLAPSIBLE_COLUMN_PX = 662
 # The smallest type a reader should meet, in CSS px as drawn (on the phone and on the laptop).
 MIN_TEXT_PX = 11.0
 # Panels narrower than this (inches) are moved to more rows in the narrow variant.
@@ -141,15 +144,16 @@ def _named(axis: Any) -> bool:
 
 
 def _desktop_copy(fig: Figure) -> tuple[Figure, bool]:
-    """``fig``, or a copy whose type is at least :data:`MIN_TEXT_PX` as drawn in the desktop column; and whether
+    """``fig``, or a copy whose type is at least :data:`MIN_TEXT_PX` as drawn in a collapsible; and whether
     the copy's last layout shows it as it is (then saving it need not lay it out again).
 
     From 45em up the site draws the wide variant :data:`DESKTOP_COLUMN_PX` wide, so a figure drawn wider than
-    that shrinks and one drawn narrower grows: its smallest type must be ``MIN_TEXT_PX`` at that scale.
+    that shrinks and one drawn narrower grows: its smallest type must be ``MIN_TEXT_PX`` at that scale, and
+    inside a collapsible (:data:`COLLAPSIBLE_COLUMN_PX`) too.
     Hand-placed drawings (no layout engine) are returned as they are: their type is sized by hand.
     """
     width_px = float(fig.get_size_inches()[0]) * 96
-    least_pt = MIN_TEXT_PX * 72 / 96 * width_px / DESKTOP_COLUMN_PX * 1.01
+    least_pt = MIN_TEXT_PX * 72 / 96 * width_px / COLLAPSIBLE_COLUMN_PX * 1.01
     if fig.get_layout_engine() is None:
         return fig, False
     with requires_extra("plot"):

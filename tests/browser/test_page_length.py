@@ -13,10 +13,15 @@ at most 343 px wide (Material's content column), so its text size can be compute
 from __future__ import annotations
 
 import os
+import sys
+from urllib.parse import urlsplit
 
 import pytest
-from browser_support import page_file, site_pages
+from browser_support import BASE_PATH, ROOT, SITE, page_file, site_pages
 from views import HEIGHT, View, ViewKey, per_page
+
+sys.path.insert(0, str(ROOT / "tests" / "site"))
+from test_page_weight import MIN_FIGURE_TEXT_PX, smallest_text_px
 
 PHONE = 375
 MAX_SCREENS = 12
@@ -64,6 +69,20 @@ def test_figures_fit_the_phone_column(view: View) -> None:
         if f["narrow"]:  # the phone gets the variant drawn for it
             picked = f"{view.name}: a 375-px screen picked {f['src']}, not {f['narrow']}"
             assert f["src"].endswith(f["narrow"].split("/")[-1]), picked
+
+
+@per_page(pages=WITH_FIGURES)
+def test_figure_text_is_at_least_11_px_as_drawn(view: View) -> None:
+    """Each figure's smallest text, scaled by the width the browser draws the figure at (collapsibles open): the
+    site check (tests/site/test_page_weight.py) assumes the column's width, and a collapsible is narrower."""
+    small = []
+    for f in view.facts["figureDraws"]:
+        path = SITE / urlsplit(f["src"]).path.removeprefix(BASE_PATH)
+        px = smallest_text_px(path.read_text(encoding="utf-8"), f["width"])
+        if px < MIN_FIGURE_TEXT_PX:
+            where = f["where"].rstrip("¶")
+            small.append(f"{path.name} under {where!r}, drawn {f['width']:.0f} px wide: text {px:.1f} px")
+    assert small == [], f"{view.name}: figure text under {MIN_FIGURE_TEXT_PX} px:\n" + "\n".join(small)
 
 
 @per_page(widths=(PHONE,))

@@ -95,6 +95,9 @@ FACTS_JS = """async () => {
                       at: e.tagName.toLowerCase() + cls + ' in ' + (inside || 'the page outside the article')});
     }
     facts.smallText = [...small.values()];
+    // Each lesson figure as drawn with the collapsibles open (one inside a collapsible is narrower than the column).
+    facts.figureDraws = [...document.querySelectorAll('article .lesson-figure img')].map(i => ({
+        src: i.currentSrc, width: i.getBoundingClientRect().width, where: where(i)}));
     closed.forEach(d => { d.open = false; });
     const open = [...document.querySelectorAll('details[open]')];
     open.forEach(d => { d.open = false; });
