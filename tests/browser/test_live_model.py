@@ -182,6 +182,13 @@ def test_a_shared_url_restores_the_view(browser: Any, server: str, model: Any) -
         assert "Position 4" in page.locator(".lm-readout").inner_text()
         widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         assert widths[0] <= widths[1], f"the page scrolls sideways at 375 px: {widths}"
+        # The weights table, drawn by the script when its collapsible opens (after the per-page checks measure
+        # the page: they missed it scrolling sideways), fits the phone's column too.
+        page.locator(".lm-table-box summary").click()
+        expect(page.locator(".lm-table tbody td")).to_have_count(5)  # query 4 sees keys 0-4
+        table = page.evaluate("(t => [t.parentElement.clientWidth, t.getBoundingClientRect().width])"
+                              "(document.querySelector('.lm-table table'))")
+        assert table[1] <= table[0], f"the weights table is {table[1]} px wide in a {table[0]}-px box at 375"
         assert_clean(watch)
     finally:
         context.close()
@@ -226,12 +233,14 @@ def test_hover_and_keyboard_move_the_query(page: Any, context: tuple[Any, Watch]
     box = canvas.bounding_box()
     canvas.hover(position={"x": box["width"] / 2, "y": box["height"] * (10.5 / 48)})
     assert page.locator(".lm-token.is-active").get_attribute("data-index") == "10"
-    # The table in the collapsible shows the same numbers as the model (one row sums to 1).
+    # The table in the collapsible shows the selected query's weights, one row per key it sees (they sum to 1).
     page.locator(".lm-table-box summary").click()
-    cells = page.locator(".lm-table tbody tr").nth(10).locator("td")
+    cells = page.locator(".lm-table tbody td")
     expect(cells).to_have_count(11)  # the table is drawn when the collapsible opens: wait for it, not a fixed time
     row = cells.evaluate_all("els => els.map(e => Number(e.textContent))")
     assert len(row) == 11 and abs(sum(row) - 1) < 0.06
+    canvas.hover(position={"x": box["width"] / 2, "y": box["height"] * (20.5 / 48)})  # another query: redrawn
+    expect(cells).to_have_count(21)
     assert_clean(context[1])
 
 

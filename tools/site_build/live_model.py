@@ -260,7 +260,7 @@ def render_widget() -> str:
         "the outlined row is the position you point at, and a head switched off is faded.</p>"
         f'<div class="lm-maps" style="--lm-heads: {cfg.num_heads}">{maps}</div>'
         '<button type="button" class="md-button lm-restore">Restore all heads</button></fieldset>'
-        '<details class="lm-table-box"><summary>The attention weights as a table</summary>'
+        '<details class="lm-table-box"><summary>The weights of one query, as a table</summary>'
         '<label>Head <select class="lm-table-head"></select></label>'
         '<div class="lm-table"></div></details>'
         '<button type="button" class="md-button lm-share">Copy a link to this view</button>'

@@ -302,6 +302,7 @@
         node.setAttribute("aria-current", active ? "true" : "false");
       });
       describeQuery();
+      if (tableBox.open) drawTable();
     }
 
     function top(arr, offset, n, count) {
@@ -354,32 +355,31 @@
       summary.textContent = parts.join(" ");
     }
 
+    // The selected query's weights, one row per key it sees: a narrow table that fits a phone (the whole T x T
+    // matrix, up to 64 columns, scrolled sideways; the maps show it whole). Redrawn when the query changes.
     function drawTable() {
       if (!tableBox.open) { table.innerHTML = ""; return; }
       var lh = tableHead.value.split(",").map(Number), w = result.attention[lh[0]][lh[1]], T = result.T;
-      var wrap = el("div", { class: "lm-table-scroll", tabindex: "0", role: "region",
-        "aria-label": "attention weights of " + headName(lh[0], lh[1]) + " (scrolls sideways)" });
+      var i = state.query, last = model.cfg.causal ? i : T - 1;
       var tbl = el("table", { class: "lm-weights" });
-      tbl.appendChild(el("caption", {}, "Attention weights of " + headName(lh[0], lh[1]) +
-        ": row = query position (token), column = key position; each row sums to 1"));
+      tbl.appendChild(el("caption", {}, "Attention weights of " + headName(lh[0], lh[1]) + " for the query at position " +
+        i + " (token " + state.tokens[i] + "), one row per key it sees; they sum to 1"));
       var head = el("tr", {});
-      head.appendChild(el("th", { scope: "col" }, "query"));
-      for (var j = 0; j < T; j++) head.appendChild(el("th", { scope: "col" }, String(j)));
+      head.appendChild(el("th", { scope: "col" }, "key position (token)"));
+      head.appendChild(el("th", { scope: "col" }, "weight"));
       var thead = el("thead", {});
       thead.appendChild(head);
       tbl.appendChild(thead);
       var body = el("tbody", {});
-      for (var i = 0; i < T; i++) {
+      for (var j = 0; j <= last; j++) {
         var tr = el("tr", {});
-        tr.appendChild(el("th", { scope: "row" }, i + " (" + state.tokens[i] + ")"));
-        var last = model.cfg.causal ? i : T - 1;
-        for (j = 0; j <= last; j++) tr.appendChild(el("td", {}, w[i * T + j].toFixed(2)));
+        tr.appendChild(el("th", { scope: "row" }, j + " (" + state.tokens[j] + ")"));
+        tr.appendChild(el("td", {}, w[i * T + j].toFixed(2)));
         body.appendChild(tr);
       }
       tbl.appendChild(body);
-      wrap.appendChild(tbl);
       table.innerHTML = "";
-      table.appendChild(wrap);
+      table.appendChild(tbl);
     }
 
     var urlTimer = null;
