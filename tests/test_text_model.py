@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,62 @@ def test_block_is_multi_head_attention_with_rope() -> None:
     got, weights = block(x, cos, sin, True)
     torch.testing.assert_close(got, ref)
     assert weights is not None and weights.shape == (3, 2, 10, 10)
+
+
+def test_qk_norm_norms_each_heads_query_and_key_before_rope() -> None:
+    """``TextConfig(qk_norm=True)``: RMS-normalise each head's q and k with a weight per feature, then RoPE.
+
+    The weights are set to distinct values, so the norm applied after RoPE (a weight per feature does not
+    commute with a rotation), over the whole projection, or not at all all give other outputs.
+    """
+    torch.manual_seed(0)
+    model = TextGPT(replace(SMALL, qk_norm=True)).double().eval()
+    block = model.blocks[0]
+    with torch.no_grad():
+        block.qk_norm.q_weight.copy_(torch.linspace(0.5, 2.0, 8))
+        block.qk_norm.k_weight.copy_(torch.linspace(2.0, 0.25, 8))
+    x = torch.randn(3, 10, SMALL.d_model, dtype=torch.float64)
+    cos, sin = rope_cos_sin(torch.arange(10), 8, dtype=torch.float64)
+    q, k, v = block.attn.project_qkv(block.ln1(x))  # (B, H, T, E)
+
+    def rms(t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return t / t.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * w
+
+    def out(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, E)
+        h = x + block.attn.out_proj(y.transpose(1, 2).reshape(3, 10, 16))
+        return h + block.mlp(block.ln2(h))
+
+    wq, wk = block.qk_norm.q_weight, block.qk_norm.k_weight
+    got, _ = block(x, cos, sin, False)
+    torch.testing.assert_close(got, out(apply_rope(rms(q, wq), cos, sin), apply_rope(rms(k, wk), cos, sin)))
+    for wrong in (out(rms(apply_rope(q, cos, sin), wq), rms(apply_rope(k, cos, sin), wk)),  # after RoPE
+                  out(apply_rope(q, cos, sin), apply_rope(k, cos, sin))):  # no norm
+        assert (got - wrong).abs().max() > 1e-3
+    assert TextGPT(SMALL).blocks[0].qk_norm is None  # off by default: the committed model has none
+    assert load_text_model().cfg.qk_norm is False
+
+
+def test_largest_scores_are_the_largest_visible_logits() -> None:
+    """``largest_scores``: per layer, the largest ``q.k/sqrt(E)`` over the keys each query sees (not the future)."""
+    torch.manual_seed(0)
+    model = TextGPT(replace(SMALL, qk_norm=True)).eval()
+    tokens = torch.randint(0, 256, (2, 9))
+    E = SMALL.d_model // SMALL.num_heads
+    cos, sin = rope_cos_sin(torch.arange(9), E)
+    x, want, everywhere = model.embed(tokens), [], []
+    for block in model.blocks:
+        q, k, _ = block.queries_keys_values(x, cos, sin)
+        s = q @ k.transpose(-2, -1) / E**0.5  # (B, H, T, T)
+        want.append(s.masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf")).amax())
+        everywhere.append(s.amax())
+        x, _ = block(x, cos, sin, False)
+    got = model.largest_scores(tokens)
+    torch.testing.assert_close(got, torch.stack(want))
+    assert got.shape == (SMALL.num_layers,)
+    assert (torch.stack(everywhere) > got + 0.01).any()  # some future key scores higher: the mask matters here
+    with pytest.raises(ValueError, match="max_len=12"):
+        model.largest_scores(torch.zeros(1, 13, dtype=torch.long))
 
 
 def test_model_is_causal_and_checks_inputs() -> None:

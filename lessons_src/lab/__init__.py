@@ -62,6 +62,7 @@ ARTIFACT_FILES = (
     "induction_training.json",
     "minilm_ablation.json",
     "one_vs_many_heads.json",
+    "qk_norm_sweep.json",
     "text_model.safetensors",
     "text_training.json",
 )

@@ -26,13 +26,14 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, attention
+from ..mechanisms import PerHeadRMSNorm
 from ..rope import apply_rope, rope_cos_sin
 from . import artifact, data_file, read_artifact_json, requires_extra
 
@@ -110,6 +111,8 @@ class TextConfig:
         d_ff: MLP hidden width.
         rope_base: RoPE's wavelength base.
         dropout: dropout on each block's two residual branches, in training mode only.
+        qk_norm: RMS-normalise each head's queries and keys before RoPE
+            (:class:`~lessons_src.mechanisms.PerHeadRMSNorm`, as Qwen3 and Gemma 3 do); off in the committed model.
     """
 
     vocab_size: int = 256
@@ -120,6 +123,7 @@ class TextConfig:
     d_ff: int = 512
     rope_base: float = 10000.0
     dropout: float = 0.0
+    qk_norm: bool = False
 
 
 class Block(nn.Module):
@@ -129,19 +133,26 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads)
+        self.qk_norm = PerHeadRMSNorm(cfg.d_model // cfg.num_heads) if cfg.qk_norm else None
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         B, T, D = x.shape
-        q, k, v = self.attn.project_qkv(self.ln1(x))  # (B, H, T, E) each
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # rotated by position
+        q, k, v = self.queries_keys_values(x, cos, sin)  # (B, H, T, E) each
         out, weights, _ = attention(q, k, v, is_causal=True, implementation="eager" if need_weights else "sdpa")
         y = out.transpose(1, 2).reshape(B, T, D)  # concatenate heads: (B, T, D)
         x = x + self.drop(self.attn.out_proj(y))  # W_O (a hook on out_proj ablates heads)
         x = x + self.drop(self.mlp(self.ln2(x)))  # (B, T, D)
         return x, weights
+
+    def queries_keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The heads' queries, keys and values of ``LayerNorm(x)``, the queries and keys normed and rotated."""
+        q, k, v = self.attn.project_qkv(self.ln1(x))  # (B, H, T, E) each
+        if self.qk_norm is not None:
+            q, k = self.qk_norm(q, k)  # each head's query and key at RMS 1 (times a learned weight)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v  # rotated by position
 
 
 class TextGPT(nn.Module):
@@ -171,7 +182,8 @@ class TextGPT(nn.Module):
         """Every layer's attention module (for :func:`lessons_src.lab.heads.ablate_heads`)."""
         return [b.attn for b in self.blocks]  # type: ignore[misc]
 
-    def forward(self, tokens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def _rotations(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Check the ids; RoPE's cosines and sines for their positions, ``(T, E)`` each."""
         if tokens.ndim != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be int64 ids of shape (B, T); got {tokens.dtype}, {tuple(tokens.shape)}")
         T = tokens.shape[1]
@@ -181,7 +193,33 @@ class TextGPT(nn.Module):
             low, high = int(tokens.min()), int(tokens.max())
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}); got {low}..{high}")
         E = self.cfg.d_model // self.cfg.num_heads
-        cos, sin = rope_cos_sin(torch.arange(T, device=tokens.device), E, base=self.cfg.rope_base)  # (T, E)
+        return rope_cos_sin(torch.arange(T, device=tokens.device), E, base=self.cfg.rope_base)  # (T, E)
+
+    @torch.no_grad()
+    def largest_scores(self, tokens: Tensor) -> Tensor:
+        """Each layer's largest attention logit ``q·k / sqrt(E)`` over every query and the keys it sees.
+
+        Shapes:
+            tokens: ``(B, T)``; returns ``(L,)``.
+
+        Example:
+            >>> model = TextGPT(TextConfig(d_model=16, num_heads=2, max_len=8, d_ff=32))
+            >>> model.largest_scores(encode("hello")[None]).shape
+            torch.Size([2])
+        """
+        cos, sin = self._rotations(tokens)
+        T, E = tokens.shape[1], self.cfg.d_model // self.cfg.num_heads
+        future = torch.ones(T, T, dtype=torch.bool, device=tokens.device).triu(1)  # (T, T) keys a query cannot see
+        x, largest = self.embed(tokens), []  # (B, T, D)
+        for block in cast("list[Block]", list(self.blocks)):
+            q, k, _ = block.queries_keys_values(x, cos, sin)  # (B, H, T, E)
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)  # (B, H, T, T)
+            largest.append(scores.masked_fill(future, float("-inf")).amax())
+            x, _ = block(x, cos, sin, False)
+        return torch.stack(largest)
+
+    def forward(self, tokens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        cos, sin = self._rotations(tokens)
         x = self.embed(tokens)  # (B, T, D)
         weights = []
         for block in self.blocks:

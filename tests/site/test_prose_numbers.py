@@ -65,7 +65,7 @@ _INDEX_LABEL = re.compile(  # "head 2", "tokens 2 and 3", "features 3-5", '"toke
     re.I,
 )
 _MODEL_NAME = re.compile(  # a model's or a licence's name: "Llama 3 8B", "Gemma 2 and 3", "CC BY 4.0"
-    r"\b(?:Llama|LLaMA|Gemma|Mistral|Qwen|Phi|T5|GPT|CC BY(?:-SA)?)\s*(?:\d+\s+(?:and|or)\s+)?$"
+    r"\b(?:Llama|LLaMA|Gemma|Mistral|Qwen|Phi|T5|GPT|OLMo|CC BY(?:-SA)?)\s*(?:\d+\s+(?:and|or)\s+)?$"
 )
 _PART_OF = re.compile(r"\bparts?\s+\d+\s+of\s*$", re.I)  # "Part 4 of 5": test_part_counts_match_the_series
 _FORMAT = re.compile(r"^-bit\b")  # "16-bit numbers", "JavaScript's 64-bit": the name of a number format

@@ -109,12 +109,12 @@ def batch(train: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def lr_at(step: int, steps: int) -> float:
-    """Linear warm-up for ``WARMUP`` steps, then cosine decay to a tenth."""
+def lr_at(step: int, steps: int, peak: float = LR) -> float:
+    """Linear warm-up to ``peak`` for ``WARMUP`` steps, then cosine decay to a tenth of it."""
     if step < WARMUP:
-        return LR * (step + 1) / WARMUP
+        return peak * (step + 1) / WARMUP
     t = (step - WARMUP) / max(1, steps - WARMUP)
-    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def snapshot(model: TextGPT, step: int, val_windows: torch.Tensor, probe_batch: torch.Tensor) -> dict[str, object]:
