@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,13 +61,18 @@ def speedups(runs: dict[str, dict[str, list[float]]]) -> dict[str, float]:
 
 
 def measure(sizes: tuple[int, ...], repeats: int) -> dict[str, object]:
+    assert len(MASKS) <= torch._dynamo.config.recompile_limit, "a length's masks would not all be compiled"
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    compiled = torch.compile(flex_attention, dynamic=False)
     runs: dict[str, dict[str, list[float]]] = {}
     rows: dict[str, dict[str, float | int | str]] = {}
     with torch.no_grad():
         for T in sizes:
+            # Each mask and length compiles its own graph. Dynamo keeps at most `recompile_limit` (8) graphs per
+            # function and then runs it uncompiled, without an error: the full sweep's fifth length would time
+            # eager FlexAttention. So each length starts from an empty cache, and its graphs must all be compiled.
+            torch._dynamo.reset()
+            compiled = torch.compile(flex_attention, dynamic=False)
             q, k, v = (torch.randn(B, H, T, E) for _ in range(3))
             calls: dict[str, Callable[[], torch.Tensor]] = {}
             for name, mod in masks(T).items():
@@ -80,7 +86,7 @@ def measure(sizes: tuple[int, ...], repeats: int) -> dict[str, object]:
                 compile_s = time.perf_counter() - start
                 rows[row] = {"mask": name, "T": T, "tiles_skipped": block_sparsity(bm), "compile_seconds": compile_s,
                              "block_mask_seconds": made}
-                calls[f"{row}/flex"] = lambda q=q, k=k, v=v, bm=bm: compiled(q, k, v, block_mask=bm)
+                calls[f"{row}/flex"] = lambda q=q, k=k, v=v, bm=bm, f=compiled: f(q, k, v, block_mask=bm)
                 calls[f"{row}/sdpa"] = lambda q=q, k=k, v=v, m=dense: F.scaled_dot_product_attention(
                     q, k, v, attn_mask=m)
                 runs[row] = {"flex": [], "sdpa": []}
@@ -120,7 +126,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    r = report(tuple(args.sizes), args.repeats)
+    # Compile into an empty cache. Inductor keeps compiled code on disk between runs (TORCHINDUCTOR_CACHE_DIR, read
+    # at each compile); a warm cache would make "compile_seconds" a lookup for the lengths an earlier run compiled.
+    with tempfile.TemporaryDirectory(prefix="bench_flex_inductor_") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        r = report(tuple(args.sizes), args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=1) + "\n")
     print(f"{'row':28} {'skipped':>8} {'compile s':>10} {'flex ms':>8} {'sdpa ms':>8} {'speed-up':>8}")
