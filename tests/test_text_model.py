@@ -256,3 +256,16 @@ def test_docstring_examples_run() -> None:
     torch.manual_seed(0)
     result = doctest.testmod(text_model, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 4 and result.failed == 0
+
+
+def test_the_page_export_refuses_a_model_with_qk_norm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live page's script has no QK-norm: exporting such a model must fail, not drop the norm's weights."""
+    from lessons_src.lab import text_model_int8
+
+    monkeypatch.setattr(text_model_int8, "load_text_model", lambda: TextGPT(replace(SMALL, qk_norm=True)))
+    text_model_int8.export.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="qk_norm=True"):
+            text_model_int8.export()
+    finally:
+        text_model_int8.export.cache_clear()

@@ -104,6 +104,9 @@ def export() -> tuple[bytes, dict[str, Any], str]:
     """
     model = load_text_model()
     cfg = model.cfg
+    if cfg.qk_norm:
+        raise ValueError("the page's script runs no QK-norm, and would ignore the norm's weights: export a model "
+                         "trained with TextConfig(qk_norm=False), not qk_norm=True")
     names = list(model.state_dict())
     checkpoint = stored()
     if sorted(checkpoint) != sorted(names):
