@@ -52,11 +52,7 @@ def run(qk_norm: bool, lr: float, seed: int, steps: int = STEPS, stop_after: int
     torch.manual_seed(seed)
     train_data, val_data = base.split(corpus_bytes())
     model = TextGPT(replace(base.CONFIG, qk_norm=qk_norm))
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]  # biases, LayerNorm and QK-norm weights
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": base.WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
-    )
+    opt = base.optimizer(model, lr)  # no decay on the QK-norm weights, as on every 1-D parameter
     g = torch.Generator().manual_seed(seed + 1)
     val_windows = base.eval_windows(val_data)
     train_loss: list[float] = []
@@ -72,14 +68,8 @@ def run(qk_norm: bool, lr: float, seed: int, steps: int = STEPS, stop_after: int
             evals.append({"step": step, "val_loss": round(val, 5), "largest_logit": [round(x, 3) for x in largest]})
         if step in (steps, stop_after):
             break
-        for group in opt.param_groups:
-            group["lr"] = base.lr_at(step, steps, lr)
-        loss = text_loss(model, base.batch(train_data, g)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        train_loss.append(round(loss.item(), 5))
+        loss = base.train_step(model, opt, base.batch(train_data, g), base.lr_at(step, steps, lr))
+        train_loss.append(round(loss, 5))
     out: dict[str, object] = {"qk_norm": qk_norm, "lr": lr, "seed": seed, "train_loss": train_loss}
     if stop_after is None:
         out |= {"evals": evals, "cpu_seconds": round(time.process_time() - cpu_start, 1)}

@@ -117,6 +117,27 @@ def lr_at(step: int, steps: int, peak: float = LR) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def optimizer(model: TextGPT, lr: float = LR) -> torch.optim.AdamW:
+    """AdamW with ``WEIGHT_DECAY`` on the matrices, none on biases and norm weights (every 1-D parameter)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
+    )
+
+
+def train_step(model: TextGPT, opt: torch.optim.Optimizer, windows: torch.Tensor, lr: float) -> float:
+    """One step at learning rate ``lr`` on ``windows``, gradients clipped to norm 1; returns the batch's loss."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss = text_loss(model, windows).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
 def snapshot(model: TextGPT, step: int, val_windows: torch.Tensor, probe_batch: torch.Tensor) -> dict[str, object]:
     model.eval()
     with torch.no_grad():
@@ -145,11 +166,7 @@ def train(out: Path | None, steps: int = STEPS, seed: int = SEED, stop_after: in
     data = corpus_bytes()
     train_data, val_data = split(data)
     model = TextGPT(CONFIG)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
-    )
+    opt = optimizer(model)
     g = torch.Generator().manual_seed(seed + 1)
     val_windows, probe_batch = eval_windows(val_data), probe(val_data)
     train_loss: list[float] = []
@@ -171,14 +188,7 @@ def train(out: Path | None, steps: int = STEPS, seed: int = SEED, stop_after: in
                 model.train()
         if step in (steps, stop_after):
             break
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps)
-        loss = text_loss(model, batch(train_data, g)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        train_loss.append(round(loss.item(), 5))
+        train_loss.append(round(train_step(model, opt, batch(train_data, g), lr_at(step, steps)), 5))
     if stop_after is not None:
         return {"train_loss": train_loss}
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
