@@ -21,7 +21,7 @@ export NO_MKDOCS_2_WARNING := 1
 # side with other work). `make bench` and `make train` keep their own settings.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-steps test-build test-build-again test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex exercises clean distclean lock train train-check train-text train-qk-norm train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex exercises clean distclean lock train train-check train-text train-qk-norm train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -91,12 +91,18 @@ canary-zensical: .venv-zensical/.installed $(DEPS) $(NODE_DEPS) ## Build the sit
 	$(BIN)/python tools/generators/zensical_canary.py --zensical .venv-zensical/bin/zensical \
 		--out docs/_data/generators/zensical.json
 
-# The second, independent build that tests/site/test_reproducible.py compares with site/ byte for byte. `make test`
-# builds it beside site/ and passes it on (SITE_AGAIN_READY); a `make site-check` of its own builds it in the test.
+# Reproducible builds: a second, independent strict build (every block run again) compared with site/ byte for
+# byte by tests/site/test_reproducible.py. It is a second full build (about 105 CPU-s), so it runs outside `make
+# test`'s 10-minute budget, after it: `.ci/run` and the workflow run it next, as they run `make test-triton`. Alone
+# (no SITE_AGAIN), the test builds the second site itself.
 SITE_AGAIN := .cache/site-again
+REPRODUCIBLE_TESTS := tests/site/test_reproducible.py
 build-again: $(DEPS) $(NODE_DEPS)
 	rm -rf $(SITE_AGAIN)
 	$(ONE_THREAD) $(BIN)/mkdocs build --strict --quiet --site-dir $(SITE_AGAIN)
+test-reproducible: build-again ## Build the site again and compare it with site/ byte for byte (after make build; CI runs it after make test)
+	@[ -f site/index.html ] || { echo "test-reproducible compares with site/: run make build first" >&2; exit 2; }
+	SITE_AGAIN=$(SITE_AGAIN) $(PYTEST) $(REPRODUCIBLE_TESTS) --list-checks $(CHECKS)/reproducible.txt
 
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
 	$(BIN)/ruff check lessons_src tests tools
@@ -120,8 +126,8 @@ unit-rest: $(DEPS)
 unit-processes: $(DEPS)
 	$(PYTEST) $(UNIT_PROCESSES) --list-checks $(CHECKS)/unit-processes.txt
 
-site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, reproducibility (run after build)
-	$(if $(SITE_AGAIN_READY),SITE_AGAIN=$(SITE_AGAIN_READY)) $(PYTEST) -n 2 tests/site --list-checks $(CHECKS)/site.txt
+site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, claims, pages (run after build; make test-reproducible: the second build)
+	$(PYTEST) -n 2 tests/site $(addprefix --ignore=,$(REPRODUCIBLE_TESTS)) --list-checks $(CHECKS)/site.txt
 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
 	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
@@ -139,41 +145,37 @@ browser-widgets: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) $(WIDGET_BROWSER_TESTS) --list-checks $(CHECKS)/browser-widgets.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. The two builds first, side by side; then, in one slot, the browser tests of the pages and the live
-# models' (they need site/), and in the other lint, the other unit tests, the site checks (they compare site/ with
-# the second build), the widgets' browser tests and the multi-process unit tests, so that both slots end about
-# together. Each step's
-# output is printed when it ends, with when it started and ended; the first failure stops `make test` (the
-# steps already running finish).
-test: $(DEPS) $(NODE_DEPS) ## Everything CI runs: lint, unit tests, strict build, site and browser checks (budget: 10 min)
-	@rm -rf $(SITE_AGAIN) $(CHECKS)
+# reads exists. One slot: the strict build, the pages' browser tests (the longest step: they need site/), the
+# multi-process unit tests. The other: lint and the other unit tests (they need no site/) while the site builds,
+# then the site checks, the live models' and the widgets' browser tests. CPU seconds on a fresh clone put the
+# slots at about 690 and 680. Each step's output is printed when it ends, with when it started and ended; the
+# first failure stops `make test` (the steps already running finish). The second build that checks the site is
+# reproducible is not a step: `make test-reproducible`, after `make test` in CI.
+test: $(DEPS) $(NODE_DEPS) ## Lint, unit tests, strict build, site and browser checks; CI runs it, then test-reproducible and test-triton (budget: 10 min)
+	@rm -rf $(CHECKS)
 	@$(ONE_THREAD) MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
-test-steps: test-build test-build-again test-browser test-unit test-lint test-site-check test-browser-live \
-	test-browser-widgets test-unit-processes
+test-steps: test-build test-lint test-browser test-unit test-site-check test-browser-live test-browser-widgets \
+	test-unit-processes
 	@echo "make test: every step passed. Wall time and CPU seconds per step ($(CHECKS)/timings.txt):"
 	@cat $(CHECKS)/timings.txt
 TIMED = @$(BIN)/python tools/dev/timed.py $(1) $(CHECKS)/timings.txt -- $(MAKE) --no-print-directory
 test-build:
 	$(call TIMED,build) build
-test-build-again:
-	$(call TIMED,build-again) build-again
-test-browser: test-build
-	$(call TIMED,browser) browser-pages
-test-browser-live: test-browser  # in the pages' slot: the other slot (unit tests, site checks) is the longer one
-	$(call TIMED,browser-live) browser-live
-test-unit: test-build  # not before: when the build ends, its slot goes to the browser tests (the longest step)
-	$(call TIMED,unit) unit-rest
-# The widgets' browser tests, then the multi-process unit tests, last in the site checks' slot: on a fresh clone
-# the pages' chain (build, pages, live models) was 508 s with the widgets in it, the other slot about 450 s.
-test-browser-widgets: test-site-check
-	$(call TIMED,browser-widgets) browser-widgets
-test-unit-processes: test-browser-widgets
-	$(call TIMED,unit-processes) unit-processes
 test-lint:
 	$(call TIMED,lint) lint
-test-site-check: test-build test-build-again
-	$(call TIMED,site-check) site-check SITE_AGAIN_READY=$(SITE_AGAIN)
+test-browser: test-build
+	$(call TIMED,browser) browser-pages
+test-unit-processes: test-browser
+	$(call TIMED,unit-processes) unit-processes
+test-unit: test-lint
+	$(call TIMED,unit) unit-rest
+test-site-check: test-build test-unit
+	$(call TIMED,site-check) site-check
+test-browser-live: test-site-check
+	$(call TIMED,browser-live) browser-live
+test-browser-widgets: test-browser-live
+	$(call TIMED,browser-widgets) browser-widgets
 
 # No install step: a GPU machine may have no network and a CUDA torch already installed (python3 needs torch and
 # pytest). The file is named because collecting all of tests/ needs a built site/.

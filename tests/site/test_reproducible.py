@@ -1,10 +1,10 @@
 """Reproducible: building again with the same SOURCE_DATE_EPOCH gives byte-identical pages.
 
-The site in site/ (built by `make build`) is compared file by file with a second build (`make test` makes it
-beside the first, in .cache/site-again, and names it in $SITE_AGAIN; alone, the test builds it into a temporary
-directory), with the same environment (SOURCE_DATE_EPOCH, PYTHONHASHSEED, MPLBACKEND as the Makefile
-exports them). Anything that varies between runs (a timestamp, a random SVG id, set ordering in the search
-index, the gzip header of sitemap.xml.gz) shows up as a differing file.
+The site in site/ (built by `make build`) is compared file by file with a second build (`make test-reproducible`,
+which CI runs after `make test`, makes it beside the first, in .cache/site-again, and names it in $SITE_AGAIN;
+alone, the test builds it into a temporary directory), with the same environment (SOURCE_DATE_EPOCH,
+PYTHONHASHSEED, MPLBACKEND as the Makefile exports them). Anything that varies between runs (a timestamp, a random
+SVG id, set ordering in the search index, the gzip header of sitemap.xml.gz) shows up as a differing file.
 
 One kind of output cannot repeat: a lesson block that times code on the build machine (its shown source
 calls a clock: `time.perf_counter`, `timeit`, `median_times`, ...) prints different microseconds on every
@@ -82,8 +82,8 @@ def differing_files(a: Path, b: Path) -> list[str]:
 
 
 def second_build(tmp_path: Path) -> Path:
-    """A second build of the same source: `make test` builds it beside site/ (its path in $SITE_AGAIN); run
-    alone, this test builds it itself, with the environment the Makefile exports."""
+    """A second build of the same source: `make test-reproducible` builds it beside site/ (its path in
+    $SITE_AGAIN); run alone, this test builds it itself, with the environment the Makefile exports."""
     if ready := os.environ.get("SITE_AGAIN"):
         again = Path(ready)
         assert (again / "sitemap.xml").is_file(), f"SITE_AGAIN={ready} is not a finished build"
