@@ -145,12 +145,12 @@ browser-widgets: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) $(WIDGET_BROWSER_TESTS) --list-checks $(CHECKS)/browser-widgets.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
-# reads exists. One slot: the strict build, the pages' browser tests (the longest step: they need site/), the
-# multi-process unit tests. The other: lint and the other unit tests (they need no site/) while the site builds,
-# then the site checks, the live models' and the widgets' browser tests. CPU seconds on a fresh clone put the
-# slots at about 690 and 680. Each step's output is printed when it ends, with when it started and ended; the
-# first failure stops `make test` (the steps already running finish). The second build that checks the site is
-# reproducible is not a step: `make test-reproducible`, after `make test` in CI.
+# reads exists and a slot is free, in the order listed: the strict build beside lint and the unit tests (they need
+# no site/); then the pages' browser tests (the longest step) in the build's slot, the site checks after the unit
+# tests in the other; then whichever slot frees first takes the live models' browser tests, the next the widgets',
+# and the multi-process unit tests go last. Each step's output is printed when it ends, with when it started
+# and ended; the first failure stops `make test` (the steps already running finish). The second build that
+# checks the site is reproducible is not a step: `make test-reproducible`, after `make test` in CI.
 test: $(DEPS) $(NODE_DEPS) ## Lint, unit tests, strict build, site and browser checks; CI runs it, then test-reproducible and test-triton (budget: 10 min)
 	@rm -rf $(CHECKS)
 	@$(ONE_THREAD) MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
@@ -166,16 +166,16 @@ test-lint:
 	$(call TIMED,lint) lint
 test-browser: test-build
 	$(call TIMED,browser) browser-pages
-test-unit-processes: test-browser
-	$(call TIMED,unit-processes) unit-processes
 test-unit: test-lint
 	$(call TIMED,unit) unit-rest
 test-site-check: test-build test-unit
 	$(call TIMED,site-check) site-check
-test-browser-live: test-site-check
+test-browser-live: test-build test-unit
 	$(call TIMED,browser-live) browser-live
-test-browser-widgets: test-browser-live
+test-browser-widgets: test-build test-unit
 	$(call TIMED,browser-widgets) browser-widgets
+test-unit-processes: test-unit
+	$(call TIMED,unit-processes) unit-processes
 
 # No install step: a GPU machine may have no network and a CUDA torch already installed (python3 needs torch and
 # pytest). The file is named because collecting all of tests/ needs a built site/.

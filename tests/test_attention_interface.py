@@ -431,7 +431,7 @@ def test_lab_tools_work_on_a_gqa_layer() -> None:
     torch.manual_seed(7)
     mha = MultiHeadAttention(16, 4, num_kv_heads=2)
     flow = dict(dimension_flow(mha, torch.randn(1, 3, 16)))
-    assert flow["per-head keys K"] == (1, 2, 3, 4) and flow["output (after W_O)"] == (1, 3, 16)
+    assert flow["keys K"] == (1, 2, 3, 4) and flow["output (after W_O)"] == (1, 3, 16)
     embed, unembed = torch.randn(10, 16), torch.randn(10, 16)
     ov = ov_circuit(embed, mha, unembed, head=3)
     w_v = mha.qkv_proj.weight[16 + 8 + 4 : 16 + 8 + 8]  # KV head 1 (serves query heads 2 and 3)

@@ -82,9 +82,9 @@ def test_dimension_flow_shapes(d_model: int, heads: int) -> None:
     flow = dict(dimension_flow(MultiHeadAttention(d_model, heads), torch.randn(2, 5, d_model)))
     E = d_model // heads
     assert flow["input x"] == (2, 5, d_model) == flow["output (after W_O)"] == flow["concatenated heads"]
-    assert flow["fused projection x @ [W_Q; W_K; W_V]^T"] == (2, 5, 3 * d_model)
-    assert flow["per-head queries Q"] == (2, heads, 5, E) == flow["per-head outputs weights @ V"]
-    assert flow["weights softmax(scores)"] == (2, heads, 5, 5)
+    assert flow["x @ [W_Q;W_K;W_V]^T"] == (2, 5, 3 * d_model)
+    assert flow["queries Q"] == (2, heads, 5, E) == flow["weights @ V"]
+    assert flow["softmax(scores)"] == (2, heads, 5, 5)
 
 
 @pytest.mark.parametrize(("d_model", "heads"), [(768, 12), (1024, 16), (1024, 32), (256, 4)])

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "COLLAPSIBLE_COLUMNS",
     "FEATURES",
     "PHONE_COLUMNS",
     "SEED_WORKED_EXAMPLE",
@@ -272,13 +273,13 @@ def dimension_flow(mha: MultiHeadAttention, x: Tensor) -> list[tuple[str, tuple[
         raise RuntimeError("step-by-step forward pass differs from mha(x)")
     return [
         ("input x", tuple(x.shape)),
-        ("fused projection x @ [W_Q; W_K; W_V]^T", tuple(qkv.shape)),
-        ("per-head queries Q", tuple(q.shape)),
-        ("per-head keys K", tuple(k.shape)),
-        ("per-head values V", tuple(v.shape)),
-        ("scores Q K^T / sqrt(d_k)", tuple(scores.shape)),
-        ("weights softmax(scores)", tuple(weights.shape)),
-        ("per-head outputs weights @ V", tuple(y.shape)),
+        ("x @ [W_Q;W_K;W_V]^T", tuple(qkv.shape)),
+        ("queries Q", tuple(q.shape)),
+        ("keys K", tuple(k.shape)),
+        ("values V", tuple(v.shape)),
+        ("QK^T / sqrt(d_k)", tuple(scores.shape)),
+        ("softmax(scores)", tuple(weights.shape)),
+        ("weights @ V", tuple(y.shape)),
         ("concatenated heads", tuple(concat.shape)),
         ("output (after W_O)", tuple(out.shape)),
     ]
@@ -510,10 +511,10 @@ def _data_flow_vertical(shapes: dict[str, tuple[int, ...]], num_heads: int) -> F
         else:
             ax.plot(xs, ys, color="#333333", lw=0.8)
 
-    B, _, T, E = shapes["per-head queries Q"]
+    B, _, T, E = shapes["queries Q"]
     box(25, 75, 94.5, 5.5, f"input x\n{_fmt_shape(shapes['input x'])}", "#dbe4ff")
     line([50, 50], [90.8, 86.4], head=True)
-    projected = _fmt_shape(shapes["fused projection x @ [W_Q; W_K; W_V]^T"])
+    projected = _fmt_shape(shapes["x @ [W_Q;W_K;W_V]^T"])
     box(15, 85, 80, 9, f"project Q, K, V\n(one fused matmul)\n{projected}", "#fff3bf")
     drawn = min(num_heads, 4)
     ys = [64 - i * 9.5 for i in range(drawn)]
@@ -562,9 +563,9 @@ def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Fig
     def fmt(name: str) -> str:
         return "(" + ", ".join(str(n) for n in shapes[name]) + ")"
 
-    B, _, T, E = shapes["per-head queries Q"]
+    B, _, T, E = shapes["queries Q"]
     box(2, 28, 12, 8, f"input x\n{fmt('input x')}", "#dbe4ff")
-    projected = fmt("fused projection x @ [W_Q; W_K; W_V]^T")
+    projected = fmt("x @ [W_Q;W_K;W_V]^T")
     box(19, 27, 16, 10, f"project Q, K, V\n(one fused matmul)\n{projected}", "#fff3bf")
     arrow(14.6, 32, 19.4, 32)
     drawn = min(num_heads, 4)
@@ -662,6 +663,9 @@ def fmt_table(
 
 PHONE_COLUMNS = 38
 """Characters of printed output one line holds on a 375-px phone (monospace at Material's code size)."""
+
+COLLAPSIBLE_COLUMNS = 31
+"""The same inside a collapsible (an exercise's answer, a note), whose borders and padding take 54 px."""
 
 
 def _aligned(table: list[list[str]]) -> list[str]:

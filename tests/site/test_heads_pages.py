@@ -33,7 +33,7 @@ def test_minilm_card_numbers_come_from_config() -> None:
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     text = text_of("what-heads-learn")
     assert f"d_k = d_model / h = {D} / {H} = {D // H}" in text
-    assert f"counted in our MultiHeadAttention:  {4 * D * D + 4 * D:,}" in text
+    assert f"in our MultiHeadAttention: {4 * D * D + 4 * D:,}" in text
 
 
 def test_induction_page_shows_the_checkpoint_heads() -> None:
