@@ -6,6 +6,7 @@ data files and the models give, and every numeric answer is the one the code com
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -155,7 +156,7 @@ def test_interview_advanced_answers_are_printed_by_the_code() -> None:
         # fmt_table's narrow form (the answer is in a collapsible): the model's name, then its numbers below
         row = [cfg.attention_kind, f"{per_layer:,}", str(cfg.num_layers), f"{total / 2**30:.2f}"]
         lines = [line.strip() for line in text.splitlines()]
-        assert any(a == name and b.split() == row for a, b in zip(lines, lines[1:])), name
+        assert any(a == name and b.split() == row for a, b in itertools.pairwise(lines)), name
     for line in ("formula == bytes a cache holds: yes", "bottom-right == the full pass: yes",
                  "is_causal=True differs from it: yes", "translated back: yes"):
         assert line in text
