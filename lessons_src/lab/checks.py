@@ -32,7 +32,8 @@ from collections.abc import Callable, Mapping
 import torch
 
 WIDTH = 38
-"""The widest line these checks print: a code block's width at 375 px, in characters."""
+"""The widest line these checks print: a code block's width at 375 px, in characters (inside a collapsible, 31:
+there a longer line wraps, its continuation indented)."""
 
 
 class CheckFailed(AssertionError):
