@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from lessons_src.lab.configs import load_configs
+from lessons_src.lab.configs import ModelConfig, load_configs
 
 REQUIRED = ["GPT-2 small", "GPT-2 medium", "GPT-3 175B", "LLaMA 7B", "Llama 2 70B", "Mistral 7B", "Llama 3 8B"]
 
@@ -67,20 +69,74 @@ def test_bad_optional_fields_are_rejected() -> None:
         _parse({**entry, "params_billions": -1})
 
 
+def published(cfg: ModelConfig, field: str) -> object:
+    """The value of one of our fields: ``"linear.key_heads"`` reads inside ``linear``; MLA sizes live in ``mla``."""
+    if "." in field:
+        group, key = field.split(".")
+        return getattr(cfg, group)[key]
+    return cfg.mla[field] if cfg.mla and field in cfg.mla else getattr(cfg, field)
+
+
 @pytest.mark.parametrize("name", list(load_configs()))
 def test_card_names_are_the_sources_own_with_their_values(name: str) -> None:
     # "card_names" claims to be what the source calls each field: the source text must name it beside its value
     # (BERT's paper says H=768, A=12; Gemma 2's table says head size 128; a config.json says hidden_size=4096).
-    import re
-
     cfg = load_configs()[name]
     assert {"d_model", "num_heads", "num_layers"} <= set(cfg.card_names)
     for field, card_name in cfg.card_names.items():
-        value = cfg.mla[field] if cfg.mla and field in cfg.mla else getattr(cfg, field)
+        value = published(cfg, field)
         named = re.search(rf"(?<!\w){re.escape(card_name)}\s*[=: ]\s*{value}\b", cfg.source)
         assert named, f"{name}: the source does not name {card_name!r} = {value}: {cfg.source}"
     if cfg.head_dim_published is not None and not cfg.mla:
         assert "head_dim" in cfg.card_names, f"{name} states its own head size: the card must show that field"
+
+
+@pytest.mark.parametrize("name", list(load_configs()))
+def test_every_recipe_number_is_in_the_source(name: str) -> None:
+    """Window, chunk, cap, rotary base, indexer, linear-layer and shared-layer numbers are all read from the source."""
+    cfg = load_configs()[name]
+    numbers = [cfg.sliding_window, cfg.chunk_size, cfg.attn_softcap, cfg.nope_every,
+               cfg.kv_shared_layers or None, *(cfg.sparse or {}).values(), *(cfg.global_layers or {}).values()]
+    numbers += [value for key, value in (cfg.linear or {}).items() if key != "kind"]
+    numbers += [value for key, value in (cfg.rope or {}).items() if key in ("theta", "factor", "original_context")]
+    for number in numbers:
+        if number is not None and not isinstance(number, bool):
+            assert re.search(rf"(?<![\w.]){number}(?![\w])", cfg.source), (name, number)
+
+
+# The families of 2025-26 that issue 52 asks the atlas for (DeepSeek-V3 appeared on 26 December 2024).
+TODAYS_FAMILIES = {"Qwen3", "Qwen3-Next", "Qwen3.5", "gpt-oss", "Gemma 3", "Gemma 4", "OLMo 3", "Llama 4",
+                   "DeepSeek-V3", "DeepSeek-V3.2", "DeepSeek-V4", "Kimi K2", "Kimi Linear", "MiniMax M2"}
+
+
+def test_todays_families_are_all_in_the_file() -> None:
+    families = {cfg.family for cfg in load_configs().values()}
+    assert families >= TODAYS_FAMILIES, TODAYS_FAMILIES - families
+    assert all(cfg.family for cfg in load_configs().values())
+
+
+def test_recipes_of_todays_models() -> None:
+    """Each mechanism sits on the rows whose sources show it, and nowhere else (see the sources in the file)."""
+    c = load_configs().values()
+    assert {x.name for x in c if x.sinks} == {"gpt-oss-20b", "gpt-oss-120b"}
+    assert {x.family for x in c if x.output_gate} == {"Qwen3-Next", "Qwen3.5", "Kimi Linear"}
+    assert {x.family for x in c if x.attn_softcap} == {"Gemma 2"}
+    assert {x.family for x in c if x.sparse} == {"DeepSeek-V3.2", "DeepSeek-V4"}
+    assert {x.family for x in c if x.linear} == {"Qwen3-Next", "Qwen3.5", "Kimi Linear"}
+    assert {x.name for x in c if x.kv_shared_layers} == {"Gemma 4 E2B"}
+    assert {x.name for x in c if x.qk_norm == "projection"} == {"OLMo 3 7B", "MiniMax-M2"}
+    assert {x.name for x in c if x.nope_every} == {"Llama 4 Scout"}
+
+
+def test_derived_sizes_of_todays_models() -> None:
+    c = load_configs()
+    assert c["OLMo 3 7B"].head_dim == 4096 // 32 and c["OLMo 3 7B"].head_dim_published is None  # derived, as OLMo-core
+    assert c["gpt-oss-20b"].head_dim == 64 and c["gpt-oss-20b"].head_dim * c["gpt-oss-20b"].num_heads != 2880
+    assert c["gpt-oss-120b"].n_rep == 8 and c["Gemma 3 1B"].attention_kind == "MQA"
+    assert c["Qwen3-Next-80B-A3B"].layer_kinds().count("full") == 48 // 4
+    assert c["Kimi Linear 48B-A3B"].layer_kinds().count("linear") == 20
+    assert c["DeepSeek-V3.2"].attention_kind == "MLA" and c["DeepSeek-V3.2"].sparse == {
+        "indexer_heads": 64, "indexer_head_dim": 128, "top_k": 2048}
 
 
 def test_context_lengths_are_published_and_sourced() -> None:

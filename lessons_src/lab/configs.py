@@ -12,12 +12,38 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from . import data_file
 
-__all__ = ["ConfigTable", "ModelConfig", "UnknownModelError", "load_configs"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["LAYER_KINDS", "LESSON_MODELS", "ConfigTable", "ModelConfig", "UnknownModelError", "load_configs"]
+
+
+LAYER_KINDS = ("full", "sliding", "chunked", "linear", "compressed_sparse", "heavily_compressed")
+"""What one layer's token mixer is, as ``layer_pattern`` names it.
+
+``full``: softmax attention over every earlier position; ``sliding``: over the last ``sliding_window``
+positions (itself included); ``chunked``: over the earlier positions of its own block of ``chunk_size``
+positions (Llama 4); ``linear``: a recurrent state of fixed size instead of a cache (Gated DeltaNet, KDA);
+``compressed_sparse`` and ``heavily_compressed``: DeepSeek-V4's attention over keys pooled every
+``compress[kind]`` positions (the first with a top-k selection over them), beside a window of recent keys.
+"""
+
+LESSON_MODELS = (
+    "Transformer base", "Transformer big", "BERT-base", "GPT-2 small", "GPT-2 medium", "all-MiniLM-L6-v2",
+    "GPT-3 175B", "LLaMA 7B", "Llama 2 70B", "Mistral 7B", "Llama 3 8B", "Llama 3 70B", "Gemma 2 27B",
+    "Gemma 3 27B", "DeepSeek-V2",
+)
+"""The models the lessons' comparison tables and figures show (the atlas page shows every model in the file).
+
+Each has one kind of layer throughout, or windowed and full layers only, so the lessons' per-layer cache
+arithmetic holds for it; the models of 2025-26 with linear, chunked, compressed or shared layers are
+counted by :meth:`ModelConfig.layer_kinds` instead.
+"""
 
 
 @dataclass(frozen=True)
@@ -32,17 +58,38 @@ class ModelConfig:
         num_kv_heads: key/value heads per layer (``== num_heads`` for MHA, ``1`` for MQA).
         num_layers: attention layers.
         source: where each number comes from.
-        card_names: the names the source uses for our fields.
+        family: the model family the atlas groups this row under (``"Qwen3"``, ``"gpt-oss"``).
+        card_names: the names the source uses for our fields (``"linear.key_heads"`` for a field inside
+            ``linear``).
         head_dim_published: head size when the source states one that differs from ``d_model // num_heads``.
         mla: multi-head latent attention sizes (DeepSeek-V2 style), if any.
-        sliding_window: positions a query attends to (itself included) when the model uses sliding-window
-            attention, e.g. Mistral 7B; its KV cache is then a rolling buffer of this many positions.
-        global_every: with ``sliding_window``, layers ``global_every, 2 * global_every, ...`` (counted
-            from 1) attend to the whole context and the others use the window (Gemma 2: 2, local and
-            global alternating; Gemma 3: 6, five local layers per global one); ``None``: every layer
-            uses the window.
+        sliding_window: positions a query attends to (itself included) in a ``sliding`` layer, e.g. Mistral
+            7B; its KV cache is then a rolling buffer of this many positions.
+        layer_pattern: the kinds of the layers (see :data:`LAYER_KINDS`), first layer first, repeated until
+            ``num_layers``: ``["sliding", "full"]`` alternates (Gemma 2, gpt-oss). ``None``: every layer is
+            ``sliding`` if the model has a ``sliding_window``, else ``full``.
+        chunk_size: positions per block of a ``chunked`` layer.
+        kv_shared_layers: the last this-many layers reuse an earlier layer's keys and values and cache none.
+        global_layers: head sizes that differ in ``full`` layers: ``num_kv_heads``, ``head_dim``, and
+            ``k_eq_v`` (keys double as values, one tensor cached), Gemma 4.
         context_length: the longest context the source states the model was trained or released for.
         params_billions: total parameter count in billions, as the source rounds it, when stated.
+        qk_norm: normalisation of queries and keys before their dot product: ``"per_head"`` (RMSNorm with a
+            learned scale over each head's ``head_dim``), ``"per_head_weightless"`` (the same without a
+            scale, Llama 4) or ``"projection"`` (one RMSNorm over all heads' projection, OLMo).
+        attn_softcap: ``c`` in ``c * tanh(score / c)`` applied to the attention scores (Gemma 2).
+        sinks: one learned logit per head that joins every row's softmax and takes weight from the keys
+            (gpt-oss).
+        output_gate: ``"elementwise"``: the attention output times ``sigmoid`` of a second query projection,
+            before the output projection (Qwen3-Next).
+        rope: rotary positions: ``theta``, ``fraction`` of each head's dimensions rotated, and a ``scaling``
+            (``"yarn"``, ``"llama3"``, ``"linear"``) with its ``factor`` and ``original_context``.
+        nope_every: every this-many-th layer (counted from 1) uses no positional rotation (Llama 4).
+        sparse: a lightning indexer's ``indexer_heads`` and ``indexer_head_dim``, and the ``top_k`` keys
+            each query attends to (DeepSeek-V3.2, V4).
+        linear: a linear-attention layer's ``kind``, ``key_heads``, ``value_heads``, ``key_dim``,
+            ``value_dim`` and ``conv_kernel``.
+        compress: positions pooled into one key per layer kind (DeepSeek-V4).
     """
 
     name: str
@@ -52,13 +99,26 @@ class ModelConfig:
     num_kv_heads: int
     num_layers: int
     source: str
+    family: str | None = None
     card_names: dict[str, str] = field(default_factory=dict)
     head_dim_published: int | None = None
     mla: dict[str, int] | None = None
     sliding_window: int | None = None
-    global_every: int | None = None
+    layer_pattern: tuple[str, ...] | None = None
+    chunk_size: int | None = None
+    kv_shared_layers: int = 0
+    global_layers: dict[str, Any] | None = None
     context_length: int | None = None
     params_billions: float | None = None
+    qk_norm: str | None = None
+    attn_softcap: float | None = None
+    sinks: bool = False
+    output_gate: str | None = None
+    rope: dict[str, Any] | None = None
+    nope_every: int | None = None
+    sparse: dict[str, int] | None = None
+    linear: dict[str, Any] | None = None
+    compress: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         sizes = {"d_model": self.d_model, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
@@ -72,17 +132,55 @@ class ModelConfig:
             )
         if self.head_dim_published is None and self.d_model % self.num_heads != 0:
             raise ValueError(f"{self.name}: d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise ValueError(f"{self.name}: sliding_window={self.sliding_window} must be a positive number of tokens")
-        if self.global_every is not None and (self.sliding_window is None or self.global_every < 2):
-            raise ValueError(
-                f"{self.name}: global_every={self.global_every} needs a sliding_window and must be at least 2 "
-                "(every global_every-th layer is global, the others windowed)"
-            )
-        if self.context_length is not None and self.context_length < 1:
-            raise ValueError(f"{self.name}: context_length={self.context_length} must be a positive number of tokens")
+        for name in ("sliding_window", "chunk_size", "context_length", "nope_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{self.name}: {name}={value!r} must be a positive int")
         if self.params_billions is not None and self.params_billions <= 0:
             raise ValueError(f"{self.name}: params_billions={self.params_billions} must be positive")
+        self._check_layers()
+        self._check_recipe()
+
+    def _check_layers(self) -> None:
+        pattern = self.layer_pattern
+        if pattern is not None:
+            unknown = sorted(set(pattern) - set(LAYER_KINDS))
+            if not pattern or unknown:
+                raise ValueError(f"{self.name}: layer_pattern has unknown kinds {unknown}; the kinds are {LAYER_KINDS}")
+            if len(pattern) > self.num_layers:
+                raise ValueError(f"{self.name}: layer_pattern has {len(pattern)} entries for {self.num_layers} layers")
+        kinds = set(self.layer_kinds())
+        needs = {"sliding": ("sliding_window", self.sliding_window), "chunked": ("chunk_size", self.chunk_size),
+                 "linear": ("linear", self.linear)}
+        needs |= {kind: ("compress", (self.compress or {}).get(kind)) for kind in LAYER_KINDS[4:]}
+        for kind, (name, value) in needs.items():
+            if kind in kinds and value is None:
+                raise ValueError(f"{self.name}: layer_pattern has {kind!r} layers, which need {name}")
+        if self.sliding_window is not None and not kinds & {"sliding", *LAYER_KINDS[4:]}:
+            raise ValueError(f"{self.name}: sliding_window={self.sliding_window} but no layer uses a window")
+        if not 0 <= self.kv_shared_layers < self.num_layers:
+            raise ValueError(
+                f"{self.name}: kv_shared_layers={self.kv_shared_layers} must be from 0 to num_layers - 1 "
+                f"= {self.num_layers - 1} (the first layer has nothing to share)"
+            )
+
+    def _check_recipe(self) -> None:
+        choices = {"qk_norm": ("per_head", "per_head_weightless", "projection"), "output_gate": ("elementwise",)}
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"{self.name}: {name}={value!r}; expected one of {allowed} or None")
+        if self.attn_softcap is not None and not self.attn_softcap > 0:
+            raise ValueError(f"{self.name}: attn_softcap={self.attn_softcap} must be positive")
+        if self.rope is not None:
+            fraction = self.rope.get("fraction", 1.0)
+            if not 0 < fraction <= 1 or self.rope.get("theta", 0) <= 0:
+                raise ValueError(f"{self.name}: rope={self.rope} needs a positive theta and a fraction in (0, 1]")
+        if self.sparse is not None and set(self.sparse) != {"indexer_heads", "indexer_head_dim", "top_k"}:
+            raise ValueError(f"{self.name}: sparse={self.sparse} needs exactly indexer_heads, indexer_head_dim, top_k")
+        linear_keys = {"kind", "key_heads", "value_heads", "key_dim", "value_dim", "conv_kernel"}
+        if self.linear is not None and set(self.linear) != linear_keys:
+            raise ValueError(f"{self.name}: linear={self.linear} needs exactly {sorted(linear_keys)}")
 
     @property
     def head_dim(self) -> int:
@@ -103,17 +201,31 @@ class ModelConfig:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
+    def layer_kinds(self) -> list[str]:
+        """Each layer's kind (see :data:`LAYER_KINDS`), first layer first.
+
+        Example:
+            >>> load_configs()["gpt-oss-20b"].layer_kinds()[:3]
+            ['sliding', 'full', 'sliding']
+        """
+        pattern = self.layer_pattern or (("sliding",) if self.sliding_window else ("full",))
+        return [pattern[n % len(pattern)] for n in range(self.num_layers)]
+
     def layer_windows(self) -> list[int | None]:
         """Each layer's window (``None``: the layer attends to the whole context), first layer first.
+
+        Raises:
+            ValueError: if a layer is neither ``full`` nor ``sliding``; use :meth:`layer_kinds`.
 
         Example:
             >>> load_configs()["Gemma 2 27B"].layer_windows()[:4]
             [4096, None, 4096, None]
         """
-        if self.sliding_window is None:
-            return [None] * self.num_layers
-        every = self.global_every
-        return [None if every and n % every == 0 else self.sliding_window for n in range(1, self.num_layers + 1)]
+        kinds = self.layer_kinds()
+        other = sorted(set(kinds) - {"full", "sliding"})
+        if other:
+            raise ValueError(f"{self.name} has {other} layers, which are not windows; use layer_kinds()")
+        return [self.sliding_window if kind == "sliding" else None for kind in kinds]
 
     def cached_positions(self, context: int) -> int:
         """Positions one layer's KV cache holds for a sequence of ``context`` tokens.
@@ -130,7 +242,7 @@ class ModelConfig:
             >>> cfgs["Mistral 7B"].cached_positions(131072), cfgs["Llama 3 8B"].cached_positions(131072)
             (4096, 131072)
         """
-        if self.global_every is not None:
+        if len(set(self.layer_kinds())) > 1:
             raise ValueError(
                 f"{self.name} mixes windowed and global layers, so its layers cache different numbers of "
                 "positions; use cached_positions_per_layer(context)"
@@ -149,24 +261,18 @@ class ModelConfig:
         return [context if w is None else min(context, w) for w in self.layer_windows()]
 
 
+_RENAMED = {"head_dim": "head_dim_published"}
+_FIELDS = {f.name for f in fields(ModelConfig)} - set(_RENAMED.values()) | set(_RENAMED)
+
+
 def _parse(entry: dict[str, Any]) -> ModelConfig:
-    cfg = ModelConfig(
-        name=entry["name"],
-        year=int(entry["year"]),
-        d_model=int(entry["d_model"]),
-        num_heads=int(entry["num_heads"]),
-        num_kv_heads=int(entry["num_kv_heads"]),
-        num_layers=int(entry["num_layers"]),
-        source=entry["source"],
-        card_names=dict(entry.get("card_names", {})),
-        head_dim_published=entry.get("head_dim"),
-        mla=entry.get("mla"),
-        sliding_window=None if entry.get("sliding_window") is None else int(entry["sliding_window"]),
-        global_every=None if entry.get("global_every") is None else int(entry["global_every"]),
-        context_length=None if entry.get("context_length") is None else int(entry["context_length"]),
-        params_billions=None if entry.get("params_billions") is None else float(entry["params_billions"]),
-    )
-    return cfg
+    unknown = sorted(set(entry) - _FIELDS)
+    if unknown:
+        raise ValueError(f"{entry.get('name')}: unknown fields {unknown}; the schema has {sorted(_FIELDS)}")
+    values = {_RENAMED.get(key, key): value for key, value in entry.items()}
+    if values.get("layer_pattern") is not None:
+        values["layer_pattern"] = tuple(values["layer_pattern"])
+    return ModelConfig(**values)
 
 
 class UnknownModelError(KeyError):
@@ -183,11 +289,16 @@ class ConfigTable(dict[str, ModelConfig]):
         raise UnknownModelError(f"no published configuration named {name!r}; the file has: {', '.join(self)}")
 
 
-def load_configs() -> ConfigTable:
-    """All published configurations, by name, in the file's order.
+def load_configs(names: Iterable[str] | None = None) -> ConfigTable:
+    """The published configurations by name, in the file's order, or those in ``names`` in that order.
 
     Looking up a name the file does not have raises :class:`UnknownModelError` (a ``KeyError``) whose
-    message lists the names it has.
+    message lists the names it has; so does a name in ``names``.
+
+    Example:
+        >>> list(load_configs(["Llama 3 8B", "GPT-2 small"]))
+        ['Llama 3 8B', 'GPT-2 small']
     """
     text = data_file("model_configs.json").read_text(encoding="utf-8")
-    return ConfigTable((cfg.name, cfg) for cfg in map(_parse, json.loads(text)["models"]))
+    table = ConfigTable((cfg.name, cfg) for cfg in map(_parse, json.loads(text)["models"]))
+    return table if names is None else ConfigTable((name, table[name]) for name in names)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.lab.configs import load_configs
+from lessons_src.lab.configs import LESSON_MODELS, load_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
@@ -108,7 +108,7 @@ def test_config_exercise_prints_a_card_per_model_under_its_sources_names() -> No
     # star where heads x head size is not the width: Gemma 2 and 3 state head_dim 128 with widths 4608 and 5376.
     text = text_of("questions")
     starred = []
-    for cfg in load_configs().values():
+    for cfg in load_configs(LESSON_MODELS).values():
         if cfg.mla:
             continue
         pattern = rf"{re.escape(cfg.name)} \((\w+)\)\n(.*?)\n  {cfg.num_heads} x (\d+) = (\d+)( \*)?"
