@@ -261,6 +261,74 @@ class ModelConfig:
         return [context if w is None else min(context, w) for w in self.layer_windows()]
 
 
+    def layer_cache_numbers(self, context: int) -> list[tuple[str, int]]:
+        """Each layer's kind and the numbers its cache holds for one sequence of ``context`` tokens.
+
+        A full layer keeps a key and a value per KV head for every position (MLA: one latent of
+        ``kv_latent_dim + rope_dim`` per position, shared by the heads; with a lightning indexer, its
+        ``indexer_head_dim`` key as well); a sliding layer the last ``sliding_window`` positions; a chunked
+        layer up to ``chunk_size`` (a whole chunk is reserved); a linear layer a state of ``value_heads x
+        key_dim x value_dim`` and the last ``conv_kernel`` inputs of its short convolution (as transformers
+        keeps them), whatever the context. DeepSeek-V4 keeps one tensor as key and value: its window of
+        ``sliding_window`` positions plus one pooled entry per ``compress[kind]`` positions (and the
+        indexer's pooled key, in compressed sparse layers); the pooling's partial window is left out. The
+        last ``kv_shared_layers`` layers reuse earlier layers' caches and hold ``("shared", 0)``.
+
+        Raises:
+            ValueError: if ``context`` is not a non-negative int.
+
+        Example:
+            >>> load_configs()["gpt-oss-20b"].layer_cache_numbers(1000)[:2]  # 8 KV heads of 64, keys and values
+            [('sliding', 131072), ('full', 1024000)]
+        """
+        if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+            raise ValueError(f"context must be a non-negative int (a number of tokens); got {context!r}")
+        K, E = self.num_kv_heads, self.head_dim
+        g = self.global_layers or {}
+        one_tensor = self.compress is not None  # DeepSeek-V4: shared-KV MQA, the key is the value
+        per_position = {
+            "full": (self.mla["kv_latent_dim"] + self.mla["rope_dim"]) if self.mla
+            else 2 * g.get("num_kv_heads", K) * g.get("head_dim", E),
+            "sliding": (1 if one_tensor else 2) * K * E,
+            "chunked": 2 * K * E,
+        }
+        indexer = (self.sparse or {}).get("indexer_head_dim", 0)
+        out: list[tuple[str, int]] = []
+        for n, kind in enumerate(self.layer_kinds()):
+            if n >= self.num_layers - self.kv_shared_layers:
+                out.append(("shared", 0))
+            elif kind == "linear":
+                lin = self.linear or {}
+                conv = 2 * lin["key_heads"] * lin["key_dim"] + lin["value_heads"] * lin["value_dim"]
+                out.append((kind, lin["value_heads"] * lin["key_dim"] * lin["value_dim"] + lin["conv_kernel"] * conv))
+            elif kind in ("compressed_sparse", "heavily_compressed"):
+                pooled = context // (self.compress or {})[kind]
+                window = min(context, self.sliding_window or 0) * K * E
+                out.append((kind, window + pooled * K * E + (pooled * indexer if kind == "compressed_sparse" else 0)))
+            else:
+                span = {"full": context, "sliding": min(context, self.sliding_window or context),
+                        "chunked": min(context, self.chunk_size or context)}[kind]
+                extra = indexer if kind == "full" and self.mla else 0
+                out.append((kind, span * (per_position[kind] + extra)))
+        return out
+
+    def cache_bytes(self, context: int, batch: int = 1, bytes_per_number: int = 2) -> dict[str, int]:
+        """Bytes the cache holds for ``batch`` sequences of ``context`` tokens, by layer kind, and the ``"total"``.
+
+        Example:
+            >>> load_configs()["Llama 3 8B"].cache_bytes(8192)["total"] / 2**30  # GiB in bfloat16
+            1.0
+        """
+        for name, value in (("batch", batch), ("bytes_per_number", bytes_per_number)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        out: dict[str, int] = {}
+        for kind, numbers in self.layer_cache_numbers(context):
+            out[kind] = out.get(kind, 0) + numbers * batch * bytes_per_number
+        out["total"] = sum(out.values())
+        return out
+
+
 _RENAMED = {"head_dim": "head_dim_published"}
 _FIELDS = {f.name for f in fields(ModelConfig)} - set(_RENAMED.values()) | set(_RENAMED)
 
