@@ -109,8 +109,8 @@ def test_linear_layers_match_transformers_state(name: str) -> None:
         config = tiny(Qwen3NextConfig, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
                       linear_num_key_heads=lin["key_heads"], linear_num_value_heads=lin["value_heads"],
                       linear_key_head_dim=lin["key_dim"], linear_value_head_dim=lin["value_dim"],
-                      linear_conv_kernel_dim=lin["conv_kernel"], layer_types=["linear_attention", "full_attention"], num_experts=2,
-                      num_experts_per_tok=1, shared_expert_intermediate_size=16)
+                      linear_conv_kernel_dim=lin["conv_kernel"], layer_types=["linear_attention", "full_attention"],
+                      num_experts=2, num_experts_per_tok=1, shared_expert_intermediate_size=16)
         cache = run_cache(Qwen3NextForCausalLM, config, 9)
     else:
         config = tiny(KimiLinearConfig, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
