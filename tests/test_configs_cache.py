@@ -101,11 +101,14 @@ def numel(*tensors: torch.Tensor) -> int:
 
 @pytest.mark.parametrize("name", ["Qwen3-Next-80B-A3B", "Kimi Linear 48B-A3B"])
 def test_linear_layers_match_transformers_state(name: str) -> None:
+    """The row's formula, at small sizes of its own kind (Kimi's KDA ties keys and values to one head count and size),
+    against the conv and recurrent states transformers' torch implementation keeps."""
     from transformers import KimiLinearConfig, KimiLinearForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM
 
     cfg = load_configs()[name]
-    lin = cfg.linear or {}
     if name.startswith("Qwen3"):
+        lin = {"kind": "Gated DeltaNet", "key_heads": 2, "value_heads": 4, "key_dim": 8, "value_dim": 12,
+               "conv_kernel": 4}
         config = tiny(Qwen3NextConfig, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
                       linear_num_key_heads=lin["key_heads"], linear_num_value_heads=lin["value_heads"],
                       linear_key_head_dim=lin["key_dim"], linear_value_head_dim=lin["value_dim"],
@@ -113,17 +116,20 @@ def test_linear_layers_match_transformers_state(name: str) -> None:
                       num_experts=2, num_experts_per_tok=1, shared_expert_intermediate_size=16)
         cache = run_cache(Qwen3NextForCausalLM, config, 9)
     else:
+        lin = {"kind": "KDA", "key_heads": 3, "value_heads": 3, "key_dim": 8, "value_dim": 8, "conv_kernel": 3}
         config = tiny(KimiLinearConfig, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
                       kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8,
                       num_experts=2, num_experts_per_token=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                       linear_attn_config={"full_attn_layers": [2], "kda_layers": [1], "num_heads": lin["value_heads"],
                                           "head_dim": lin["key_dim"], "short_conv_kernel_size": lin["conv_kernel"]})
         cache = run_cache(KimiLinearForCausalLM, config, 9)
+    assert set(lin) == set(cfg.linear or {}) and lin["kind"] == (cfg.linear or {})["kind"]
     layer = cache.layers[0]  # type: ignore[attr-defined]  (the second layer, a full one, only lets the cache run)
     assert type(layer).__name__ == "LinearAttentionLayer"
     theirs = numel(*layer.conv_states.values(), *layer.recurrent_states.values())
-    n = cfg.layer_kinds().index("linear")
-    assert cfg.layer_cache_numbers(9)[n] == cfg.layer_cache_numbers(90_000)[n] == ("linear", theirs)
+    small = dataclasses.replace(cfg, linear=lin)
+    n = small.layer_kinds().index("linear")
+    assert small.layer_cache_numbers(9)[n] == small.layer_cache_numbers(90_000)[n] == ("linear", theirs)
 
 
 def test_the_lightning_indexers_keys_match_transformers() -> None:
