@@ -115,6 +115,16 @@ def _flex_on_meta() -> dict[str, object]:
     }
 
 
+def _delta_rule_on_meta(form: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule on meta: its gate and strength checks read values, so they are skipped there."""
+    import lessons_src.delta_rule as dr
+
+    qk, v, beta = _meta(1, 2, 5, 4), _meta(1, 2, 5, 3), _meta(1, 2, 5)
+    if form == "recurrent":
+        return dr.delta_rule_recurrent(qk, qk, v, _meta(1, 2, 5, 4), beta)  # a gate per key channel (KDA)
+    return dr.delta_rule_chunked(qk, qk, v, _meta(1, 2, 5), beta, chunk_size=2, state=_meta(1, 2, 4, 3))
+
+
 def _on_meta() -> dict[str, object]:
     """Each public name that runs on meta tensors, as a zero-argument call exercising it."""
     import lessons_src.convert as cv
@@ -227,6 +237,8 @@ def _on_meta() -> dict[str, object]:
         "interop.masks_from_torch": lambda: io.masks_from_torch(
             torch.empty(3, 3, dtype=b, device=META), torch.empty(1, 3, dtype=b, device=META), num_heads=2
         ),
+        "delta_rule.delta_rule_recurrent": lambda: list(_delta_rule_on_meta("recurrent")),
+        "delta_rule.delta_rule_chunked": lambda: list(_delta_rule_on_meta("chunked")),
         "ring.shard_sequence": lambda: rg.shard_sequence(_meta(1, 2, 8, 4), 2, 0, dim=2, order="zigzag"),
         "ring.unshard_sequence": lambda: rg.unshard_sequence([_meta(1, 2, 4, 4)] * 2, dim=2, order="zigzag"),
     }

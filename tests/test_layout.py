@@ -70,8 +70,8 @@ def closure(module: str) -> set[str]:
 
 def test_core_and_lab_are_where_the_readme_says() -> None:
     assert CORE == [
-        "attention", "convert", "flash", "flex", "interop", "kv_cache", "masks", "mechanisms", "mla", "paged_cache",
-        "parallel", "ring", "rope", "score_mods", "triton_flash",
+        "attention", "convert", "delta_rule", "flash", "flex", "interop", "kv_cache", "masks", "mechanisms", "mla",
+        "paged_cache", "parallel", "ring", "rope", "score_mods", "triton_flash",
     ]
     assert (PKG / "lab" / "__init__.py").is_file()
 
