@@ -137,6 +137,7 @@ def _on_meta() -> dict[str, object]:
     import lessons_src.ring as rg
     import lessons_src.rope as rp
     import lessons_src.score_mods as sm
+    import lessons_src.sparse_selection as ss
     from lessons_src import attention as at
 
     q, kv, b = _meta(1, 4, 3, 8), _meta(1, 2, 5, 8), torch.bool
@@ -239,6 +240,10 @@ def _on_meta() -> dict[str, object]:
         ),
         "delta_rule.delta_rule_recurrent": lambda: list(_delta_rule_on_meta("recurrent")),
         "delta_rule.delta_rule_chunked": lambda: list(_delta_rule_on_meta("chunked")),
+        "sparse_selection.lightning_indexer_scores": lambda: ss.lightning_indexer_scores(
+            _meta(1, 2, 3, 4), _meta(1, 5, 4), _meta(1, 2, 3)),
+        "sparse_selection.top_k_mask": lambda: ss.top_k_mask(_meta(1, 3, 5), 2),
+        "sparse_selection.moba_mask": lambda: ss.moba_mask(_meta(1, 2, 3, 4), _meta(1, 2, 5, 4), block_size=2, top_k=1),
         "ring.shard_sequence": lambda: rg.shard_sequence(_meta(1, 2, 8, 4), 2, 0, dim=2, order="zigzag"),
         "ring.unshard_sequence": lambda: rg.unshard_sequence([_meta(1, 2, 4, 4)] * 2, dim=2, order="zigzag"),
     }
@@ -255,6 +260,7 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
     "score_mods.sink_flash_cpu": "torch's CPU flash kernel takes CPU tensors only (other devices: a clear error)",
     "flex.flex_attend": "FlexAttention refuses meta tensors (CUDA, CPU, HPU, XPU, MPS only)",
     "flex.block_sparsity": "* reads the block mask's tile counts",
+    "sparse_selection.gather_selected": "* reads how many keys each row picked (the gathered tensor's length)",
 }
 NO_TENSORS = {  # public names that make no tensor: nothing to place
     "flash.RescaleCount": "a NamedTuple of three ints",
@@ -387,8 +393,30 @@ def _cpu_cases() -> dict[str, object]:
 
         return run
 
+    def selection():  # the key-choosing masks, and gathering one step's picked keys (reads their count)
+        import lessons_src.sparse_selection as ss
+
+        torch.manual_seed(0)
+        q, k, w = torch.randn(1, 2, 4, 8), torch.randn(1, 6, 8), torch.rand(1, 2, 4)
+        kv = torch.randn(1, 2, 6, 8)
+
+        def run():
+            keep = ss.top_k_mask(ss.lightning_indexer_scores(q, k, w), 3)
+            return [keep, ss.moba_mask(q, kv, block_size=2, top_k=1), *ss.gather_selected(kv, kv, keep[:, :, -1:])]
+
+        return run
+
+    def delta_rule():
+        from lessons_src.delta_rule import delta_rule_chunked, delta_rule_recurrent
+
+        torch.manual_seed(0)
+        qk, v, g, beta = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 3), -torch.rand(1, 2, 5, 4), torch.rand(1, 2, 5)
+        return lambda: [*delta_rule_recurrent(qk, qk, v, g, beta),
+                        *delta_rule_chunked(qk, qk, v, g, beta, chunk_size=2)]
+
     return {"MultiHeadAttention": mha, "mechanisms": mechanisms, "tiled": tiled, "rolling": rolling, "paged": paged,
-            "padding_mask": lambda: lambda: padding_mask(lengths, 4), "flex": flex}
+            "padding_mask": lambda: lambda: padding_mask(lengths, 4), "flex": flex, "selection": selection,
+            "delta_rule": delta_rule}
 
 
 @pytest.mark.parametrize("name", sorted(_cpu_cases()))

@@ -71,7 +71,7 @@ def closure(module: str) -> set[str]:
 def test_core_and_lab_are_where_the_readme_says() -> None:
     assert CORE == [
         "attention", "convert", "delta_rule", "flash", "flex", "interop", "kv_cache", "masks", "mechanisms", "mla",
-        "paged_cache", "parallel", "ring", "rope", "score_mods", "triton_flash",
+        "paged_cache", "parallel", "ring", "rope", "score_mods", "sparse_selection", "triton_flash",
     ]
     assert (PKG / "lab" / "__init__.py").is_file()
 
