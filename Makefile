@@ -204,6 +204,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_flash.py
 	$(BIN)/python tools/bench/bench_mechanisms.py
 	$(BIN)/python tools/bench/bench_patterns.py
+	$(BIN)/python tools/bench/bench_linear.py
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
 	$(BIN)/python tools/bench/bench_long_context.py
 	$(BIN)/python tools/bench/bench_flex.py
