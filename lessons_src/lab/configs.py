@@ -71,7 +71,8 @@ class ModelConfig:
         chunk_size: positions per block of a ``chunked`` layer.
         kv_shared_layers: the last this-many layers reuse an earlier layer's keys and values and cache none.
         global_layers: head sizes that differ in ``full`` layers: ``num_kv_heads``, ``head_dim``, and
-            ``k_eq_v`` (keys double as values, one tensor cached), Gemma 4.
+            ``k_eq_v`` (keys and values from one projection; both are cached, since the key is then normalised
+            and rotated and the value only normalised), Gemma 4.
         context_length: the longest context the source states the model was trained or released for.
         params_billions: total parameter count in billions, as the source rounds it, when stated.
         qk_norm: normalisation of queries and keys before their dot product: ``"per_head"`` (RMSNorm with a
