@@ -145,7 +145,8 @@ class MultiHeadLatentAttention(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, *, cache: LatentCache | None = None, mode: Mode = "naive", cache_position: int | None = None
+        self, x: Tensor, *, cache: LatentCache | None = None, mode: Mode = "naive", cache_position: int | None = None,
+        attn_mask: Tensor | None = None,
     ) -> Tensor:
         """Causal self-attention of ``x`` over itself and everything in ``cache``.
 
@@ -158,6 +159,10 @@ class MultiHeadLatentAttention(nn.Module):
                 ``"absorbed"`` (attend on the latents; best for decoding). Both give the same output.
             cache_position: needed only to append several tokens to a non-empty cache (a prompt in
                 chunks); must equal ``cache.length``. A new prompt needs ``cache.reset()`` first.
+            attn_mask: a bool keep-mask (``True`` = may attend) of ``(T, S)`` or ``(B, 1, T, S)``, ``S`` the
+                positions cached after this step, shared by the heads and combined with causality: the keys
+                each query chose, as DeepSeek-V3.2's lightning indexer picks them
+                (:func:`lessons_src.sparse_selection.top_k_mask`).
 
         Returns:
             ``(B, T, D)``.
@@ -165,7 +170,8 @@ class MultiHeadLatentAttention(nn.Module):
         Raises:
             ValueError: if ``x`` is not ``(B, T, d_model)`` or its dtype or device differs from the
                 module's (outside autocast), ``mode`` is unknown, several tokens meet a non-empty cache
-                without ``cache_position``, or the cache does not fit (see
+                without ``cache_position``, ``attn_mask`` is not a bool mask of one of its shapes, or the cache
+                does not fit (see
                 :meth:`lessons_src.kv_cache.LatentCache.update`). A failed step leaves the cache as it was.
         """
         if not isinstance(x, Tensor):
@@ -193,14 +199,21 @@ class MultiHeadLatentAttention(nn.Module):
         if cache is None and cache_position is not None:
             raise ValueError("cache_position is only meaningful with a cache; pass cache=... or drop it")
         start = 0 if cache is None else cache.length
+        if attn_mask is not None:
+            B, S = x.shape[0], start + T
+            if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) not in ((T, S), (B, 1, T, S)):
+                raise ValueError(
+                    f"attn_mask must be a bool keep-mask of ({T}, {S}) or ({B}, 1, {T}, {S}) (queries, positions "
+                    f"cached after this step); got {attn_mask.dtype} {tuple(attn_mask.shape)}"
+                )
         try:
-            return self._forward(x, cache, mode, start)
+            return self._forward(x, cache, mode, start, attn_mask)
         except BaseException:
             if cache is not None:
                 cache.length = start  # the step failed: forget the positions it appended
             raise
 
-    def _forward(self, x: Tensor, cache: LatentCache | None, mode: Mode, start: int) -> Tensor:
+    def _forward(self, x: Tensor, cache: LatentCache | None, mode: Mode, start: int, keep: Tensor | None) -> Tensor:
         B, T, _ = x.shape
         H, E, R, C = self.num_heads, self.head_dim, self.rope_dim, self.kv_latent_dim
 
@@ -221,6 +234,8 @@ class MultiHeadLatentAttention(nn.Module):
         # naive mode, which uses SDPA's causal flag instead.
         needs_mask = T > 1 and (T != S or mode == "absorbed")
         mask = causal_mask(T, S, device=x.device) if needs_mask else None  # (T, S)
+        if keep is not None:  # the chosen keys, within causality: (T, S) or (B, 1, T, S)
+            mask = keep & causal_mask(T, S, device=x.device)
 
         if mode == "naive":
             y = self._naive(q_nope, q_rope, kv, mask)  # (B, H, T, Ev)
@@ -242,7 +257,7 @@ class MultiHeadLatentAttention(nn.Module):
         pad = E + R - Ev
         if pad > 0:
             v = F.pad(v, (0, pad))  # (B, H, S, E + R)
-        is_causal = T == S and T > 1  # top-left and bottom-right agree when T == S
+        is_causal = mask is None and T == S and T > 1  # top-left and bottom-right agree when T == S
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale
         )  # (B, H, T, max(Ev, E + R))
@@ -255,8 +270,8 @@ class MultiHeadLatentAttention(nn.Module):
         w_uv = self.v_up_proj.weight.view(H, Ev, C)  # W_UV per head
         q_latent = torch.einsum("bhte,hec->bhtc", q_nope, w_uk)  # (B, H, T, C): W_UK folded into the query
         q = torch.cat([q_latent, q_rope], dim=-1).reshape(B, 1, H * T, C + self.rope_dim)  # (B, 1, H*T, C + R)
-        if mask is not None:
-            mask = mask.repeat(H, 1)  # (H*T, S), row h*T + t is query t of head h
+        if mask is not None:  # row h*T + t is query t of head h: (H*T, S), or (B, 1, H*T, S) for a per-batch mask
+            mask = mask.repeat(H, 1) if mask.dim() == 2 else mask.repeat(1, 1, H, 1)
         kv = kv[:, None]  # (B, 1, S, C + R): the key, and the value, shared by every head
         # Using the whole [latent | k_rope] row as the value keeps key and value the same width (fused
         # kernel, no copy); the last R output columns are the attention-weighted RoPE keys, dropped.

@@ -144,3 +144,47 @@ def test_bad_inputs_are_refused_with_the_values() -> None:
     with pytest.raises(ValueError, match="every batch row must pick as many keys"):
         gather_selected(torch.randn(2, 1, 6, 4), torch.randn(2, 1, 6, 4),
                         torch.tensor([[1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None])
+
+
+def test_mla_over_the_indexers_pick_is_deepseek_v32s_attention() -> None:
+    """DeepSeek-V3.2's attention layer (its indexer's pick, then MLA over it) and ours with its weights: the same
+    output in both modes, not the dense one; and decoding the last token from a cache gives the full pass's row."""
+    from test_mla import copy_deepseek_weights
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
+
+    from lessons_src.kv_cache import LatentCache
+    from lessons_src.mla import MultiHeadLatentAttention
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = DeepseekV32Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=12,
+                                kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=6,
+                                index_n_heads=4, index_head_dim=16, index_topk=TOP_K, attention_bias=False,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(3)
+    ref = hf.DeepseekV32Attention(cfg, layer_idx=0).eval()
+    ref.q_a_layernorm, ref.kv_a_layernorm = torch.nn.Identity(), torch.nn.Identity()  # as test_mla's V2 pair
+    for p in ref.indexer.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours = MultiHeadLatentAttention(32, 4, kv_latent_dim=16, rope_dim=4, head_dim=8, v_head_dim=6,
+                                    q_latent_dim=12).eval()
+    copy_deepseek_weights(ref, ours)
+    x = torch.randn(2, T, 32)
+    cos, sin = hf.DeepseekV32RotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(2, T))
+    with torch.no_grad():
+        additive = torch.zeros(2, 1, T, T).masked_fill(~causal_mask(T), float("-inf"))  # its eager path adds masks
+        expected, _ = ref(x, (cos, sin), additive)
+        assert ours.q_down_proj is not None
+        q, k, w = our_inputs(ref.indexer, {"x": x, "q_resid": ours.q_down_proj(x), "cos": cos, "sin": sin})
+        keep = top_k_mask(lightning_indexer_scores(q, k, w), TOP_K)
+        for mode in ("naive", "absorbed"):
+            torch.testing.assert_close(ours(x, mode=mode, attn_mask=keep), expected, atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(ours(x), expected, atol=1e-3)  # the pick changes the answer
+        cache = LatentCache(2, 16, 4, max_len=T)
+        ours(x[:, :-1], cache=cache, attn_mask=keep[:, :, :-1, :-1])
+        step = ours(x[:, -1:], cache=cache, mode="absorbed", attn_mask=keep[:, :, -1:])
+        torch.testing.assert_close(step, expected[:, -1:], atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"attn_mask must be a bool keep-mask of \(24, 24\) or \(2, 1, 24, 24\)"):
+        ours(x, attn_mask=keep.float())
