@@ -87,3 +87,55 @@ def test_quiz_receptive_field_answer_is_computed() -> None:
     assert "3 layers" in q["prompt"] and "window of 4" in q["prompt"]
     correct = next(o["text"] for o in q["options"] if o["correct"])
     assert correct == str(receptive_field(4, 3, 64)[-1])
+
+
+# --- attention over chosen keys: the text model with each query's top-k keys, and an indexer's cost -------------
+
+
+def test_the_text_model_with_its_top_k_keys() -> None:
+    """At k = T the selection is everything and the loss is the dense loss; below it the kept weight shrinks with k
+    and the loss rises; the pick is one per layer, shared by the heads."""
+    from lessons_src.lab.long_context import text_model_top_k
+    from lessons_src.lab.text_model import corpus_bytes, load_text_model, spaced_windows, split_corpus, text_loss
+
+    model = load_text_model().eval()
+    windows = spaced_windows(split_corpus(corpus_bytes(), 0.1)[1], 8, model.cfg.max_len + 1)
+    with torch.no_grad():
+        dense = float(text_loss(model, windows).mean())
+    results = [text_model_top_k(model, windows, k) for k in (2, 8, model.cfg.max_len)]
+    assert results[-1].loss == pytest.approx(dense, abs=1e-5) and results[-1].weight_kept == pytest.approx(1.0)
+    assert [r.weight_kept for r in results] == sorted(r.weight_kept for r in results)
+    assert results[0].weight_kept < 0.9 and results[0].loss > dense + 0.1
+
+
+def test_an_indexers_costs_are_what_the_operations_count() -> None:
+    """FLOPs as torch's own counter counts the operations (one query over S rows at DeepSeek-V3.2's sizes), and the
+    dense bytes as the package's latent cache holds them; the indexer's share grows with the context."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lessons_src.kv_cache import LatentCache
+    from lessons_src.lab.configs import load_configs
+    from lessons_src.lab.long_context import selection_costs
+    from lessons_src.sparse_selection import lightning_indexer_scores
+
+    cfg = load_configs()["DeepSeek-V3.2"]
+    assert cfg.mla is not None and cfg.sparse is not None
+    H, C, R = cfg.num_heads, cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"]
+    Hi, Di = cfg.sparse["indexer_heads"], cfg.sparse["indexer_head_dim"]
+    S = 300
+    with FlopCounterMode(display=False) as counted:
+        weights = torch.randn(1, H, C + R) @ torch.randn(1, S, C + R).transpose(1, 2)  # absorbed scores (1, H, S)
+        weights @ torch.randn(1, S, C)  # the weighted latents (1, H, C)
+    with FlopCounterMode(display=False) as indexed:
+        lightning_indexer_scores(torch.randn(1, Hi, 1, Di), torch.randn(1, S, Di), torch.randn(1, Hi, 1))
+    cost = selection_costs(cfg, S)
+    assert cost["dense_flops"] == counted.get_total_flops()
+    assert cost["indexer_flops"] == indexed.get_total_flops()
+    cache = LatentCache(1, C, R, max_len=S, dtype=torch.bfloat16)
+    cache.update(torch.zeros(1, S, C, dtype=torch.bfloat16), torch.zeros(1, S, R, dtype=torch.bfloat16))
+    assert cost["dense_bytes"] == cache.nbytes
+    short, long = selection_costs(cfg, cfg.sparse["top_k"]), selection_costs(cfg, 131072)
+    assert short["sparse_flops"] == short["dense_flops"] + short["indexer_flops"]  # nothing left out yet
+    assert long["sparse_flops"] < long["dense_flops"] / 10 and long["sparse_bytes"] < long["dense_bytes"] / 5
+    with pytest.raises(ValueError, match="Llama 3 8B has no MLA latent or no lightning indexer"):
+        selection_costs(load_configs()["Llama 3 8B"], 10)

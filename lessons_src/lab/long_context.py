@@ -1,4 +1,5 @@
-"""Measurements for the long-context lessons: receptive fields, attention sinks, evicting the first tokens.
+"""Measurements for the long-context lessons: receptive fields, attention sinks, evicting the first tokens, and
+attention over chosen keys (the text model with each query's top-k keys, the cost of a lightning indexer).
 
 Built on the core (``masks``) and the lab's trained models; nothing here is timed (the benchmark
 ``tools/bench/bench_long_context.py`` does the timing).
@@ -10,26 +11,33 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 from torch import Tensor
 
+from ..attention import attention
 from ..masks import causal_mask
+from ..sparse_selection import top_k_mask
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .configs import ModelConfig
     from .minilm import MiniLM, Tokenizer
+    from .text_model import Block, TextGPT
     from .toy_models import TinyTransformer
 
 __all__ = [
     "SENTENCES",
+    "TopKResult",
     "evict_keys_minilm",
     "first_token_mass",
     "minilm_eviction_cosines",
     "minilm_sink_shares",
     "receptive_field",
+    "selection_costs",
+    "text_model_top_k",
     "toy_logits_with_mask",
     "toy_window_eviction",
 ]
@@ -210,4 +218,82 @@ def toy_window_eviction(
         "uniform": float((1 / torch.arange(9, T + 1).float()).mean()),
         "full_loss": repeat_loss(full),
         "windowed": rows,
+    }
+
+
+class TopKResult(NamedTuple):
+    """The text model with each query restricted to its ``top_k`` keys: the loss and the attention weight kept."""
+
+    top_k: int
+    loss: float  # mean next-byte cross-entropy, nats
+    weight_kept: float  # mean over layers, heads and queries of the dense attention weight on the kept keys
+
+
+@torch.no_grad()
+def text_model_top_k(model: TextGPT, windows: Tensor, top_k: int) -> TopKResult:
+    """Run ``model`` with each query attending only to its ``top_k`` keys, ranked by the true attention weights.
+
+    The ranking is the upper bound an indexer tries to reach: each layer computes its dense attention weights,
+    averages them over the heads and keeps each query's ``top_k`` best keys for all of them (one selection per
+    layer, shared by the heads, as DeepSeek-V3.2's indexer picks), then attends over that selection only.
+
+    Shapes:
+        windows: ``(B, T + 1)`` byte ids; the loss predicts ``windows[:, 1:]``.
+    """
+    import torch.nn.functional as F
+
+    tokens = windows[:, :-1]
+    cos, sin = model._rotations(tokens)
+    x = model.embed(tokens)
+    kept = []
+    for block in cast("list[Block]", list(model.blocks)):
+        B, T, D = x.shape
+        q, k, v = block.queries_keys_values(x, cos, sin)  # (B, H, T, E)
+        dense = attention(q, k, v, is_causal=True, implementation="eager").weights  # (B, H, T, T)
+        assert dense is not None
+        keep = top_k_mask(dense.mean(dim=1), top_k)  # (B, 1, T, T): the heads' mean weight ranks the keys
+        kept.append((dense * keep).sum(-1).mean())
+        out = attention(q, k, v, attn_mask=keep).output  # keep is within causality already
+        x = x + block.attn.out_proj(out.transpose(1, 2).reshape(B, T, D))
+        x = x + block.mlp(block.ln2(x))
+    logits = model.unembed(model.ln_f(x))
+    loss = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:])
+    return TopKResult(top_k, float(loss), float(torch.stack(kept).mean()))
+
+
+def selection_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2, index_bytes: int = 1) -> dict[str, int]:
+    """One decoding step's attention FLOPs and bytes read per layer, dense against a lightning indexer's top-k.
+
+    For an MLA model with an indexer (DeepSeek-V3.2): dense attention reads the whole latent cache, ``S`` rows of
+    ``C + R`` numbers, and spends ``2 H S (2C + R)`` FLOPs (absorbed: each head's query against each row's
+    ``C + R`` numbers, then the weighted sum of the ``C``-wide latents). The indexer reads ``S`` keys of ``Di``
+    numbers and spends ``2 Hi (Di + 1) S`` FLOPs (each head's dot products, then the heads' weighted sum: its
+    quadratic part, over a whole sequence); attention then runs over
+    ``top_k`` rows only. ``cache_bytes`` per latent number (bfloat16: 2), ``index_bytes`` per indexer key number
+    (DeepSeek stores them in FP8: 1).
+
+    Raises:
+        ValueError: if the model has no MLA or no indexer, or ``context`` is below 1.
+
+    Example:
+        >>> from lessons_src.lab.configs import load_configs
+        >>> c = selection_costs(load_configs()["DeepSeek-V3.2"], 131072)
+        >>> round(c["dense_flops"] / c["sparse_flops"], 1), round(c["dense_bytes"] / c["sparse_bytes"], 1)
+        (13.3, 7.9)
+    """
+    if not cfg.mla or not cfg.sparse:
+        raise ValueError(f"{cfg.name} has no MLA latent or no lightning indexer (mla={cfg.mla}, sparse={cfg.sparse})")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be a positive int (tokens); got {context!r}")
+    H, C, R = cfg.num_heads, cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"]
+    Hi, Di, top_k = cfg.sparse["indexer_heads"], cfg.sparse["indexer_head_dim"], cfg.sparse["top_k"]
+    picked = min(top_k, context)
+    attend = 2 * H * (2 * C + R)  # FLOPs per row attended
+    return {
+        "dense_flops": attend * context,
+        "indexer_flops": 2 * Hi * (Di + 1) * context,
+        "sparse_flops": 2 * Hi * (Di + 1) * context + attend * picked,
+        "dense_bytes": context * (C + R) * cache_bytes,
+        "indexer_bytes": context * Di * index_bytes,
+        "sparse_bytes": context * Di * index_bytes + picked * (C + R) * cache_bytes,
     }
