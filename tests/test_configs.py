@@ -91,17 +91,29 @@ def test_card_names_are_the_sources_own_with_their_values(name: str) -> None:
         assert "head_dim" in cfg.card_names, f"{name} states its own head size: the card must show that field"
 
 
-@pytest.mark.parametrize("name", list(load_configs()))
-def test_every_recipe_number_is_in_the_source(name: str) -> None:
-    """Window, chunk, cap, rotary base, indexer, linear-layer and shared-layer numbers are all read from the source."""
-    cfg = load_configs()[name]
+def unsourced_numbers(cfg: ModelConfig) -> list[object]:
+    """The row's window, chunk, cap, rotary, indexer, linear and shared-layer numbers its source does not state."""
     numbers = [cfg.sliding_window, cfg.chunk_size, cfg.attn_softcap, cfg.nope_every,
                cfg.kv_shared_layers or None, *(cfg.sparse or {}).values(), *(cfg.global_layers or {}).values()]
     numbers += [value for key, value in (cfg.linear or {}).items() if key != "kind"]
     numbers += [value for key, value in (cfg.rope or {}).items() if key in ("theta", "factor", "original_context")]
-    for number in numbers:
-        if number is not None and not isinstance(number, bool):
-            assert re.search(rf"(?<![\w.]){number}(?![\w])", cfg.source), (name, number)
+    return [n for n in numbers if n is not None and not isinstance(n, bool)
+            and not re.search(rf"(?<![\w.]){n}(?![\w])", cfg.source)]
+
+
+@pytest.mark.parametrize("name", list(load_configs()))
+def test_every_recipe_number_is_in_the_source(name: str) -> None:
+    assert unsourced_numbers(load_configs()[name]) == []
+
+
+def test_the_recipe_check_refuses_a_number_its_source_does_not_state() -> None:
+    import dataclasses
+
+    gpt = load_configs()["gpt-oss-20b"]  # its window, 128, is in its source; 1280 and 12 are not
+    assert unsourced_numbers(dataclasses.replace(gpt, sliding_window=1280)) == [1280]
+    assert unsourced_numbers(dataclasses.replace(gpt, sliding_window=12)) == [12]
+    qwen = load_configs()["Qwen3-Next-80B-A3B"]
+    assert unsourced_numbers(dataclasses.replace(qwen, linear={**(qwen.linear or {}), "value_heads": 33})) == [33]
 
 
 # The families of 2025-26 that issue 52 asks the atlas for (DeepSeek-V3 appeared on 26 December 2024).

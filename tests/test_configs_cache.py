@@ -52,8 +52,7 @@ def test_attention_layers_match_the_package_caches(name: str, kind: str) -> None
     cfg = load_configs()[name]
     span = {"sliding": cfg.sliding_window, "chunked": cfg.chunk_size}.get(kind)
     contexts = [37] if span is None else [min(37, span), span]  # below the span, and at it (the most a layer holds)
-    layers = [(k, n) for k, n in zip(cfg.layer_kinds(), range(cfg.num_layers - cfg.kv_shared_layers), strict=False)]
-    n = next(n for k, n in layers if k == kind)
+    n = cfg.layer_kinds()[: cfg.num_layers - cfg.kv_shared_layers].index(kind)  # the first such layer that caches
     indexer = (cfg.sparse or {}).get("indexer_head_dim", 0) if kind == "full" and cfg.mla else 0
     for context in contexts:
         ours = cfg.layer_cache_numbers(context)[n]

@@ -20,7 +20,10 @@ from . import data_file
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["LAYER_KINDS", "LESSON_MODELS", "ConfigTable", "ModelConfig", "UnknownModelError", "load_configs"]
+__all__ = [
+    "COMPRESSED_KINDS", "LAYER_KINDS", "LESSON_MODELS", "ConfigTable", "ModelConfig", "UnknownModelError",
+    "load_configs",
+]
 
 
 LAYER_KINDS = ("full", "sliding", "chunked", "linear", "compressed_sparse", "heavily_compressed")
@@ -32,6 +35,8 @@ positions (Llama 4); ``linear``: a recurrent state of fixed size instead of a ca
 ``compressed_sparse`` and ``heavily_compressed``: DeepSeek-V4's attention over keys pooled every
 ``compress[kind]`` positions (the first with a top-k selection over them), beside a window of recent keys.
 """
+
+COMPRESSED_KINDS = ("compressed_sparse", "heavily_compressed")  # DeepSeek-V4's: each also keeps a window
 
 LESSON_MODELS = (
     "Transformer base", "Transformer big", "BERT-base", "GPT-2 small", "GPT-2 medium", "all-MiniLM-L6-v2",
@@ -153,11 +158,11 @@ class ModelConfig:
         kinds = set(self.layer_kinds())
         needs = {"sliding": ("sliding_window", self.sliding_window), "chunked": ("chunk_size", self.chunk_size),
                  "linear": ("linear", self.linear)}
-        needs |= {kind: ("compress", (self.compress or {}).get(kind)) for kind in LAYER_KINDS[4:]}
+        needs |= {kind: ("compress", (self.compress or {}).get(kind)) for kind in COMPRESSED_KINDS}
         for kind, (name, value) in needs.items():
             if kind in kinds and value is None:
                 raise ValueError(f"{self.name}: layer_pattern has {kind!r} layers, which need {name}")
-        if self.sliding_window is not None and not kinds & {"sliding", *LAYER_KINDS[4:]}:
+        if self.sliding_window is not None and not kinds & {"sliding", *COMPRESSED_KINDS}:
             raise ValueError(f"{self.name}: sliding_window={self.sliding_window} but no layer uses a window")
         if not 0 <= self.kv_shared_layers < self.num_layers:
             raise ValueError(
@@ -302,7 +307,7 @@ class ModelConfig:
                 lin = self.linear or {}
                 conv = 2 * lin["key_heads"] * lin["key_dim"] + lin["value_heads"] * lin["value_dim"]
                 out.append((kind, lin["value_heads"] * lin["key_dim"] * lin["value_dim"] + lin["conv_kernel"] * conv))
-            elif kind in ("compressed_sparse", "heavily_compressed"):
+            elif kind in COMPRESSED_KINDS:
                 pooled = context // (self.compress or {})[kind]
                 window = min(context, self.sliding_window or 0) * K * E
                 out.append((kind, window + pooled * K * E + (pooled * indexer if kind == "compressed_sparse" else 0)))
