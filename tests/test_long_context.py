@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from lessons_src.lab.long_context import first_token_mass, receptive_field, toy_
 from lessons_src.masks import causal_mask
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "train"))
+import train_indexer  # noqa: E402
 
 
 @pytest.mark.parametrize(("window", "layers"), [(1, 3), (2, 5), (4, 6), (7, 3)])
@@ -141,7 +144,7 @@ def test_an_indexers_costs_are_what_the_operations_count() -> None:
         selection_costs(load_configs()["Llama 3 8B"], 10)
 
 
-# --- a lightning indexer for the text model ----------------------------------------------------------------------
+# --- the lightning indexer fitted to the text model (tools/train/train_indexer.py, `make train-indexer`) ---------
 
 
 def test_the_indexer_picks_what_deepseek_v32s_indexer_picks() -> None:
@@ -196,6 +199,63 @@ def test_indexer_kl_is_the_kl_divergence_over_the_visible_keys() -> None:
     assert float(indexer_kl(target.clamp_min(1e-30).log(), target).abs().max()) < 1e-5  # scores = log target: 0
     with pytest.raises(ValueError, match=r"scores and target must both be \(B, T, S\); got \(2, 5, 7\) and \(2, 5\)"):
         indexer_kl(scores, target[..., 0])
+
+
+def test_the_indexer_fit_reproduces_the_logged_first_steps() -> None:
+    """`make train-indexer` reproducibility without running it whole: its first steps give the logged KLs."""
+    from lessons_src.lab.long_context import read_indexer_log
+
+    log = read_indexer_log()
+    steps = 3
+    got = train_indexer.train(None, steps=log["steps"], seed=log["seed"], stop_after=steps)["train_kl"]
+    # Equal on the machine that fitted it; another CPU's kernels may sum in another order (see test_text_model).
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(log["train_kl"][:steps]), atol=5e-4, rtol=0)
+    assert len(log["train_kl"]) == log["steps"] and log["train_cpu_seconds"] < 600  # the brief: under 10 CPU min
+
+
+def test_the_committed_results_recompute_from_the_committed_indexer() -> None:
+    """The log was written for this text model and this indexer file; its k = 8 row recomputes from them, and its
+    table is complete: every ranking at every k, the dense loss at k = T."""
+    import hashlib
+    from dataclasses import asdict
+
+    from lessons_src.lab import artifact
+    from lessons_src.lab.long_context import load_text_indexer, read_indexer_log, text_model_top_k
+    from lessons_src.lab.text_model import TEXT_CHECKPOINT, corpus_bytes, load_text_model
+
+    t = train_indexer
+    log, indexer, model = read_indexer_log(), load_text_indexer(), load_text_model()
+    assert log["text_model"]["sha256"] == hashlib.sha256(artifact(TEXT_CHECKPOINT).read_bytes()).hexdigest()
+    assert log["config"] == asdict(indexer.cfg) == asdict(t.CONFIG)
+    assert log["parameters"] == sum(p.numel() for p in indexer.parameters())
+    r = log["results"]
+    assert r["top_k"] == list(t.TOP_KS) and model.cfg.max_len in r["top_k"]
+    for name in t.RANKINGS:
+        assert [row["top_k"] for row in r[name]] == r["top_k"]
+        assert r[name][-1]["loss"] == pytest.approx(r["dense_loss"], abs=1e-4) and r[name][-1]["weight_kept"] == 1
+    windows = t.train_text.eval_windows(t.train_text.split(corpus_bytes())[1])
+    assert len(windows) == log["eval_windows"]
+    k = 8
+    for name, ranker in (("true", None), ("indexer", indexer)):
+        got = text_model_top_k(model, windows, k, indexer=ranker)
+        row = r[name][r["top_k"].index(k)]
+        assert (got.loss, got.weight_kept, got.recall) == pytest.approx(
+            (row["loss"], row["weight_kept"], row["recall"]), abs=2e-4), name
+
+
+def test_the_fitted_indexer_keeps_far_more_weight_than_its_untrained_self() -> None:
+    """Fitting works: from the same seeded start, the fitted indexer keeps most of the weight the true ranking keeps
+    at k = 8, the untrained one little of it (on a few validation windows)."""
+    from lessons_src.lab.long_context import load_text_indexer, text_model_top_k
+    from lessons_src.lab.text_model import corpus_bytes, load_text_model, spaced_windows, split_corpus
+
+    t = train_indexer
+    model = load_text_model()
+    windows = spaced_windows(split_corpus(corpus_bytes(), 0.1)[1], 8, model.cfg.max_len + 1)
+    best, fitted, untrained = (text_model_top_k(model, windows, 8, indexer=ix)
+                               for ix in (None, load_text_indexer(), t.initial_indexer(t.SEED).eval()))
+    assert fitted.weight_kept > 0.9 * best.weight_kept and untrained.weight_kept < 0.5 * best.weight_kept
+    assert fitted.loss < untrained.loss - 1.0 and fitted.recall > 2 * untrained.recall
 
 
 def test_indexer_weights_and_inputs_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
