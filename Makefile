@@ -21,7 +21,7 @@ export NO_MKDOCS_2_WARNING := 1
 # side with other work). `make bench` and `make train` keep their own settings.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex exercises clean distclean lock train train-check train-text train-qk-norm train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex bench-sparse exercises clean distclean lock train train-check train-text train-qk-norm train-indexer train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -208,6 +208,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_decode.py && $(BIN)/python tools/bench/gqa_convert_quality.py
 	$(BIN)/python tools/bench/bench_long_context.py
 	$(BIN)/python tools/bench/bench_flex.py
+	$(BIN)/python tools/bench/bench_sparse.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
@@ -236,6 +237,9 @@ bench-patterns: $(DEPS) ## Only layer patterns (window, chunk, shared KV) agains
 bench-flex: $(DEPS) ## Only compiled FlexAttention vs SDPA with the dense mask, four masks, T = 1K-8K (compiles each)
 	$(BIN)/python tools/bench/bench_flex.py
 
+bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S = 8192: a decoding step, a prefill (~2 min)
+	$(BIN)/python tools/bench/bench_sparse.py
+
 bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding (~3 min)
 	$(BIN)/python tools/bench/bench_long_context.py
 
@@ -250,6 +254,9 @@ train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with he
 
 train-qk-norm: $(DEPS) ## Retrain the text model with and without QK-norm, 3 learning rates x 2 seeds (600 steps each, 2 at a time, ~30 min)
 	$(BIN)/python tools/train/train_qk_norm.py
+
+train-indexer: $(DEPS) ## Fit a lightning indexer to each layer of the frozen text model; loss and weight kept against k (seeded, ~3 CPU min)
+	$(BIN)/python tools/train/train_indexer.py
 
 train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded, minutes)
 	$(BIN)/python tools/train/train_one_vs_many.py

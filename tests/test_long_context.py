@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from lessons_src.lab.long_context import first_token_mass, receptive_field, toy_
 from lessons_src.masks import causal_mask
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "train"))
+import train_indexer  # noqa: E402
 
 
 @pytest.mark.parametrize(("window", "layers"), [(1, 3), (2, 5), (4, 6), (7, 3)])
@@ -139,3 +142,158 @@ def test_an_indexers_costs_are_what_the_operations_count() -> None:
     assert long["sparse_flops"] < long["dense_flops"] / 10 and long["sparse_bytes"] < long["dense_bytes"] / 5
     with pytest.raises(ValueError, match="Llama 3 8B has no MLA latent or no lightning indexer"):
         selection_costs(load_configs()["Llama 3 8B"], 10)
+
+
+# --- the lightning indexer fitted to the text model (tools/train/train_indexer.py, `make train-indexer`) ---------
+
+
+def test_the_indexer_picks_what_deepseek_v32s_indexer_picks() -> None:
+    """Our LightningIndexer with transformers' DeepseekV32Indexer's weights (its low-rank query path fed the same
+    input as the rest, since the text model has none) picks the same top-k keys: projections, key LayerNorm, RoPE
+    on the first rope_dim features, head weights times Hi**-0.5."""
+    import warnings
+
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
+
+    from lessons_src.lab.long_context import IndexerConfig, LightningIndexer
+    from lessons_src.sparse_selection import top_k_mask
+
+    D, T, top_k = 32, 20, 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = DeepseekV32Config(hidden_size=D, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=D,
+                                kv_lora_rank=8, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+                                index_n_heads=4, index_head_dim=16, index_topk=top_k, vocab_size=16,
+                                num_hidden_layers=1, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    torch.manual_seed(0)
+    theirs = hf.DeepseekV32Indexer(cfg, layer_idx=0).eval()
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours = LightningIndexer(IndexerConfig(d_model=D, indexer_heads=4, indexer_head_dim=16, rope_dim=8)).eval()
+    for name in ("wk", "k_norm", "weights_proj"):
+        getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+    ours.wq.load_state_dict(theirs.wq_b.state_dict())
+    x = torch.randn(2, T, D)
+    cos, sin = hf.DeepseekV32RotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(2, T))
+    with torch.no_grad():
+        picked = theirs(x, x, (cos, sin), causal_mask(T)[None].expand(2, T, T), None)  # (B, T, top_k) indices
+        keep = top_k_mask(ours(x), top_k)[:, 0]  # (B, T, T)
+    want = torch.zeros(2, T, T, dtype=torch.bool).scatter_(-1, picked.long(), True) & causal_mask(T)
+    assert torch.equal(keep, want)
+    assert ours.k_norm.eps == theirs.k_norm.eps
+
+
+def test_indexer_kl_is_the_kl_divergence_over_the_visible_keys() -> None:
+    from lessons_src.lab.long_context import indexer_kl
+
+    torch.manual_seed(0)
+    scores = torch.randn(2, 5, 7)
+    target = torch.rand(2, 5, 7).masked_fill(~causal_mask(5, 7), 0.0)
+    target = target / target.sum(-1, keepdim=True)
+    got = indexer_kl(scores, target)  # (2, 5)
+    for t in range(5):  # query t sees keys 0 .. t + 2
+        seen = slice(0, t + 3)
+        want = torch.nn.functional.kl_div(scores[:, t, seen].log_softmax(-1), target[:, t, seen], reduction="none")
+        torch.testing.assert_close(got[:, t], want.sum(-1))
+    assert float(indexer_kl(target.clamp_min(1e-30).log(), target).abs().max()) < 1e-5  # scores = log target: 0
+    with pytest.raises(ValueError, match=r"scores and target must both be \(B, T, S\); got \(2, 5, 7\) and \(2, 5\)"):
+        indexer_kl(scores, target[..., 0])
+
+
+def test_the_indexer_fit_reproduces_the_logged_first_steps() -> None:
+    """`make train-indexer` reproducibility without running it whole: its first steps give the logged KLs."""
+    from lessons_src.lab.long_context import read_indexer_log
+
+    log = read_indexer_log()
+    steps = 3
+    got = train_indexer.train(None, steps=log["steps"], seed=log["seed"], stop_after=steps)["train_kl"]
+    # Equal on the machine that fitted it; another CPU's kernels may sum in another order (see test_text_model).
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(log["train_kl"][:steps]), atol=5e-4, rtol=0)
+    assert len(log["train_kl"]) == log["steps"] and log["train_cpu_seconds"] < 600  # the brief: under 10 CPU min
+
+
+def test_the_committed_results_recompute_from_the_committed_indexer() -> None:
+    """The log was written for this text model and this indexer file; its k = 8 row recomputes from them, and its
+    table is complete: every ranking at every k, the dense loss at k = T."""
+    import hashlib
+    from dataclasses import asdict
+
+    from lessons_src.lab import artifact
+    from lessons_src.lab.long_context import load_text_indexer, read_indexer_log, text_model_top_k
+    from lessons_src.lab.text_model import TEXT_CHECKPOINT, corpus_bytes, load_text_model
+
+    t = train_indexer
+    log, indexer, model = read_indexer_log(), load_text_indexer(), load_text_model()
+    assert log["text_model"]["sha256"] == hashlib.sha256(artifact(TEXT_CHECKPOINT).read_bytes()).hexdigest()
+    assert log["config"] == asdict(indexer.cfg) == asdict(t.CONFIG)
+    assert log["parameters"] == sum(p.numel() for p in indexer.parameters())
+    r = log["results"]
+    assert r["top_k"] == list(t.TOP_KS) and model.cfg.max_len in r["top_k"]
+    for name in t.RANKINGS:
+        assert [row["top_k"] for row in r[name]] == r["top_k"]
+        assert r[name][-1]["loss"] == pytest.approx(r["dense_loss"], abs=1e-4) and r[name][-1]["weight_kept"] == 1
+    windows = t.train_text.eval_windows(t.train_text.split(corpus_bytes())[1])
+    assert len(windows) == log["eval_windows"]
+    k = 8
+    for name, ranker in (("true", None), ("indexer", indexer)):
+        got = text_model_top_k(model, windows, k, indexer=ranker)
+        row = r[name][r["top_k"].index(k)]
+        assert (got.loss, got.weight_kept, got.recall) == pytest.approx(
+            (row["loss"], row["weight_kept"], row["recall"]), abs=2e-4), name
+
+
+def test_the_fitted_indexer_keeps_far_more_weight_than_its_untrained_self() -> None:
+    """Fitting works: from the same seeded start, the fitted indexer keeps most of the weight the true ranking keeps
+    at k = 8, the untrained one little of it (on a few validation windows)."""
+    from lessons_src.lab.long_context import load_text_indexer, text_model_top_k
+    from lessons_src.lab.text_model import corpus_bytes, load_text_model, spaced_windows, split_corpus
+
+    t = train_indexer
+    model = load_text_model()
+    windows = spaced_windows(split_corpus(corpus_bytes(), 0.1)[1], 8, model.cfg.max_len + 1)
+    best, fitted, untrained = (text_model_top_k(model, windows, 8, indexer=ix)
+                               for ix in (None, load_text_indexer(), t.initial_indexer(t.SEED).eval()))
+    assert fitted.weight_kept > 0.9 * best.weight_kept and untrained.weight_kept < 0.5 * best.weight_kept
+    assert fitted.loss < untrained.loss - 1.0 and fitted.recall > 2 * untrained.recall
+
+
+def test_indexer_weights_and_inputs_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from lessons_src.lab.long_context import IndexerConfig, LightningIndexer, TextIndexer, text_model_top_k
+    from lessons_src.lab.text_model import TextConfig, TextGPT
+
+    cfg = IndexerConfig(d_model=16, num_layers=1, indexer_heads=2, indexer_head_dim=4, rope_dim=2)
+    state = TextIndexer(cfg).state_dict()
+    bad = {**state, "layers.0.wq.weight": torch.zeros(6, 16)}
+    with pytest.raises(ValueError, match=r"d_model=16, num_layers=1, indexer_heads=2, indexer_head_dim=4: "
+                                         r"layers\.0\.wq\.weight has shape \(6, 16\), needs \(8, 16\)"):
+        TextIndexer(cfg).check_state(bad)
+    save_file({k: v.contiguous() for k, v in bad.items()}, str(tmp_path / "bad.safetensors"),
+              metadata={"config": json.dumps({"d_model": 16, "num_layers": 1, "indexer_heads": 2,
+                                              "indexer_head_dim": 4, "rope_dim": 2})})
+    with pytest.raises(ValueError, match=r"layers\.0\.wq\.weight has shape \(6, 16\), needs \(8, 16\)"):
+        TextIndexer.load(tmp_path / "bad.safetensors")
+    with pytest.raises(ValueError, match=r"layers\.0\.k_norm\.bias is missing; extra is not a tensor"):
+        TextIndexer(cfg).check_state({**{k: v for k, v in state.items() if k != "layers.0.k_norm.bias"},
+                                      "extra": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"x must be \(B, T, D\) with D = d_model = 16; got \(1, 3, 8\)"):
+        LightningIndexer(cfg)(torch.zeros(1, 3, 8))
+    with pytest.raises(ValueError, match=r"rope_dim=3 must be even and from 0 to indexer_head_dim=4"):
+        IndexerConfig(indexer_head_dim=4, rope_dim=3)
+    with pytest.raises(ValueError, match=r"sizes must be positive ints; got \{'indexer_heads': 0\}"):
+        IndexerConfig(indexer_heads=0)
+    model = TextGPT(TextConfig(d_model=16, num_heads=2, num_layers=2, max_len=8, d_ff=32))
+    with pytest.raises(ValueError, match="indexer has d_model=16, num_layers=1; the model d_model=16, num_layers=2"):
+        text_model_top_k(model, torch.zeros(1, 5, dtype=torch.long), 2, indexer=TextIndexer(cfg))
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    from lessons_src.lab import long_context
+
+    torch.manual_seed(0)
+    result = doctest.testmod(long_context, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 6 and result.failed == 0

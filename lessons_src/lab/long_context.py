@@ -1,8 +1,19 @@
 """Measurements for the long-context lessons: receptive fields, attention sinks, evicting the first tokens, and
-attention over chosen keys (the text model with each query's top-k keys, the cost of a lightning indexer).
+attention over chosen keys (the text model with each query's top-k keys, ranked by its true attention or by a small
+lightning indexer fitted here, and the cost of an indexer at DeepSeek-V3.2's sizes).
 
-Built on the core (``masks``) and the lab's trained models; nothing here is timed (the benchmark
-``tools/bench/bench_long_context.py`` does the timing).
+Built on the core (``masks``, ``rope``, ``sparse_selection``) and the lab's trained models; nothing here is timed
+(the benchmarks ``tools/bench/bench_long_context.py`` and ``tools/bench/bench_sparse.py`` do the timing).
+
+The fitted indexer (:class:`TextIndexer`, one :class:`LightningIndexer` per layer of the text model) is fitted by
+``tools/train/train_indexer.py`` (``make train-indexer``) as DeepSeek-V3.2's dense warm-up stage fits its indexer:
+the text model frozen, the KL divergence from each layer's attention distribution (:func:`attention_targets`) to
+the softmax of the indexer's scores (:func:`indexer_kl`). Its float16 weights and its log, with the results against
+k, ship in ``lessons_src/lab/artifacts/`` (:func:`load_text_indexer`, :func:`read_indexer_log`).
+
+References:
+    DeepSeek-AI, "DeepSeek-V3.2: Pushing the Frontier of Open Large Language Models", 2025 (arXiv:2512.02556):
+    the lightning indexer, its top-k selection and its KL warm-up.
 
 Example:
     >>> receptive_field(window=3, num_layers=3, length=12)
@@ -11,17 +22,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, cast
+import json
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..attention import attention
 from ..masks import causal_mask
-from ..sparse_selection import top_k_mask
+from ..rope import apply_rope, rope_cos_sin
+from ..sparse_selection import lightning_indexer_scores, top_k_mask
+from . import artifact, read_artifact_json, requires_extra
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from .configs import ModelConfig
     from .minilm import MiniLM, Tokenizer
@@ -29,12 +46,21 @@ if TYPE_CHECKING:
     from .toy_models import TinyTransformer
 
 __all__ = [
+    "INDEXER_CHECKPOINT",
+    "INDEXER_LOG",
     "SENTENCES",
+    "IndexerConfig",
+    "LightningIndexer",
+    "TextIndexer",
     "TopKResult",
+    "attention_targets",
     "evict_keys_minilm",
     "first_token_mass",
+    "indexer_kl",
+    "load_text_indexer",
     "minilm_eviction_cosines",
     "minilm_sink_shares",
+    "read_indexer_log",
     "receptive_field",
     "selection_costs",
     "text_model_top_k",
@@ -221,44 +247,280 @@ def toy_window_eviction(
     }
 
 
+INDEXER_CHECKPOINT = "text_indexer.safetensors"
+INDEXER_LOG = "indexer_training.json"
+
+
+@dataclass(frozen=True)
+class IndexerConfig:
+    """Shape of a :class:`TextIndexer`: one small lightning indexer per layer of the text model.
+
+    Attributes:
+        d_model: the text model's width ``D``; each indexer reads its block's normalised input, ``(B, T, D)``.
+        num_layers: the text model's layers, one indexer each.
+        indexer_heads: indexer heads ``Hi``.
+        indexer_head_dim: indexer head size ``Di``, of queries and of the one shared key.
+        rope_dim: how many of the ``Di`` features of each query and key are rotated by position (the first ones,
+            half-split as :func:`lessons_src.rope.apply_rope` rotates them); the rest carry no position.
+        rope_base: RoPE's wavelength base.
+
+    Raises:
+        ValueError: on a size below 1, or a ``rope_dim`` that is odd or larger than ``indexer_head_dim``.
+    """
+
+    d_model: int = 128
+    num_layers: int = 2
+    indexer_heads: int = 4
+    indexer_head_dim: int = 16
+    rope_dim: int = 8
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        sizes = {"d_model": self.d_model, "num_layers": self.num_layers, "indexer_heads": self.indexer_heads,
+                 "indexer_head_dim": self.indexer_head_dim}
+        bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+        if bad:
+            raise ValueError(f"IndexerConfig sizes must be positive ints; got {bad}")
+        if not 0 <= self.rope_dim <= self.indexer_head_dim or self.rope_dim % 2:
+            raise ValueError(f"rope_dim={self.rope_dim!r} must be even and from 0 to indexer_head_dim="
+                             f"{self.indexer_head_dim} (RoPE rotates pairs of features)")
+
+
+class LightningIndexer(nn.Module):
+    """One layer's lightning indexer, DeepSeek-V3.2's form: ``I[t, s] = sum_h w[t, h] ReLU(q_h[t] . k[s] / sqrt(Di))``.
+
+    From the block's normalised input ``x`` (the input of its attention), as ``transformers``'
+    ``DeepseekV32Indexer`` computes it:
+
+    * queries: ``Hi`` heads of ``Di`` features, ``q = x W_q``;
+    * keys: one per position, shared by the heads, ``k = LayerNorm(x W_k)``;
+    * positions: RoPE on the first ``rope_dim`` features of each query and key (half-split, the rotated part first,
+      as DeepSeek-V3.2's indexer does; the text model's attention is rotated the same way), the rest unrotated;
+    * per-head weights from the same input, ``w = x W_w * Hi ** -0.5``;
+    * no biases; the scores are :func:`lessons_src.sparse_selection.lightning_indexer_scores`.
+
+    What is left out of DeepSeek-V3.2's indexer, and why: its query comes from the attention's low-rank query
+    latent (``W_q`` applied to ``q_a_layernorm(q_a_proj(x))``), and the text model has no low-rank query, so ``W_q``
+    reads ``x`` itself; the Hadamard rotation and the FP8 keys are left out because they change speed and storage,
+    not the ranking (the rotation is orthogonal: it keeps every dot product); and the sizes are the text model's
+    scale, not DeepSeek-V3.2's (``Hi = 64``, ``Di = 128``, 64 of them rotated, at ``D = 7168``).
+
+    Shapes:
+        x: ``(B, T, D)``; returns scores ``(B, T, T)`` (causality not applied: :func:`top_k_mask` applies it).
+
+    Example:
+        >>> scores = LightningIndexer(IndexerConfig(d_model=8, indexer_heads=2, indexer_head_dim=4, rope_dim=2))(
+        ...     torch.randn(1, 5, 8))
+        >>> tuple(scores.shape)
+        (1, 5, 5)
+    """
+
+    def __init__(self, cfg: IndexerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        Hi, Di = cfg.indexer_heads, cfg.indexer_head_dim
+        self.wq = nn.Linear(cfg.d_model, Hi * Di, bias=False)
+        self.wk = nn.Linear(cfg.d_model, Di, bias=False)
+        self.k_norm = nn.LayerNorm(Di, eps=1e-6)  # as DeepSeek-V3.2's
+        self.weights_proj = nn.Linear(cfg.d_model, Hi, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        cfg = self.cfg
+        if x.ndim != 3 or x.shape[-1] != cfg.d_model:
+            raise ValueError(f"x must be (B, T, D) with D = d_model = {cfg.d_model}; got {tuple(x.shape)}")
+        B, T, _ = x.shape
+        Hi, Di, R = cfg.indexer_heads, cfg.indexer_head_dim, cfg.rope_dim
+        q = self.wq(x).view(B, T, Hi, Di).transpose(1, 2)  # (B, Hi, T, Di)
+        k = self.k_norm(self.wk(x))  # (B, T, Di): one key per position, shared by the heads
+        if R:
+            cos, sin = rope_cos_sin(torch.arange(T, device=x.device), R, base=cfg.rope_base)  # (T, R)
+            q = torch.cat([apply_rope(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, Hi, T, Di)
+            k = torch.cat([apply_rope(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, T, Di)
+        w = self.weights_proj(x).transpose(1, 2) * Hi**-0.5  # (B, Hi, T)
+        return lightning_indexer_scores(q, k, w)  # (B, T, T)
+
+
+class TextIndexer(nn.Module):
+    """One :class:`LightningIndexer` per layer of the text model; ``indexer.layers[i]`` ranks layer ``i``'s keys.
+
+    Example:
+        >>> cfg = IndexerConfig(d_model=8, num_layers=2, indexer_heads=2, indexer_head_dim=4, rope_dim=2)
+        >>> indexer = TextIndexer(cfg)
+        >>> len(indexer.layers), sum(p.numel() for p in indexer.parameters())
+        (2, 240)
+    """
+
+    def __init__(self, cfg: IndexerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(LightningIndexer(cfg) for _ in range(cfg.num_layers))
+
+    def layer(self, i: int) -> LightningIndexer:
+        """Layer ``i``'s indexer."""
+        return cast("LightningIndexer", self.layers[i])
+
+    def check_state(self, state: dict[str, Tensor]) -> None:
+        """Raise a ValueError naming every missing, unexpected or wrongly shaped tensor of ``state``.
+
+        Raises:
+            ValueError: ``layers.0.wq.weight has shape (32, 128); this indexer (d_model=128, indexer_heads=4,
+                indexer_head_dim=16) needs (64, 128)``, and likewise for the other tensors.
+        """
+        want = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        c = self.cfg
+        sizes = (f"d_model={c.d_model}, num_layers={c.num_layers}, indexer_heads={c.indexer_heads}, "
+                 f"indexer_head_dim={c.indexer_head_dim}")
+        problems = [f"{k} is missing" for k in want if k not in state]
+        problems += [f"{k} is not a tensor of this indexer" for k in state if k not in want]
+        problems += [f"{k} has shape {tuple(state[k].shape)}, needs {shape}" for k, shape in want.items()
+                     if k in state and tuple(state[k].shape) != shape]
+        if problems:
+            raise ValueError(f"weights that do not fit an indexer with {sizes}: {'; '.join(problems)}")
+
+    def save(self, path: str | Path, metadata: dict[str, str] | None = None,
+             dtype: torch.dtype = torch.float16) -> None:
+        """Write the weights (as ``dtype``) and the config (JSON metadata) to a safetensors file."""
+        with requires_extra("toy"):
+            from safetensors.torch import save_file
+
+        meta = {"config": json.dumps(asdict(self.cfg), sort_keys=True), **(metadata or {})}
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}, str(path),
+                  metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TextIndexer:
+        """Read a file written by :meth:`save` into a float32 indexer in eval mode.
+
+        Raises:
+            ValueError: if the file's tensors do not have the shapes its config gives (:meth:`check_state`).
+        """
+        with requires_extra("toy"):
+            from safetensors import safe_open
+            from safetensors.torch import load_file
+
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        indexer = cls(IndexerConfig(**json.loads(meta["config"])))
+        state = {k: v.float() for k, v in load_file(str(path)).items()}
+        indexer.check_state(state)
+        indexer.load_state_dict(state)
+        return indexer.eval()
+
+
+def load_text_indexer(path: str | Path | None = None) -> TextIndexer:
+    """The committed indexer fitted to the committed text model (``make train-indexer``), or the one at ``path``."""
+    if path is not None:
+        return TextIndexer.load(path)
+    with resources.as_file(artifact(INDEXER_CHECKPOINT)) as file:
+        return TextIndexer.load(file)
+
+
+def read_indexer_log() -> dict[str, Any]:
+    """The committed log of the indexer's fit: settings, sizes, the KL curve, CPU seconds and the results against k."""
+    log: dict[str, Any] = read_artifact_json(INDEXER_LOG)
+    return log
+
+
+@torch.no_grad()
+def attention_targets(model: TextGPT, tokens: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """Per layer of the dense ``model``: its attention's normalised input and its distribution over the keys.
+
+    The distribution is DeepSeek-V3.2's target for its indexer: the heads' attention weights summed and
+    L1-normalised per query (each head's row sums to 1, so it is their mean).
+
+    Shapes:
+        tokens: ``(B, T)``; returns, per layer, ``(B, T, D)`` and ``(B, T, T)`` (zero above the diagonal).
+    """
+    cos, sin = model._rotations(tokens)
+    x = model.embed(tokens)  # (B, T, D)
+    out = []
+    for block in cast("list[Block]", list(model.blocks)):
+        normed = block.ln1(x)  # (B, T, D): what the attention and the indexer read
+        x, weights = block(x, cos, sin, True)  # weights (B, H, T, T)
+        assert weights is not None
+        total = weights.sum(dim=1)  # (B, T, T)
+        out.append((normed, total / total.sum(dim=-1, keepdim=True)))
+    return out
+
+
+def indexer_kl(scores: Tensor, target: Tensor) -> Tensor:
+    """``KL(target || softmax(scores))`` per query over the keys it sees, in nats: the indexer's warm-up loss.
+
+    The softmax runs over each query's causal keys only (bottom-right aligned); ``target`` is a distribution over
+    those keys (:func:`attention_targets`).
+
+    Shapes:
+        scores, target: ``(B, T, S)``; returns ``(B, T)``.
+
+    Raises:
+        ValueError: if the shapes differ or are not ``(B, T, S)``.
+
+    Example:
+        >>> target = torch.tensor([[[1.0, 0.0], [0.5, 0.5]]])
+        >>> indexer_kl(torch.tensor([[[0.0, 9.0], [0.0, 0.0]]]), target).tolist()  # the future key is ignored
+        [[0.0, 0.0]]
+    """
+    if scores.ndim != 3 or scores.shape != target.shape:
+        raise ValueError(f"scores and target must both be (B, T, S); got {tuple(scores.shape)} and "
+                         f"{tuple(target.shape)}")
+    visible = causal_mask(scores.shape[1], scores.shape[2], device=scores.device)  # (T, S)
+    log_q = torch.log_softmax(scores.float().masked_fill(~visible, float("-inf")), dim=-1)
+    p = target.float()
+    return (torch.xlogy(p, p) - p * log_q.masked_fill(~visible, 0.0)).sum(dim=-1)  # (B, T)
+
+
 class TopKResult(NamedTuple):
     """The text model with each query restricted to its ``top_k`` keys: the loss and the attention weight kept."""
 
     top_k: int
     loss: float  # mean next-byte cross-entropy, nats
     weight_kept: float  # mean over layers, heads and queries of the dense attention weight on the kept keys
+    recall: float = 1.0  # share of the true top-k keys (by the heads' mean weight) that the ranking kept
 
 
 @torch.no_grad()
-def text_model_top_k(model: TextGPT, windows: Tensor, top_k: int) -> TopKResult:
-    """Run ``model`` with each query attending only to its ``top_k`` keys, ranked by the true attention weights.
+def text_model_top_k(model: TextGPT, windows: Tensor, top_k: int, indexer: TextIndexer | None = None) -> TopKResult:
+    """Run ``model`` with each query attending only to its ``top_k`` keys, ranked by the true attention weights
+    or, given an ``indexer``, by its scores.
 
-    The ranking is the upper bound an indexer tries to reach: each layer computes its dense attention weights,
+    The true ranking is the upper bound an indexer tries to reach: each layer computes its dense attention weights,
     averages them over the heads and keeps each query's ``top_k`` best keys for all of them (one selection per
-    layer, shared by the heads, as DeepSeek-V3.2's indexer picks), then attends over that selection only.
+    layer, shared by the heads, as DeepSeek-V3.2's indexer picks), then attends over that selection only. With
+    ``indexer``, layer ``i`` keeps the ``top_k`` keys ``indexer.layers[i]`` scores highest on the layer's normalised
+    input instead; ``recall`` is then the share of the true ranking's picks it kept (over every layer and query,
+    so queries that see at most ``top_k`` keys count as fully recalled).
 
     Shapes:
         windows: ``(B, T + 1)`` byte ids; the loss predicts ``windows[:, 1:]``.
+
+    Raises:
+        ValueError: if ``indexer`` has another width or number of layers than ``model``.
     """
     import torch.nn.functional as F
 
+    if indexer is not None and (indexer.cfg.d_model, indexer.cfg.num_layers) != (model.cfg.d_model,
+                                                                                  model.cfg.num_layers):
+        raise ValueError(f"the indexer has d_model={indexer.cfg.d_model}, num_layers={indexer.cfg.num_layers}; "
+                         f"the model d_model={model.cfg.d_model}, num_layers={model.cfg.num_layers}")
     tokens = windows[:, :-1]
     cos, sin = model._rotations(tokens)
     x = model.embed(tokens)
-    kept = []
-    for block in cast("list[Block]", list(model.blocks)):
+    kept, recalled = [], []
+    for i, block in enumerate(cast("list[Block]", list(model.blocks))):
         B, T, D = x.shape
         q, k, v = block.queries_keys_values(x, cos, sin)  # (B, H, T, E)
         dense = attention(q, k, v, is_causal=True, implementation="eager").weights  # (B, H, T, T)
         assert dense is not None
-        keep = top_k_mask(dense.mean(dim=1), top_k)  # (B, 1, T, T): the heads' mean weight ranks the keys
+        best = top_k_mask(dense.mean(dim=1), top_k)  # (B, 1, T, T): the heads' mean weight ranks the keys
+        keep = best if indexer is None else top_k_mask(indexer.layer(i)(block.ln1(x)), top_k)  # (B, 1, T, T)
         kept.append((dense * keep).sum(-1).mean())
+        recalled.append((keep & best).sum() / best.sum())
         out = attention(q, k, v, attn_mask=keep).output  # keep is within causality already
         x = x + block.attn.out_proj(out.transpose(1, 2).reshape(B, T, D))
         x = x + block.mlp(block.ln2(x))
     logits = model.unembed(model.ln_f(x))
     loss = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:])
-    return TopKResult(top_k, float(loss), float(torch.stack(kept).mean()))
+    return TopKResult(top_k, float(loss), float(torch.stack(kept).mean()), float(torch.stack(recalled).mean()))
 
 
 def selection_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2, index_bytes: int = 1) -> dict[str, int]:
