@@ -38,7 +38,8 @@ PAGES = {  # which page shows which exercises, in the catalogue's order
                                     "dimension_arithmetic"),
     "practice/exercises-masks.md": ("causal_mask", "padding_mask", "masked_softmax", "mha_forward"),
     "practice/exercises-inference.md": ("gqa_attention", "decode_step", "online_softmax", "absorb_query"),
-    "practice/exercises-today.md": ("softcapped_softmax", "sink_attention", "qk_norm_scores", "gated_output"),
+    "practice/exercises-today.md": ("softcapped_softmax", "sink_attention", "qk_norm_scores", "gated_output",
+                                    "delta_rule_step"),
     "practice/exercises-kernels.md": ("causal_mask_mod", "flex_sink_attention"),
 }
 STUB_HEADER = "import torch\nfrom torch import Tensor\n"

@@ -178,7 +178,7 @@ PARTS = {  # part key -> the heading the quiz and flashcard pages show; in the n
     "long": "Long contexts: sliding windows, attention sinks, paged caches",
     "kernels": "Writing kernels: masks as functions",
     "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
-    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates",
+    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates, linear layers",
 }
 QUIZ_PARTS = PARTS
 

@@ -234,6 +234,22 @@ def _gate_cases() -> list[Case]:
     return out
 
 
+def _delta_rule_cases() -> list[Case]:
+    g = _gen(19)
+    out = []
+    for B, H, Dk, Dv, label in [(1, 2, 4, 3, "decays 0.3 to 0.9, beta 0.2 to 0.9"),
+                                (2, 3, 3, 5, "decays 0.3 to 0.9, beta 0.2 to 0.9")]:
+        decay = 0.3 + 0.6 * torch.rand(B, H, generator=g)  # far from 1: the gate's place shows
+        beta = 0.2 + 0.7 * torch.rand(B, H, generator=g)
+        unit = torch.nn.functional.normalize
+        out.append(Case(f"state (B={B}, H={H}, Dk={Dk}, Dv={Dv}), q and k (B={B}, H={H}, Dk={Dk}) of unit length, "
+                        f"v (Dv={Dv}), g and beta (B={B}, H={H}): {label}",
+                        (_randn(g, B, H, Dk, Dv), unit(_randn(g, B, H, Dk), dim=-1),
+                         unit(_randn(g, B, H, Dk), dim=-1), _randn(g, B, H, Dv), decay.log(), beta),
+                        inplace=((0, "state"),)))
+    return out
+
+
 def _mask_mod_cases() -> list[Case]:
     sizes = [(2, 5), (4, 6), (3, 3), (1, 4)]  # T < S first: there top-left and bottom-right differ
     return [Case(f"q_idx = arange(T)[:, None], kv_idx = arange(S)[None, :], T={T}, S={S}",
@@ -403,6 +419,17 @@ EXERCISES: dict[str, Exercise] = {
              "The gate, `torch.sigmoid(x @ w_g.T)`, has the same layout: multiply it in before `W_O`, which mixes "
              "the heads."),
             _gate_cases, ("lessons_src.mechanisms.ElementwiseGate.forward",),
+        ),
+        Exercise(
+            "delta_rule_step", "One step of the gated delta rule",
+            Link("lessons/linear-attention.md", "the-gate-forgetting-on-purpose",
+                 "Layers with a fixed-size state: the gate"),
+            ("Decay first: `S = state * torch.exp(g)[..., None, None]`.",
+             "What the state holds for the key: `torch.einsum('bhkv,bhk->bhv', S, k)`. Write `beta * (v - that)` "
+             "under the key: the outer product `k[..., :, None] * write[..., None, :]`, added to `S`.",
+             "The query reads the state after the write. Then `state.copy_(S)`: a new tensor bound to the name "
+             "`state` leaves the caller's state unchanged."),
+            _delta_rule_cases, ("lessons_src.delta_rule.delta_rule_recurrent",),
         ),
         Exercise(
             "causal_mask_mod", "A causal mask_mod for new tokens after a cache",

@@ -64,6 +64,8 @@ class Variant:
 
 
 _PITFALLS = "lessons/pitfalls-in-code.md"
+_GATE = Link("lessons/linear-attention.md", "the-gate-forgetting-on-purpose",
+             "Layers with a fixed-size state: the gate")
 _READING = "lessons/reading-a-real-model.md"
 _OTHER_PIECES = Link(_READING, "where-the-other-pieces-go",
                      "Reading a real model's attention: where the other pieces go")
@@ -202,6 +204,27 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "The gate scales each head's output (one value per head and feature) before W_O mixes the heads; "
             "after W_O a gate entry scales a mix of every head, so it can no longer silence one head.",
             _OTHER_PIECES,
+        ),
+        Misconception(
+            "gate_after_write", "the decay applied after the write",
+            "The gate decays what the state held before this token; then the erase reads the decayed state and "
+            "the new value is written whole. Decay after the write and the erase removes more than the state "
+            "holds, and the token's own value is decayed before anything reads it.",
+            _GATE,
+        ),
+        Misconception(
+            "no_erase", "the delta rule's erase term left out",
+            "The delta rule writes beta * (v - S^T k), the difference between the value and what the state "
+            "already holds for the key. Writing beta * v adds to the old value instead of replacing it: that is "
+            "plain linear attention, which never forgets a key written twice.",
+            Link("lessons/linear-attention.md", "the-delta-rule-erase-then-write",
+                 "Layers with a fixed-size state: the delta rule"),
+        ),
+        Misconception(
+            "read_before_write", "the query read before this token's write",
+            "In the delta rule, as in causal attention, a token's query sees its own key and value: the output "
+            "is read from the state after the write.",
+            _GATE,
         ),
         Misconception(
             "scale_by_e", "dividing by E instead of √E",
@@ -457,6 +480,31 @@ def _gate_after_w_o(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tenso
     return (y @ w_o.T) * torch.sigmoid(x @ w_g.T)  # the gate on W_O's output
 
 
+def _delta_parts(state: Tensor, k: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+    decayed = state * torch.exp(g)[..., None, None]  # (B, H, Dk, Dv)
+    return decayed, torch.einsum("bhkv,bhk->bhv", decayed, k)  # and what it holds for k, (B, H, Dv)
+
+
+def _gate_after_write(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    recalled = torch.einsum("bhkv,bhk->bhv", state, k)
+    new = state + k[..., :, None] * (beta[..., None] * (v - recalled))[..., None, :]
+    state.copy_(new * torch.exp(g)[..., None, None])  # the decay last: it shrinks the new write too
+    return torch.einsum("bhkv,bhk->bhv", state, q)
+
+
+def _no_erase(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    decayed, _ = _delta_parts(state, k, g)
+    state.copy_(decayed + k[..., :, None] * (beta[..., None] * v)[..., None, :])  # no - S^T k
+    return torch.einsum("bhkv,bhk->bhv", state, q)
+
+
+def _read_before_write(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    decayed, recalled = _delta_parts(state, k, g)
+    out = torch.einsum("bhkv,bhk->bhv", decayed, q)  # read before the write
+    state.copy_(decayed + k[..., :, None] * (beta[..., None] * (v - recalled))[..., None, :])
+    return out
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -601,6 +649,12 @@ VARIANTS: tuple[Variant, ...] = (
             "rotated the queries and keys with RoPE first and normalised them after", _norm_after_rope),
     Variant("gated_output", "gate_after_w_o", "gate_after_w_o",
             "applied `W_O` first and the gate to its output", _gate_after_w_o),
+    Variant("delta_rule_step", "gate_after_write", "gate_after_write",
+            "wrote first and decayed the state after the write", _gate_after_write),
+    Variant("delta_rule_step", "no_erase", "no_erase",
+            "wrote `beta * v` under the key without taking away what the state held for it", _no_erase),
+    Variant("delta_rule_step", "read_before_write", "read_before_write",
+            "let the query read the decayed state before this token's write", _read_before_write),
     Variant("causal_mask_mod", "mod_top_left", "top_left_causal",
             "returned `q_idx >= kv_idx`, FlexAttention's documented causal mask, which is top-left when `T < S`",
             _mod_top_left),

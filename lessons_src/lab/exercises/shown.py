@@ -18,6 +18,7 @@ __all__ = [
     "causal_mask",
     "causal_mask_mod",
     "decode_step",
+    "delta_rule_step",
     "dimension_arithmetic",
     "flex_sink_attention",
     "gated_output",
@@ -184,3 +185,12 @@ def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tenso
     assert lse is not None  # asked for above
     lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1))  # the sink joins each query's normaliser
     return out * torch.exp(lse - lse_all)[..., None]  # each weight exp(s - lse) becomes exp(s - lse_all)
+
+
+def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    S = state * torch.exp(g)[..., None, None]  # (B, H, Dk, Dv): the gate first
+    recalled = torch.einsum("bhkv,bhk->bhv", S, k)  # (B, H, Dv): what the state holds for this key
+    write = beta[..., None] * (v - recalled)  # (B, H, Dv): only the difference
+    S = S + k[..., :, None] * write[..., None, :]  # (B, H, Dk, Dv): written under the key
+    state.copy_(S)  # in place: the caller keeps it for the next token
+    return torch.einsum("bhkv,bhk->bhv", S, q)  # (B, H, Dv): the query reads the new state

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
+from ...delta_rule import delta_rule_recurrent
 from ...flash import online_softmax as _online_softmax
 from ...flex import causal_mod, flex_attend
 from ...masks import causal_mask as _causal_mask
@@ -28,6 +29,7 @@ __all__ = [
     "causal_mask",
     "causal_mask_mod",
     "decode_step",
+    "delta_rule_step",
     "dimension_arithmetic",
     "flex_sink_attention",
     "gated_output",
@@ -146,6 +148,13 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
         gate.proj.weight.copy_(w_g)
         y: Tensor = gate(x, heads)  # (B, H, T, E): gated before W_O
     return y.transpose(1, 2).reshape(B, T, H * E) @ w_o.T  # (B, T, D)
+
+
+def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    one = {"q": q[:, :, None], "k": k[:, :, None], "v": v[:, :, None], "g": g[:, :, None], "beta": beta[:, :, None]}
+    out, new = delta_rule_recurrent(**one, state=state, scale=1.0)  # one token: (B, H, 1, Dv), (B, H, Dk, Dv)
+    state.copy_(new)
+    return out[:, :, 0]
 
 
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:

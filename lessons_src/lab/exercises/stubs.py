@@ -231,6 +231,21 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
     raise NotImplementedError
 
 
+def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+    """One token of the gated delta rule (Gated DeltaNet): update ``state`` in place and return the query's read.
+
+    In order: decay the state by ``exp(g)``; read what it holds for the key, ``S^T k``; write the difference
+    ``beta * (v - S^T k)`` under the key (the outer product of ``k`` and that difference); the query reads the
+    updated state, ``S^T q`` (``q`` is already scaled). Write the new state into ``state`` itself
+    (``state.copy_(new)``): the caller keeps it for the next token.
+
+    Shapes:
+        state: ``(B, H, Dk, Dv)``; q, k: ``(B, H, Dk)``; v: ``(B, H, Dv)``; g (log decay, ``<= 0``) and beta:
+        ``(B, H)``; output: ``(B, H, Dv)``.
+    """
+    raise NotImplementedError
+
+
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
     """The body of a FlexAttention ``mask_mod`` for the causal mask when ``T`` new queries follow cached keys.
 
