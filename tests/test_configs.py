@@ -96,6 +96,7 @@ def unsourced_numbers(cfg: ModelConfig) -> list[object]:
     numbers = [cfg.sliding_window, cfg.chunk_size, cfg.attn_softcap, cfg.nope_every,
                cfg.kv_shared_layers or None, *(cfg.sparse or {}).values(), *(cfg.global_layers or {}).values()]
     numbers += [value for key, value in (cfg.linear or {}).items() if key != "kind"]
+    numbers += [*(cfg.native_sparse or {}).values(), cfg.value_dim_published]
     numbers += [value for key, value in (cfg.rope or {}).items() if key in ("theta", "factor", "original_context")]
     return [n for n in numbers if n is not None and not isinstance(n, bool)
             and not re.search(rf"(?<![\w.]){n}(?![\w])", cfg.source)]

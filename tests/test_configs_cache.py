@@ -173,3 +173,16 @@ def test_deepseek_v4_layers_match_transformers() -> None:
         theirs = numel(layer.keys) + numel(*getattr(layer, "compressed_kv", {}).values())
         assert (kind, n) == (kind, theirs + one_position), kind
         assert all(t.shape[1] == 0 for t in getattr(layer, "buffer_kv", {}).values())
+
+
+def test_an_nsa_layer_holds_its_three_branches() -> None:
+    """NSA gives each branch keys and values of its own: every position's for the selection, the window's, and one
+    pooled pair per block that unfold cuts (the paper's equation 6), each a key of d_k and a value of d_v per group."""
+    cfg = load_configs()["NSA 27B"]
+    nsa = cfg.native_sparse
+    assert nsa is not None and (cfg.head_dim, cfg.value_dim) == (192, 128)
+    per_position = cfg.num_kv_heads * (cfg.head_dim + cfg.value_dim)
+    for context in (1, 31, 32, 47, 48, 600, 5000):
+        blocks = len(range(0, context - nsa["compress_block"] + 1, nsa["compress_stride"]))
+        held = context + min(context, nsa["window"]) + blocks
+        assert cfg.layer_cache_numbers(context) == [("native_sparse", held * per_position)] * cfg.num_layers

@@ -144,6 +144,65 @@ def test_an_indexers_costs_are_what_the_operations_count() -> None:
         selection_costs(load_configs()["Llama 3 8B"], 10)
 
 
+def test_nsas_costs_are_what_its_three_branches_count() -> None:
+    """NSA's decoding step built from tensors at the paper's sizes: the pooled blocks as unfold cuts them
+    (equation 6), the selected blocks and the window, each branch with keys and values of its own; FLOPs as torch's
+    counter counts the two products per branch, bytes as the branches' tensors hold them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lessons_src.lab.configs import load_configs
+    from lessons_src.lab.long_context import native_sparse_costs
+
+    cfg = load_configs()["NSA 27B"]
+    nsa = cfg.native_sparse
+    assert nsa is not None
+    H, K, E, Ev = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.value_dim
+    for t in (20, 700, 3000):  # below one block, below the selection's 1,024 positions, above both
+        blocks = torch.arange(t).unfold(0, nsa["compress_block"], nsa["compress_stride"]).shape[0] if t >= nsa[
+            "compress_block"] else 0
+        branches = [blocks, min(t, nsa["selected_blocks"] * nsa["select_block"]), min(t, nsa["window"])]
+        with FlopCounterMode(display=False) as counted:
+            for rows in branches:
+                torch.randn(1, H, 1, E) @ torch.randn(1, H, E, rows) @ torch.randn(1, H, rows, Ev)
+        held = sum(torch.zeros(K, rows, E + Ev, dtype=torch.bfloat16).nbytes for rows in branches)
+        cost = native_sparse_costs(cfg, t)
+        assert cost["sparse_flops"] == counted.get_total_flops() + H * blocks  # + summing each group's weights
+        assert cost["sparse_bytes"] == held and cost["indexer_bytes"] == K * blocks * (E + Ev) * 2
+        assert cost["dense_bytes"] == torch.zeros(K, t, E + Ev, dtype=torch.bfloat16).nbytes
+    with pytest.raises(ValueError, match="Llama 3 8B has no NSA layers"):
+        native_sparse_costs(load_configs()["Llama 3 8B"], 10)
+
+
+def test_deepseek_v4s_costs_are_what_its_layers_count() -> None:
+    """A compressed sparse layer: the indexer over every pooled entry, then attention over its top-k and the window;
+    a heavily compressed layer: every pooled entry and the window. One tensor is key and value."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lessons_src.lab.configs import load_configs
+    from lessons_src.lab.long_context import compressed_costs
+    from lessons_src.sparse_selection import lightning_indexer_scores
+
+    cfg = load_configs()["DeepSeek-V4-Flash"]
+    assert cfg.compress is not None and cfg.sparse is not None and cfg.sliding_window is not None
+    H, E, Hi, Di = cfg.num_heads, cfg.head_dim, cfg.sparse["indexer_heads"], cfg.sparse["indexer_head_dim"]
+    t = 5000
+    for kind, rate in cfg.compress.items():
+        entries = t // rate
+        rows = (min(cfg.sparse["top_k"], entries) if kind == "compressed_sparse" else entries) + cfg.sliding_window
+        with FlopCounterMode(display=False) as counted:
+            kv = torch.randn(1, rows, E)  # the key is the value
+            torch.randn(1, H, E) @ kv.transpose(1, 2) @ kv
+            if kind == "compressed_sparse":
+                lightning_indexer_scores(torch.randn(1, Hi, 1, Di), torch.randn(1, entries, Di), torch.randn(1, Hi, 1))
+        cost = compressed_costs(cfg, t, kind)
+        assert cost["sparse_flops"] == counted.get_total_flops(), kind
+        assert cost["sparse_bytes"] == rows * E * 2 + (entries * Di if kind == "compressed_sparse" else 0), kind
+    with pytest.raises(ValueError, match="no 'compressed_sparse' layers"):
+        compressed_costs(load_configs()["Llama 3 8B"], 10)
+    with pytest.raises(ValueError, match="context must be a positive int"):
+        compressed_costs(cfg, 0)
+
+
 # --- the lightning indexer fitted to the text model (tools/train/train_indexer.py, `make train-indexer`) ---------
 
 

@@ -26,14 +26,15 @@ __all__ = [
 ]
 
 
-LAYER_KINDS = ("full", "sliding", "chunked", "linear", "compressed_sparse", "heavily_compressed")
+LAYER_KINDS = ("full", "sliding", "chunked", "linear", "compressed_sparse", "heavily_compressed", "native_sparse")
 """What one layer's token mixer is, as ``layer_pattern`` names it.
 
 ``full``: softmax attention over every earlier position; ``sliding``: over the last ``sliding_window``
 positions (itself included); ``chunked``: over the earlier positions of its own block of ``chunk_size``
 positions (Llama 4); ``linear``: a recurrent state of fixed size instead of a cache (Gated DeltaNet, KDA);
 ``compressed_sparse`` and ``heavily_compressed``: DeepSeek-V4's attention over keys pooled every
-``compress[kind]`` positions (the first with a top-k selection over them), beside a window of recent keys.
+``compress[kind]`` positions (the first with a top-k selection over them), beside a window of recent keys;
+``native_sparse``: NSA's three branches (see ``native_sparse``), each with keys and values of its own.
 """
 
 COMPRESSED_KINDS = ("compressed_sparse", "heavily_compressed")  # DeepSeek-V4's: each also keeps a window
@@ -96,6 +97,10 @@ class ModelConfig:
         linear: a linear-attention layer's ``kind``, ``key_heads``, ``value_heads``, ``key_dim``,
             ``value_dim`` and ``conv_kernel``.
         compress: positions pooled into one key per layer kind (DeepSeek-V4).
+        value_dim_published: value head size when the source states one that differs from ``head_dim``.
+        native_sparse: NSA's three branches (Yuan et al. 2025): keys pooled in blocks of ``compress_block``
+            positions every ``compress_stride``; ``selected_blocks`` blocks of ``select_block`` positions picked
+            per query and KV group; a window of the last ``window`` positions.
     """
 
     name: str
@@ -125,6 +130,8 @@ class ModelConfig:
     sparse: dict[str, int] | None = None
     linear: dict[str, Any] | None = None
     compress: dict[str, int] | None = None
+    value_dim_published: int | None = None
+    native_sparse: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         sizes = {"d_model": self.d_model, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
@@ -157,7 +164,7 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: layer_pattern has {len(pattern)} entries for {self.num_layers} layers")
         kinds = set(self.layer_kinds())
         needs = {"sliding": ("sliding_window", self.sliding_window), "chunked": ("chunk_size", self.chunk_size),
-                 "linear": ("linear", self.linear)}
+                 "linear": ("linear", self.linear), "native_sparse": ("native_sparse", self.native_sparse)}
         needs |= {kind: ("compress", (self.compress or {}).get(kind)) for kind in COMPRESSED_KINDS}
         for kind, (name, value) in needs.items():
             if kind in kinds and value is None:
@@ -184,6 +191,11 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: rope={self.rope} needs a positive theta and a fraction in (0, 1]")
         if self.sparse is not None and set(self.sparse) != {"indexer_heads", "indexer_head_dim", "top_k"}:
             raise ValueError(f"{self.name}: sparse={self.sparse} needs exactly indexer_heads, indexer_head_dim, top_k")
+        nsa_keys = {"compress_block", "compress_stride", "select_block", "selected_blocks", "window"}
+        if self.native_sparse is not None and (set(self.native_sparse) != nsa_keys or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in self.native_sparse.values())):
+            raise ValueError(f"{self.name}: native_sparse={self.native_sparse} needs exactly {sorted(nsa_keys)}, "
+                             "each a positive int")
         linear_keys = {"kind", "key_heads", "value_heads", "key_dim", "value_dim", "conv_kernel"}
         if self.linear is not None and set(self.linear) != linear_keys:
             raise ValueError(f"{self.name}: linear={self.linear} needs exactly {sorted(linear_keys)}")
@@ -192,6 +204,11 @@ class ModelConfig:
     def head_dim(self) -> int:
         """Per-head size ``E``: published if stated, else ``d_model // num_heads``."""
         return self.head_dim_published or self.d_model // self.num_heads
+
+    @property
+    def value_dim(self) -> int:
+        """Per-head value size: published if stated, else :attr:`head_dim`."""
+        return self.value_dim_published or self.head_dim
 
     @property
     def n_rep(self) -> int:
@@ -278,7 +295,10 @@ class ModelConfig:
         keeps them), whatever the context. DeepSeek-V4 keeps one tensor as key and value: its window of
         ``sliding_window`` positions plus one pooled entry per ``compress[kind]`` positions (and the
         indexer's pooled key, in compressed sparse layers); the pooling's partial window is left out. The
-        last ``kv_shared_layers`` layers reuse earlier layers' caches and hold ``("shared", 0)``.
+        last ``kv_shared_layers`` layers reuse earlier layers' caches and hold ``("shared", 0)``. An NSA layer keeps
+        three sets of keys and values (the paper gives each branch its own): every position's for the selection,
+        the last ``window`` positions' and one pooled pair per ``compress_stride`` positions once a whole block of
+        ``compress_block`` exists (the paper's equation 6 counts ``(t - l) // d + 1``).
 
         Raises:
             ValueError: if ``context`` is not a non-negative int.
@@ -292,11 +312,12 @@ class ModelConfig:
         K, E = self.num_kv_heads, self.head_dim
         g = self.global_layers or {}
         one_tensor = self.compress is not None  # DeepSeek-V4: shared-KV MQA, the key is the value
+        kv = K * (E + self.value_dim)  # a key and a value per KV head
         per_position = {
             "full": (self.mla["kv_latent_dim"] + self.mla["rope_dim"]) if self.mla
-            else 2 * g.get("num_kv_heads", K) * g.get("head_dim", E),
-            "sliding": (1 if one_tensor else 2) * K * E,
-            "chunked": 2 * K * E,
+            else 2 * g.get("num_kv_heads", K) * g.get("head_dim", E) if g else kv,
+            "sliding": K * E if one_tensor else kv,
+            "chunked": kv,
         }
         indexer = (self.sparse or {}).get("indexer_head_dim", 0)
         out: list[tuple[str, int]] = []
@@ -307,6 +328,11 @@ class ModelConfig:
                 lin = self.linear or {}
                 conv = 2 * lin["key_heads"] * lin["key_dim"] + lin["value_heads"] * lin["value_dim"]
                 out.append((kind, lin["value_heads"] * lin["key_dim"] * lin["value_dim"] + lin["conv_kernel"] * conv))
+            elif kind == "native_sparse":
+                nsa = self.native_sparse or {}
+                pooled = (context - nsa["compress_block"]) // nsa["compress_stride"] + 1 if context >= nsa[
+                    "compress_block"] else 0
+                out.append((kind, kv * (context + pooled + min(context, nsa["window"]))))
             elif kind in COMPRESSED_KINDS:
                 pooled = context // (self.compress or {})[kind]
                 window = min(context, self.sliding_window or 0) * K * E
@@ -335,7 +361,7 @@ class ModelConfig:
         return out
 
 
-_RENAMED = {"head_dim": "head_dim_published"}
+_RENAMED = {"head_dim": "head_dim_published", "value_dim": "value_dim_published"}
 _FIELDS = {f.name for f in fields(ModelConfig)} - set(_RENAMED.values()) | set(_RENAMED)
 
 

@@ -54,12 +54,14 @@ __all__ = [
     "TextIndexer",
     "TopKResult",
     "attention_targets",
+    "compressed_costs",
     "evict_keys_minilm",
     "first_token_mass",
     "indexer_kl",
     "load_text_indexer",
     "minilm_eviction_cosines",
     "minilm_sink_shares",
+    "native_sparse_costs",
     "read_indexer_log",
     "receptive_field",
     "selection_costs",
@@ -545,8 +547,7 @@ def selection_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2, ind
     """
     if not cfg.mla or not cfg.sparse:
         raise ValueError(f"{cfg.name} has no MLA latent or no lightning indexer (mla={cfg.mla}, sparse={cfg.sparse})")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int (tokens); got {context!r}")
+    _check_context(context)
     H, C, R = cfg.num_heads, cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"]
     Hi, Di, top_k = cfg.sparse["indexer_heads"], cfg.sparse["indexer_head_dim"], cfg.sparse["top_k"]
     picked = min(top_k, context)
@@ -559,3 +560,91 @@ def selection_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2, ind
         "indexer_bytes": context * Di * index_bytes,
         "sparse_bytes": context * Di * index_bytes + picked * (C + R) * cache_bytes,
     }
+
+
+def native_sparse_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2) -> dict[str, int]:
+    """One decoding step's attention FLOPs and bytes read per layer: NSA's three branches against dense GQA.
+
+    Dense attention reads every position's key and value for each of the ``K`` KV heads and spends
+    ``2 H (E + Ev)`` FLOPs per position (each head's dot product, then its share of the weighted sum). NSA
+    (Yuan et al. 2025, arXiv:2502.11089, equation 6) attends over ``(t - l) // d + 1`` pooled blocks, the
+    ``n`` selected blocks of ``l'`` positions and the last ``w`` positions, each branch with keys and values of
+    its own. The selection's own cost is the pooled branch (it reads every pooled key and its weights rank the
+    blocks) plus summing those weights over each group's heads (``H`` additions per pooled key); the MLP that pools
+    a block runs once per ``d`` new positions and is left out. ``indexer_*`` holds that selection cost.
+
+    Raises:
+        ValueError: if the model has no NSA layers, or ``context`` is below 1.
+
+    Example:
+        >>> from lessons_src.lab.configs import load_configs
+        >>> c = native_sparse_costs(load_configs()["NSA 27B"], 65536)
+        >>> round(c["dense_flops"] / c["sparse_flops"], 1)
+        11.6
+    """
+    nsa = cfg.native_sparse
+    if not nsa:
+        raise ValueError(f"{cfg.name} has no NSA layers (native_sparse={nsa})")
+    _check_context(context)
+    H, K, E, Ev = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.value_dim
+    t, l, d = context, nsa["compress_block"], nsa["compress_stride"]
+    blocks = (t - l) // d + 1 if t >= l else 0
+    rows = blocks + min(nsa["selected_blocks"] * nsa["select_block"], t) + min(nsa["window"], t)
+    flops_per_row, bytes_per_row = 2 * H * (E + Ev), K * (E + Ev) * cache_bytes
+    return {
+        "dense_flops": flops_per_row * t,
+        "indexer_flops": (flops_per_row + H) * blocks,
+        "sparse_flops": flops_per_row * rows + H * blocks,
+        "dense_bytes": bytes_per_row * t,
+        "indexer_bytes": bytes_per_row * blocks,
+        "sparse_bytes": bytes_per_row * rows,
+    }
+
+
+def compressed_costs(cfg: ModelConfig, context: int, kind: str = "compressed_sparse", *, cache_bytes: int = 2,
+                     index_bytes: int = 1) -> dict[str, int]:
+    """One decoding step's attention FLOPs and bytes read per layer: a DeepSeek-V4 layer against dense attention.
+
+    DeepSeek-V4 keeps one tensor per position as key and value (one KV head of ``E`` numbers), so dense attention
+    reads ``E`` numbers per position and spends ``4 H E`` FLOPs on it. A ``compressed_sparse`` layer pools every
+    ``m = compress[kind]`` positions into one entry, a lightning indexer (``Hi`` heads of ``Di``) scores every
+    entry and attention runs over its ``top_k`` best and the window of recent positions; a
+    ``heavily_compressed`` layer attends to every pooled entry and the window, with no indexer. The pooling runs
+    once per ``m`` new positions and is left out. ``indexer_*`` holds the indexer's cost.
+
+    Raises:
+        ValueError: if the model has no layers of ``kind``, or ``context`` is below 1.
+
+    Example:
+        >>> from lessons_src.lab.configs import load_configs
+        >>> c = compressed_costs(load_configs()["DeepSeek-V4-Flash"], 131072)
+        >>> round(c["dense_bytes"] / c["sparse_bytes"], 1)
+        27.7
+    """
+    rate = (cfg.compress or {}).get(kind)
+    if rate is None or kind not in cfg.layer_kinds():
+        raise ValueError(f"{cfg.name} has no {kind!r} layers (its kinds: {sorted(set(cfg.layer_kinds()))})")
+    _check_context(context)
+    H, E = cfg.num_heads, cfg.head_dim
+    entries, window = context // rate, min(cfg.sliding_window or 0, context)
+    indexer_flops = indexer_bytes = 0
+    attended = entries
+    if kind == "compressed_sparse":
+        sparse = cfg.sparse or {}
+        Hi, Di = sparse["indexer_heads"], sparse["indexer_head_dim"]
+        indexer_flops, indexer_bytes = 2 * Hi * (Di + 1) * entries, entries * Di * index_bytes
+        attended = min(sparse["top_k"], entries)
+    rows = attended + window
+    return {
+        "dense_flops": 4 * H * E * context,
+        "indexer_flops": indexer_flops,
+        "sparse_flops": indexer_flops + 4 * H * E * rows,
+        "dense_bytes": E * cache_bytes * context,
+        "indexer_bytes": indexer_bytes,
+        "sparse_bytes": indexer_bytes + E * cache_bytes * rows,
+    }
+
+
+def _check_context(context: int) -> None:
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be a positive int (tokens); got {context!r}")

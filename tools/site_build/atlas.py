@@ -33,7 +33,8 @@ PAPERS = {  # the link's text, and the paper (Yang et al. 2024; Kimi Team 2025; 
     "indexer": ("lightning indexer", "https://arxiv.org/abs/2512.02556"),
 }
 KIND_WORDS = {"full": "full", "sliding": "sliding-window", "chunked": "chunked", "linear": "linear",
-              "compressed_sparse": "compressed sparse", "heavily_compressed": "heavily compressed"}
+              "compressed_sparse": "compressed sparse", "heavily_compressed": "heavily compressed",
+              "native_sparse": "NSA"}
 DTYPES = (("bfloat16", 2), ("float32", 4), ("float8", 1))
 DEFAULT_MODEL = "Qwen3-Next-80B-A3B"  # two kinds of layer, so the first view shows the breakdown
 
@@ -153,6 +154,7 @@ def calculator_rows() -> list[dict[str, Any]]:
             "shared": c.kv_shared_layers, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
             "global": c.global_layers, "mla": c.mla, "sparse": c.sparse, "linear": c.linear,
             "compress": c.compress, "window": c.sliding_window, "chunk": c.chunk_size,
+            "value_dim": c.value_dim, "native_sparse": c.native_sparse,
         })
     return out
 

@@ -12,11 +12,12 @@
     var K = m.kv_heads, E = m.head_dim, g = m.global || {};
     var oneTensor = !!m.compress; // DeepSeek-V4: the key is the value
     var indexer = m.sparse ? m.sparse.indexer_head_dim : 0;
+    var kv = K * (E + m.value_dim); // a key and a value per KV head
     var perPosition = {
       full: m.mla ? m.mla.kv_latent_dim + m.mla.rope_dim
-        : 2 * (g.num_kv_heads || K) * (g.head_dim || E),
-      sliding: (oneTensor ? 1 : 2) * K * E,
-      chunked: 2 * K * E
+        : (m.global ? 2 * (g.num_kv_heads || K) * (g.head_dim || E) : kv),
+      sliding: oneTensor ? K * E : kv,
+      chunked: kv
     };
     return m.kinds.map(function (kind, n) {
       if (n >= m.kinds.length - m.shared) return ["shared", 0];
@@ -24,6 +25,11 @@
         var l = m.linear;
         var conv = 2 * l.key_heads * l.key_dim + l.value_heads * l.value_dim;
         return [kind, l.value_heads * l.key_dim * l.value_dim + l.conv_kernel * conv];
+      }
+      if (kind === "native_sparse") { // NSA: three branches, each with keys and values of its own
+        var s = m.native_sparse;
+        var blocks = context >= s.compress_block ? Math.floor((context - s.compress_block) / s.compress_stride) + 1 : 0;
+        return [kind, kv * (context + blocks + Math.min(context, s.window))];
       }
       if (kind === "compressed_sparse" || kind === "heavily_compressed") {
         var pooled = Math.floor(context / m.compress[kind]);
@@ -51,7 +57,8 @@
 
   var WORDS = {
     full: "full", sliding: "sliding-window", chunked: "chunked", linear: "linear",
-    compressed_sparse: "compressed sparse", heavily_compressed: "heavily compressed", shared: "shared"
+    compressed_sparse: "compressed sparse", heavily_compressed: "heavily compressed", native_sparse: "NSA",
+    shared: "shared"
   };
 
   function n(x) { return x.toLocaleString("en-US"); }
@@ -74,6 +81,12 @@
       return l.value_heads + " × " + l.key_dim + " × " + l.value_dim + " state + " + l.conv_kernel +
         " × (2 × " + l.key_heads + " × " + l.key_dim + " + " + l.value_heads + " × " + l.value_dim +
         ") convolution inputs, any context";
+    }
+    if (kind === "native_sparse") {
+      var s = m.native_sparse;
+      return K + " × (" + E + " + " + m.value_dim + ") × (" + n(context) + " selection + ⌊(" + n(context) + " − " +
+        s.compress_block + ") / " + s.compress_stride + "⌋ + 1 pooled + min(" + n(context) + ", " + s.window +
+        ") window)";
     }
     if (kind === "compressed_sparse" || kind === "heavily_compressed") {
       var r = m.compress[kind];
