@@ -250,6 +250,17 @@ def _delta_rule_cases() -> list[Case]:
     return out
 
 
+def _indexer_cases() -> list[Case]:
+    g = _gen(23)
+    out = []
+    for B, Hi, T, S, Di, top_k in [(1, 4, 6, 10, 8, 3), (2, 3, 5, 5, 4, 2)]:  # T < S first; then T = S, short rows
+        weights = 0.5 + torch.rand(B, Hi, T, generator=g)  # positive: the ReLU's place shows
+        out.append(Case(f"q (B={B}, Hi={Hi}, T={T}, Di={Di}), k (B={B}, S={S}, Di={Di}), weights (B={B}, Hi={Hi}, "
+                        f"T={T}), top_k={top_k}",
+                        (_randn(g, B, Hi, T, Di), _randn(g, B, S, Di), weights, top_k)))
+    return out
+
+
 def _mask_mod_cases() -> list[Case]:
     sizes = [(2, 5), (4, 6), (3, 3), (1, 4)]  # T < S first: there top-left and bottom-right differ
     return [Case(f"q_idx = arange(T)[:, None], kv_idx = arange(S)[None, :], T={T}, S={S}",
@@ -430,6 +441,18 @@ EXERCISES: dict[str, Exercise] = {
              "The query reads the state after the write. Then `state.copy_(S)`: a new tensor bound to the name "
              "`state` leaves the caller's state unchanged."),
             _delta_rule_cases, ("lessons_src.delta_rule.delta_rule_recurrent",),
+        ),
+        Exercise(
+            "indexer_top_k", "A lightning indexer's pick",
+            Link("lessons/choosing-keys.md", "a-cheap-score-picks-for-every-head",
+                 "Attention that chooses its keys: a cheap score"),
+            ("The scores: `torch.relu(torch.einsum('bhtd,bsd->bhts', q, k))` per indexer head, times "
+             "`weights[..., None]`, summed over the heads: `(B, T, S)`.",
+             "Query `t` sees keys `0 .. t + S - T`: `torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)`. "
+             "Fill the hidden scores with `-inf` before the pick.",
+             "`scores.topk(top_k, dim=-1).indices` along the keys; `scatter_` them into a bool mask, keep only the "
+             "visible ones (a short row picked some `-inf`), and add the one head axis: `[:, None]`."),
+            _indexer_cases, ("lessons_src.sparse_selection.top_k_mask",),
         ),
         Exercise(
             "causal_mask_mod", "A causal mask_mod for new tokens after a cache",

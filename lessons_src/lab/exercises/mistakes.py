@@ -66,6 +66,8 @@ class Variant:
 _PITFALLS = "lessons/pitfalls-in-code.md"
 _GATE = Link("lessons/linear-attention.md", "the-gate-forgetting-on-purpose",
              "Layers with a fixed-size state: the gate")
+_PICK = Link("lessons/choosing-keys.md", "a-cheap-score-picks-for-every-head",
+             "Attention that chooses its keys: a cheap score picks for every head")
 _READING = "lessons/reading-a-real-model.md"
 _OTHER_PIECES = Link(_READING, "where-the-other-pieces-go",
                      "Reading a real model's attention: where the other pieces go")
@@ -225,6 +227,34 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "In the delta rule, as in causal attention, a token's query sees its own key and value: the output "
             "is read from the state after the write.",
             _GATE,
+        ),
+        Misconception(
+            "top_k_over_queries", "the top-k taken over the queries",
+            "Each query chooses among its keys: the top-k runs along the keys' axis, the last of the (B, T, S) "
+            "scores. Along the queries' axis each key picks the queries that rank it highest, so a query can end "
+            "with no key at all, or with many more than k.",
+            _PICK,
+        ),
+        Misconception(
+            "causal_after_pick", "causality applied after the pick",
+            "A key the query may not see must be ruled out before the top-k (its score set to -inf). Picked first "
+            "and removed after, a future key that scored high takes a place and leaves the query fewer than k "
+            "keys, and the visible key ranked next is lost.",
+            _PICK,
+        ),
+        Misconception(
+            "pick_per_head", "a pick per indexer head",
+            "DeepSeek-V3.2's indexer sums its heads' weighted ReLU scores into one score per key, then picks once "
+            "for all the layer's attention heads. Picking per head and merging keeps more than k keys per query, "
+            "and different ones.",
+            _PICK,
+        ),
+        Misconception(
+            "no_relu", "the indexer's ReLU left out",
+            "Each indexer head's dot product goes through a ReLU before the weighted sum: a head that finds a key "
+            "irrelevant adds nothing, rather than voting against it. Without it, negative products change the "
+            "ranking.",
+            _PICK,
         ),
         Misconception(
             "scale_by_e", "dividing by E instead of √E",
@@ -505,6 +535,39 @@ def _read_before_write(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor
     return out
 
 
+def _indexer_parts(q: Tensor, k: Tensor, weights: Tensor, relu: bool = True) -> tuple[Tensor, Tensor]:
+    dots = torch.einsum("bhtd,bsd->bhts", q, k)  # (B, Hi, T, S)
+    per_head = weights[..., None] * (torch.relu(dots) if relu else dots)  # (B, Hi, T, S)
+    T, S = q.shape[2], k.shape[1]
+    return per_head, torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+
+
+def _pick(scores: Tensor, top_k: int, visible: Tensor, dim: int = -1) -> Tensor:
+    best = scores.masked_fill(~visible, float("-inf")).topk(top_k, dim=dim).indices
+    return torch.zeros(scores.shape, dtype=torch.bool).scatter_(dim, best, True) & visible
+
+
+def _top_k_over_queries(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    per_head, visible = _indexer_parts(q, k, weights)
+    return _pick(per_head.sum(dim=1), top_k, visible, dim=-2)[:, None]  # each key picks its queries
+
+
+def _causal_after_pick(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    per_head, visible = _indexer_parts(q, k, weights)
+    everything = torch.ones_like(visible)
+    return (_pick(per_head.sum(dim=1), top_k, everything) & visible)[:, None]  # the pick saw the future keys
+
+
+def _pick_per_head(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    per_head, visible = _indexer_parts(q, k, weights)
+    return _pick(per_head, top_k, visible).any(dim=1, keepdim=True)  # each indexer head's pick, merged
+
+
+def _no_relu(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    per_head, visible = _indexer_parts(q, k, weights, relu=False)
+    return _pick(per_head.sum(dim=1), top_k, visible)[:, None]
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -655,6 +718,15 @@ VARIANTS: tuple[Variant, ...] = (
             "wrote `beta * v` under the key without taking away what the state held for it", _no_erase),
     Variant("delta_rule_step", "read_before_write", "read_before_write",
             "let the query read the decayed state before this token's write", _read_before_write),
+    Variant("indexer_top_k", "top_k_over_queries", "top_k_over_queries",
+            "took the top-k along the queries' axis (`dim=-2`): each key picked its queries", _top_k_over_queries),
+    Variant("indexer_top_k", "causal_after_pick", "causal_after_pick",
+            "picked the top-k among all keys, the future ones too, and removed the hidden ones afterwards",
+            _causal_after_pick),
+    Variant("indexer_top_k", "pick_per_head", "pick_per_head",
+            "picked each indexer head's top-k and kept a key if any head picked it", _pick_per_head),
+    Variant("indexer_top_k", "no_relu", "no_relu",
+            "summed the weighted dot products without the ReLU", _no_relu),
     Variant("causal_mask_mod", "mod_top_left", "top_left_causal",
             "returned `q_idx >= kv_idx`, FlexAttention's documented causal mask, which is top-left when `T < S`",
             _mod_top_left),

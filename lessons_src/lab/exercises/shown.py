@@ -23,6 +23,7 @@ __all__ = [
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
+    "indexer_top_k",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -173,6 +174,17 @@ def gated_output(x: Tensor, heads: Tensor, w_g: Tensor, w_o: Tensor) -> Tensor:
     y = heads.transpose(1, 2).reshape(B, T, H * E)  # the heads side by side: feature h * E + e
     g = torch.sigmoid(x @ w_g.T)  # (B, T, H * E): one gate per token, head and feature
     return (y * g) @ w_o.T  # gate each head's output, then mix the heads with W_O
+
+
+def indexer_top_k(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    B, T, S = q.shape[0], q.shape[2], k.shape[1]
+    per_head = torch.relu(torch.einsum("bhtd,bsd->bhts", q, k))  # (B, Hi, T, S)
+    scores = (weights[..., None] * per_head).sum(dim=1)  # (B, T, S): the indexer heads summed
+    visible = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # query t sees keys 0 .. t + S - T
+    scores = scores.masked_fill(~visible, float("-inf"))  # the hidden keys out BEFORE the pick
+    best = scores.topk(top_k, dim=-1).indices  # (B, T, top_k): along each query's keys
+    keep = torch.zeros(B, T, S, dtype=torch.bool).scatter_(-1, best, True)
+    return (keep & visible)[:, None]  # (B, 1, T, S): a query seeing fewer keeps only those; one pick for all heads
 
 
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:

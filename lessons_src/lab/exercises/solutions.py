@@ -22,6 +22,7 @@ from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
 from ...score_mods import soft_cap
+from ...sparse_selection import lightning_indexer_scores, top_k_mask
 
 __all__ = [
     "absorb_query",
@@ -34,6 +35,7 @@ __all__ = [
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
+    "indexer_top_k",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -155,6 +157,10 @@ def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b
     out, new = delta_rule_recurrent(**one, state=state, scale=1.0)  # one token: (B, H, 1, Dv), (B, H, Dk, Dv)
     state.copy_(new)
     return out[:, :, 0]
+
+
+def indexer_top_k(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    return top_k_mask(lightning_indexer_scores(q, k, weights), top_k)  # (B, 1, T, S); the scale keeps the order
 
 
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:

@@ -246,6 +246,22 @@ def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b
     raise NotImplementedError
 
 
+def indexer_top_k(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
+    """DeepSeek-V3.2's lightning indexer: each query's ``top_k`` best keys, one pick for all attention heads.
+
+    The score of key ``s`` for query ``t`` is ``sum over h of weights[:, h, t] * ReLU(q[:, h, t] . k[:, s])``
+    (``Hi`` indexer heads, one key per position shared by them). Each query keeps its ``top_k`` best keys
+    among those it may see: the ``T`` queries are the LAST ``T`` of the ``S`` positions, so query ``t`` sees
+    keys ``0 .. t + S - T``; a query that sees fewer than ``top_k`` keys keeps all it sees. Return the picks as
+    one keep-mask (``True`` = attend) with a single head axis: the layer's attention heads all use it.
+
+    Shapes:
+        q: ``(B, Hi, T, Di)``; k: ``(B, S, Di)``; weights: ``(B, Hi, T)``; top_k: an int from 1 to ``S``;
+        output: ``(B, 1, T, S)``, bool.
+    """
+    raise NotImplementedError
+
+
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
     """The body of a FlexAttention ``mask_mod`` for the causal mask when ``T`` new queries follow cached keys.
 
