@@ -287,8 +287,8 @@ class HybridLM(nn.Module):
 
 
 def parameter_count(cfg: HybridConfig) -> int:
-    """The number of parameters of a :class:`HybridLM` of this config (built on the meta device: no memory)."""
-    with torch.device("meta"):
+    """The number of parameters of a :class:`HybridLM` of this config (the global random state left as it was)."""
+    with torch.random.fork_rng(devices=[]):
         model = HybridLM(cfg)
     return sum(p.numel() for p in model.parameters())
 
