@@ -114,9 +114,10 @@ def delta_rule_chunked(
     (``j < i``; with one gate per head, ``exp(c_i - c_j)`` is one number per pair of tokens and the sums are plain
     matrix products, the form Gated DeltaNet trains with): one triangular solve gives each token's value net of
     what the earlier writes of the chunk recall (``u``) and the decayed keys through which the state before the
-    chunk is read (``w``). Then ``o = (q * exp(c)) S + P (u - w S)``, ``P`` the chunk's decayed query-key products, and the state
-    moves on to ``exp(c_C) S + sum_j (k_j * exp(c_C - c_j)) (u - w S)_j``. Every ``exp`` is of a difference
-    ``<= 0``, so nothing overflows however strong the decay. ``T`` need not be a multiple of ``chunk_size``.
+    chunk is read (``w``). Then ``o = (q * exp(c)) S + P (u - w S)``, ``P`` the chunk's decayed query-key
+    products, and the state moves on to ``exp(c_C) S + sum_j (k_j * exp(c_C - c_j)) (u - w S)_j``. Every ``exp``
+    is of a difference ``<= 0``, so nothing overflows however strong the decay. ``T`` need not be a multiple of
+    ``chunk_size``.
 
     Raises:
         ValueError: as :func:`delta_rule_recurrent`, and if ``chunk_size`` is not a positive int.

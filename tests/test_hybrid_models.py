@@ -4,6 +4,7 @@ log of ``make train-hybrids`` (tools/train/train_hybrids.py) against the code th
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_three_models_have_parameter_counts_within_five_percent() -> None:
     layers = {train_hybrids.config(name).layers for name in PATTERNS}
     assert layers == {"LLLL", "LLLF", "FFFF"}  # all-linear, 3:1 (Qwen3-Next's order), all-attention
     model = HybridLM(train_hybrids.config("hybrid 3:1"))
-    by_kind = {c: sum(p.numel() for p in mixer.parameters()) for c, mixer in zip(model.cfg.layers, model.mixers)}
+    mixers = zip(model.cfg.layers, model.mixers, strict=True)
+    by_kind = {c: sum(p.numel() for p in mixer.parameters()) for c, mixer in mixers}
     assert by_kind["L"] != by_kind["F"]  # the two kinds of layer differ; the totals stay close
 
 
@@ -148,7 +150,7 @@ def test_the_log_is_what_the_code_gives() -> None:
     assert list(log["models"]) == list(PATTERNS)
     for name, run in log["models"].items():
         cfg = t.config(name)
-        assert log["config"] == {k: v for k, v in cfg.__dict__.items() if k not in ("layers", "kinds")}
+        assert log["config"] == {k: v for k, v in asdict(cfg).items() if k != "layers"}
         assert run["layers"] == cfg.layers and run["parameters"] == parameter_count(cfg)
         assert len(run["loss"]) == log["steps"] and run["train_cpu_seconds"] < 600
         assert [int(d) for d in run["accuracy"]] == log["eval_distances"]

@@ -35,7 +35,7 @@ References:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -132,7 +132,6 @@ class HybridConfig:
     d_ff: int = 0
     conv_size: int = 4
     chunk_size: int = 64
-    kinds: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_pattern(self.layers)
@@ -146,7 +145,11 @@ class HybridConfig:
             fits = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; head counts "
                              f"that divide {self.d_model} are {', '.join(map(str, fits))}")
-        object.__setattr__(self, "kinds", tuple(LAYER_KINDS[c] for c in self.layers))
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Each layer's kind, ``"linear"`` or ``"full"``, as :data:`LAYER_KINDS` names the letters."""
+        return tuple(LAYER_KINDS[c] for c in self.layers)
 
 
 def _rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
