@@ -21,7 +21,7 @@ export NO_MKDOCS_2_WARNING := 1
 # side with other work). `make bench` and `make train` keep their own settings.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex bench-sparse exercises clean distclean lock train train-check train-text train-qk-norm train-indexer train-heads ablate parallel
+.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex bench-sparse exercises clean distclean lock train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate parallel
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -257,6 +257,9 @@ train-qk-norm: $(DEPS) ## Retrain the text model with and without QK-norm, 3 lea
 
 train-indexer: $(DEPS) ## Fit a lightning indexer to each layer of the frozen text model; loss and weight kept against k (seeded, ~3 CPU min)
 	$(BIN)/python tools/train/train_indexer.py
+
+train-hybrids: $(DEPS) ## Train all-linear, 3:1 hybrid and all-attention models on the copy task; accuracy against distance (seeded, 1 thread, each under 10 CPU min)
+	$(BIN)/python tools/train/train_hybrids.py
 
 train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded, minutes)
 	$(BIN)/python tools/train/train_one_vs_many.py

@@ -109,13 +109,15 @@ def delta_rule_chunked(
 ) -> tuple[Tensor, Tensor]:
     """The gated delta rule a chunk at a time; the same results as :func:`delta_rule_recurrent`.
 
-    Inside a chunk of ``C`` tokens with cumulative log decays ``c_i`` (per key channel, a per-head gate broadcast),
-    the writes depend on each other only through the lower-triangular ``A[i, j] = beta_i sum_d k_i[d] k_j[d]
-    exp(c_i[d] - c_j[d])`` (``j < i``): one triangular solve gives each token's value net of what the earlier
-    writes of the chunk recall (``u``) and the decayed keys through which the state before the chunk is read
-    (``w``). Then ``o = (q * exp(c)) S + P (u - w S)``, ``P`` the chunk's decayed query-key products, and the state
-    moves on to ``exp(c_C) S + sum_j (k_j * exp(c_C - c_j)) (u - w S)_j``. Every ``exp`` is of a difference
-    ``<= 0``, so nothing overflows however strong the decay. ``T`` need not be a multiple of ``chunk_size``.
+    Inside a chunk of ``C`` tokens with cumulative log decays ``c_i`` (per key channel), the writes depend on each
+    other only through the lower-triangular ``A[i, j] = beta_i sum_d k_i[d] k_j[d] exp(c_i[d] - c_j[d])``
+    (``j < i``; with one gate per head, ``exp(c_i - c_j)`` is one number per pair of tokens and the sums are plain
+    matrix products, the form Gated DeltaNet trains with): one triangular solve gives each token's value net of
+    what the earlier writes of the chunk recall (``u``) and the decayed keys through which the state before the
+    chunk is read (``w``). Then ``o = (q * exp(c)) S + P (u - w S)``, ``P`` the chunk's decayed query-key
+    products, and the state moves on to ``exp(c_C) S + sum_j (k_j * exp(c_C - c_j)) (u - w S)_j``. Every ``exp``
+    is of a difference ``<= 0``, so nothing overflows however strong the decay. ``T`` need not be a multiple of
+    ``chunk_size``.
 
     Raises:
         ValueError: as :func:`delta_rule_recurrent`, and if ``chunk_size`` is not a positive int.
@@ -127,26 +129,31 @@ def delta_rule_chunked(
     Dv, f32, dtype = v.shape[-1], torch.float32, v.dtype
     q = q.to(f32) * (Dk**-0.5 if scale is None else scale)
     k, v, beta, g = k.to(f32), v.to(f32), beta.to(f32), g.to(f32)
-    if g.dim() == 3:
-        g = g[..., None].expand(B, H, T, Dk)  # one gate per head: the same decay on every key channel
+    per_head = g.dim() == 3  # Gated DeltaNet: the same decay on every key channel
     S = torch.zeros(B, H, Dk, Dv, dtype=f32, device=v.device) if state is None else state.to(f32)
     out = []
     for start in range(0, T, chunk_size):
         end = min(start + chunk_size, T)
         C = end - start
         qc, kc, vc, bc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], beta[:, :, start:end]
-        c = g[:, :, start:end].cumsum(dim=2)  # (B, H, C, Dk): log decay from the chunk's start to each token
+        c = g[:, :, start:end].cumsum(dim=2)  # (B, H, C) or (B, H, C, Dk): log decay from the chunk's start
         lower = torch.ones(C, C, dtype=torch.bool, device=v.device).tril()  # j <= i
-        gap = (c[:, :, :, None, :] - c[:, :, None, :, :]).masked_fill(~lower[..., None], float("-inf"))
-        decay = gap.exp()  # (B, H, C, C, Dk): exp(c_i - c_j) for j <= i, 0 above
-        A = torch.einsum("bhid,bhjd,bhijd->bhij", kc * bc[..., None], kc, decay).tril(-1)
+        if per_head:  # exp(c_i - c_j) is one number per pair of tokens: plain matrix products
+            decay = (c[..., :, None] - c[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # (B, H, C, C)
+            A = ((kc * bc[..., None]) @ kc.transpose(-1, -2) * decay).tril(-1)
+            P = qc @ kc.transpose(-1, -2) * decay  # (B, H, C, C), zero above the diagonal
+            c = c[..., None]  # (B, H, C, 1): the same on every key channel below
+        else:  # one decay per key channel: it weighs each channel of the dot products
+            gap = (c[:, :, :, None, :] - c[:, :, None, :, :]).masked_fill(~lower[..., None], float("-inf"))
+            decay = gap.exp()  # (B, H, C, C, Dk): exp(c_i - c_j) for j <= i, 0 above
+            A = torch.einsum("bhid,bhjd,bhijd->bhij", kc * bc[..., None], kc, decay).tril(-1)
+            P = torch.einsum("bhid,bhjd,bhijd->bhij", qc, kc, decay)  # (B, H, C, C), zero above the diagonal
         L = A + torch.eye(C, dtype=f32, device=v.device)  # unit lower triangular
         u = torch.linalg.solve_triangular(L, vc * bc[..., None], upper=False)  # (B, H, C, Dv)
         w = torch.linalg.solve_triangular(L, kc * bc[..., None] * c.exp(), upper=False)  # (B, H, C, Dk)
-        P = torch.einsum("bhid,bhjd,bhijd->bhij", qc, kc, decay)  # (B, H, C, C), zero above the diagonal
         new = u - w @ S  # each token's write, net of what the state before the chunk recalls
         out.append((qc * c.exp()) @ S + P @ new)
-        last = c[:, :, -1:]  # (B, H, 1, Dk)
+        last = c[:, :, -1:]  # (B, H, 1, Dk), or (B, H, 1, 1) with one gate per head
         S = S * last.transpose(-1, -2).exp() + (kc * (last - c).exp()).transpose(-1, -2) @ new
     o = torch.cat(out, dim=2) if out else v.new_zeros(B, H, 0, Dv)
     return o.to(dtype), S

@@ -18,13 +18,13 @@ the same from a wheel as from a checkout:
 
 * ``artifacts/``: results of the seeded training and ablation scripts in ``tools/train/`` (the
   induction model's checkpoint and training log, the text model's and the lightning indexer fitted to it, the
-  one-vs-many-heads sweep, MiniLM's head ablations), and
+  one-vs-many-heads sweep, the linear, hybrid and attention models' copy accuracy, MiniLM's head ablations), and
   the decode benchmark's report (``tools/bench/bench_decode.py``), which the lessons' shown blocks read;
 * ``data/model_configs.json``: published attention configurations with their sources;
 * ``data/course_text.txt``: the course's own prose, the text model's corpus (``tools/train/text_corpus.py``).
 
 >>> sorted(ARTIFACT_FILES)[:2]
-['decode_bench.json', 'indexer_training.json']
+['decode_bench.json', 'hybrid_training.json']
 >>> read_artifact_json("induction_training.json")["config"]["num_layers"]
 2
 """
@@ -59,6 +59,7 @@ EXTRAS = ("plot", "toy", "minilm", "transformers", "triton", "lab")
 
 ARTIFACT_FILES = (
     "decode_bench.json",
+    "hybrid_training.json",
     "indexer_training.json",
     "induction_model.safetensors",
     "induction_training.json",
