@@ -185,22 +185,29 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
 
     def on_page(page: Any) -> None:
         inflight = _INFLIGHT.setdefault(page, set())
-        # Which document each request belongs to: the number of top-level navigations started before it.
-        document = 0
+        # Top-level navigations started, and how many of them the browser had committed when each request
+        # started: the document the request belongs to. A request the old page makes after the next navigation
+        # has started but before it commits (the old page's favicon, under load) belongs to the old page.
+        document = committed = 0
         started: dict[Any, int] = {}
 
         def on_request(r: Any) -> None:
             nonlocal document
             if r.is_navigation_request() and r.frame == page.main_frame:
                 document += 1
-            started[r] = document
+            started[r] = committed
             inflight.add(r)
+
+        def on_navigated(frame: Any) -> None:
+            nonlocal committed
+            if frame == page.main_frame:
+                committed = document  # a same-document change (history.replaceState) starts no navigation
 
         def on_failed(r: Any) -> None:
             inflight.discard(r)
             # A request the browser cancels because its page was left (the old page's favicon, still loading
             # when a test opens the next page) is the test's doing, not the site's: it is not a failure.
-            left = r.failure == "net::ERR_ABORTED" and started.pop(r, document) != document
+            left = r.failure == "net::ERR_ABORTED" and started.pop(r, committed) != document
             if r.url.startswith(origin) and not left:
                 watch.failed.append(f"{r.url}: {r.failure}")
 
@@ -211,6 +218,7 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
         page.on("request", on_request)
         page.on("requestfinished", on_finished)
         page.on("requestfailed", on_failed)
+        page.on("framenavigated", on_navigated)
         page.on("close", lambda _: _INFLIGHT.pop(page, None))
         page.on("console", lambda m: m.type == "error" and watch.console_errors.append(f"{m.text} @ {m.location}"))
         page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
