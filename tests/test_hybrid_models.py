@@ -165,3 +165,64 @@ def test_the_first_steps_from_the_seed_give_the_logged_losses() -> None:
     # Equal on the machine that trained it; another CPU's kernels may sum in another order.
     torch.testing.assert_close(torch.tensor(got), torch.tensor(log["models"]["hybrid 3:1"]["loss"][:steps]),
                                atol=5e-4, rtol=0)
+
+
+def _qwen3_next_layer(D: int, H: int, E: int) -> nn.Module:
+    import warnings
+
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = Qwen3NextConfig(hidden_size=D, num_hidden_layers=1, layer_types=["linear_attention"],
+                              linear_num_key_heads=H, linear_num_value_heads=H, linear_key_head_dim=E,
+                              linear_value_head_dim=E, linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
+    return Qwen3NextGatedDeltaNet(cfg, layer_idx=0).eval()
+
+
+def _copy_into_ours(theirs: nn.Module, ours: GatedDeltaNet) -> None:
+    """transformers groups each key head's q, k, v, z (and b, a) together; ours keeps all heads' q, then k, ..."""
+    H, E = ours.num_heads, ours.head_dim
+    with torch.no_grad():
+        w = theirs.in_proj_qkvz.weight  # (H * 4E, D): per head [q_h, k_h, v_h, z_h]
+        ours.qkvz.weight.copy_(w.view(H, 4, E, -1).transpose(0, 1).reshape(4 * H * E, -1))
+        ours.ba.weight.copy_(theirs.in_proj_ba.weight.view(H, 2, -1).transpose(0, 1).reshape(2 * H, -1))
+        ours.conv.weight.copy_(theirs.conv1d.weight)  # both over [all q, all k, all v], head by head
+        ours.A_log.copy_(theirs.A_log)
+        ours.dt_bias.copy_(theirs.dt_bias)
+        ours.norm_weight.copy_(theirs.norm.weight)
+        ours.out.weight.copy_(theirs.out_proj.weight)
+
+
+def test_the_linear_layer_is_qwen3_nexts_gated_deltanet() -> None:
+    """Weights copied from transformers' Qwen3NextGatedDeltaNet (as many value heads as key heads, its torch path):
+    the same outputs. Leaving out the short convolution, the output gate or the decay breaks the match."""
+    D, H, E, T = 32, 2, 16, 40  # T over one chunk of ours (32) and of theirs (64) both ways
+    torch.manual_seed(0)
+    theirs = _qwen3_next_layer(D, H, E)
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    ours = GatedDeltaNet(D, H, chunk_size=32).eval()
+    _copy_into_ours(theirs, ours)
+    x = torch.randn(2, T, D)
+    with torch.no_grad():
+        want = theirs(x)
+        assert torch.allclose(ours(x), want, atol=2e-5, rtol=1e-4), (ours(x) - want).abs().max()
+
+    def without_convolution(m: GatedDeltaNet) -> None:
+        m.conv.weight.zero_()
+        m.conv.weight[..., -1] = 1.0  # each channel passes its current token only
+
+    def without_decay(m: GatedDeltaNet) -> None:
+        m.A_log.fill_(-30.0)  # exp(A_log) ~ 0: the state never fades
+
+    def without_output_gate(m: GatedDeltaNet) -> None:
+        m.qkvz.weight[3 * H * E:] = 0.0  # z = 0 everywhere: every head's output scaled by the same silu(0)
+
+    for broken in (without_convolution, without_decay, without_output_gate):
+        copy = GatedDeltaNet(D, H, chunk_size=32).eval()
+        _copy_into_ours(theirs, copy)
+        with torch.no_grad():
+            broken(copy)
+            assert not torch.allclose(copy(x), want, atol=1e-3), broken.__name__

@@ -159,6 +159,10 @@ def _rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
 class GatedDeltaNet(nn.Module):
     """Qwen3-Next's Gated DeltaNet layer at toy size: projections, short convolution, the gated delta rule, gate.
 
+    With transformers' ``Qwen3NextGatedDeltaNet``'s weights (as many value heads as key heads; its projections
+    hold each head's q, k, v, z together, ours each kind's heads together) it gives the same outputs
+    (``tests/test_hybrid_models.py``).
+
     Args:
         d_model: ``D``.
         num_heads: ``H``; each head has a state of ``E x E`` numbers, ``E = D // H``.
