@@ -38,6 +38,10 @@ FACTS_JS = """async () => {
     lazy.forEach(i => { i.loading = 'eager'; });
     await Promise.all([...document.querySelectorAll('article img')].map(i => i.decode().catch(() => null)));
     await document.fonts.ready;
+    // KaTeX's font faces this document has loaded ("family|style|weight"), and the fonts its head preloads.
+    const faces = () => [...document.fonts].filter(f => f.status === 'loaded' && f.family.includes('KaTeX'))
+        .map(f => [f.family.replace(/"/g, ''), f.style, f.weight].join('|'));
+    const fontsOnOpening = faces();
     const box = e => { const r = e.getBoundingClientRect(); return {w: r.width, h: r.height}; };
     const article = document.querySelector('article');
     const prose = article ? article.cloneNode(true) : document.createElement('div');
@@ -59,12 +63,19 @@ FACTS_JS = """async () => {
         details: document.querySelectorAll('article details').length,
         elements: [...document.querySelectorAll('*')].filter(e => !e.closest('pre, code')).length,
         scheme: document.body.getAttribute('data-md-color-scheme'),
+        fontsOnOpening,
+        fontPreloads: [...document.querySelectorAll('link[rel=preload][as=font]')].map(l => l.getAttribute('href')),
+        // recorded from the start of the load by LOAD_WATCH_JS
+        movedTables: [...window.__movedTables], shifts: [...window.__shifts],  // copied: what comes later is ours
     };
     // Readability, measured with every collapsible open (as a reader who opens them sees it): printed results
     // (markdown-exec's output blocks, class "result", and the lab notebook's outputs) and tables that scroll
     // sideways, and visible text under 12 px.
     const closed = [...document.querySelectorAll('article details:not([open])')];
     closed.forEach(d => { d.open = true; });
+    void document.body.offsetHeight;  // laid out: the fonts of the opened collapsibles' math are asked for
+    await document.fonts.ready;
+    facts.fontsOpen = faces();
     const where = e => { const h = [...document.querySelectorAll('article h1, article h2, article h3')]
         .filter(x => x.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
         return h ? h.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50) : '(top)'; };
@@ -102,6 +113,9 @@ FACTS_JS = """async () => {
         });
         return {where: where(c), lines, wrapped};
     }).filter(b => b.wrapped.length);
+    facts.tableWraps = [...document.querySelectorAll('article table:not([class])')].map(t => ({
+        wraps: [...document.querySelectorAll('.md-typeset__scrollwrap')].filter(w => w.contains(t)).length,
+        where: where(t)}));
     facts.tables = [...document.querySelectorAll('article table')].map(t => {
         const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
         const over = Math.max(wrap.scrollWidth, t.getBoundingClientRect().width) - wrap.clientWidth;
@@ -133,6 +147,22 @@ FACTS_JS = """async () => {
     open.forEach(d => { d.open = true; });
     return facts;
 }"""
+
+# Added to every view's context, so it runs in each page before the page's own scripts: what happens while the
+# page loads that the page as loaded no longer shows. Tables of the article taken out of the document (Material's
+# script wraps a table by taking it out and putting it back: it is painted again, late), and layout shifts (the
+# Layout Instability API: Lighthouse's CLS), each with the elements that moved.
+LOAD_WATCH_JS = """(() => {
+    window.__movedTables = []; window.__shifts = [];
+    new MutationObserver(records => { for (const r of records) for (const n of r.removedNodes)
+        if (n.nodeName === 'TABLE' && !n.hasAttribute('class'))
+            window.__movedTables.push((n.querySelector('th') || n).textContent.trim().slice(0, 40)); })
+        .observe(document, {childList: true, subtree: true});
+    new PerformanceObserver(list => { for (const e of list.getEntries()) if (!e.hadRecentInput)
+        window.__shifts.push({value: e.value, moved: e.sources.map(s => s.node && s.node.nodeName ?
+            (s.node.nodeName.toLowerCase() + ' ' + (s.node.textContent || '').trim().slice(0, 40)) : '?')}); })
+        .observe({type: 'layout-shift', buffered: true});
+})();"""
 
 # What axe-core checks in each view. The HTML of a page is the same at both widths and in both schemes: the width
 # changes the layout, the scheme only the colours. Colour contrast is most of axe's time on a page (three
@@ -304,6 +334,7 @@ class View:
             context, watch = open_context(
                 browser, server, viewport={"width": key.width, "height": HEIGHT[key.width]}, is_mobile=key.width < 600
             )
+            context.add_init_script(LOAD_WATCH_JS)
             page = context.new_page()
         else:
             context, page, watch = reuse.context, reuse.page, reuse.watch

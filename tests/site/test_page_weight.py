@@ -313,3 +313,32 @@ def test_the_theme_draws_a_name_in_the_codes_own_colour() -> None:
 def test_highlighted_code_has_no_name_spans() -> None:
     kept = [page_id(p) for p in PAGES if plain_names(html := p.read_text(encoding="utf-8")) != html]
     assert kept == [], f"name tokens kept their <span> on {kept} (the post-build step drops them)"
+
+
+def test_math_fonts_preloaded_are_those_its_classes_draw_in(tmp_path: Path) -> None:
+    """page_fixes.katex_fonts reads KaTeX's stylesheet: the base font for any math, and a font per class used."""
+    from page_fixes import katex_fonts
+
+    assert katex_fonts("<p>no math</p>") == []
+    assert katex_fonts('<span class="katex"><span class="mord">2</span></span>') == ["KaTeX_Main-Regular.woff2"]
+    page = '<span class="katex"><span class="mord mathnormal">x</span><span class="delimsizing size1">(</span></span>'
+    assert katex_fonts(page) == ["KaTeX_Main-Regular.woff2", "KaTeX_Math-Italic.woff2", "KaTeX_Size1-Regular.woff2"]
+    # a class alone is not enough where the stylesheet asks for two (.delimsizing.size1)
+    assert katex_fonts('<span class="katex"><span class="size1">(</span></span>') == ["KaTeX_Main-Regular.woff2"]
+
+
+def test_material_is_told_to_leave_the_prewrapped_tables_alone(tmp_path: Path) -> None:
+    """The built bundle carries the patched table selector once; a bundle whose selector changed fails loudly."""
+    from page_fixes import BUNDLE_TABLES, BUNDLE_TABLES_PATCHED, patch_bundle
+
+    bundles = list((SITE / "assets" / "javascripts").glob("bundle.*.min.js"))
+    assert len(bundles) == 1 and bundles[0].read_text(encoding="utf-8").count(BUNDLE_TABLES_PATCHED) == 1
+    scripts = tmp_path / "assets" / "javascripts"
+    scripts.mkdir(parents=True)
+    (scripts / "bundle.0.min.js").write_text(f"a({BUNDLE_TABLES}).map(b)", encoding="utf-8")
+    patch_bundle(tmp_path)
+    patch_bundle(tmp_path)  # twice: the step may run again
+    assert (scripts / "bundle.0.min.js").read_text(encoding="utf-8") == f"a({BUNDLE_TABLES_PATCHED}).map(b)"
+    (scripts / "bundle.0.min.js").write_text('a("table:not(.x)").map(b)', encoding="utf-8")
+    with pytest.raises(RuntimeError, match="appears 0 times"):
+        patch_bundle(tmp_path)

@@ -14,6 +14,16 @@ HTML, what those audits found in mkdocs-material's templates:
   extra_javascript, in that order) are deferred, so they no longer block the first paint. Deferred scripts
   run in document order before DOMContentLoaded, so a widget script that subscribes to Material's
   ``document$`` still finds it.
+* layout shifts (Lighthouse's CLS): KaTeX's fonts are ``font-display: block`` and were requested only once the
+  page's math was laid out, so a paragraph with math was drawn with a fallback font's metrics first and moved the
+  text under it when the fonts arrived (a CLS of 0.07 and 0.14 on gqa-mqa and mla-modes at 375 px). A page with
+  math preloads, from its head, exactly the woff2 files its math uses (:func:`katex_fonts`), so they come with the
+  stylesheets and are there when the math is first laid out.
+* a late largest paint: Material's script wraps each table of the article in a scrolling box when it runs, taking
+  the table out of the page and putting it back; on a page whose largest element is a table (the code reference's
+  overview) the table is painted again after the script, and Lighthouse times the largest paint then (3.0 s, not
+  1.5 s). The tables are wrapped here, in Material's own markup (:func:`wrap_tables`), and Material's bundle is
+  told to skip tables already wrapped (:func:`patch_bundle`).
 * render-blocking CSS: KaTeX's stylesheet (25 kB, more than the site's own CSS) is not linked from every
   page's head; a page with math carries it inline at the top of its article (instant navigation swaps the
   article, so the style comes with the page that needs it), its font URLs made relative to the page. Only
@@ -30,6 +40,7 @@ Every fix leaves an already fixed page as it is, so the step can run twice.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +97,103 @@ def uses(pages: Iterable[str]) -> set[str]:
     return found
 
 
+_FONT_FACE = re.compile(r"@font-face\{([^}]*)\}")
+_KATEX_RULE = re.compile(r"(?:(?<=\})|^)([^{}@]+)\{([^{}]*font-family:KaTeX_[^{}]*)\}")  # not in @media or @font-face
+_CLASS_ATTR = re.compile(r'class="([^"]*)"')
+
+
+def _declarations(body: str) -> dict[str, str]:
+    return dict(part.split(":", 1) for part in body.split(";") if ":" in part)
+
+
+def _face(decl: dict[str, str]) -> tuple[str, str, str]:
+    """A font's family, style and weight as KaTeX's stylesheet names them (normal and 400 when unnamed)."""
+    weight = {"bold": "700", "normal": "400"}.get(decl.get("font-weight", "400"), decl.get("font-weight", "400"))
+    return decl["font-family"].split(",")[0].strip('"'), decl.get("font-style", "normal"), weight
+
+
+@functools.cache
+def _katex_font_rules() -> tuple[str, tuple[tuple[frozenset[str], str], ...]]:
+    """From KaTeX's stylesheet: the woff2 file of its base font (``.katex``: KaTeX_Main), and for each rule that
+    sets another font, the classes an element must carry (those of the selector's last part) and the file."""
+    css = _KATEX_CSS.read_text(encoding="utf-8")
+    files = {}
+    for face in _FONT_FACE.findall(css):
+        decl = _declarations(face)
+        woff2 = re.search(r"url\(fonts/([\w-]+\.woff2)\)", decl["src"])
+        if woff2:
+            files[_face(decl)] = woff2.group(1)
+    base = files[("KaTeX_Main", "normal", "400")]
+    if not re.search(r"\.katex\{font:[^;}]*KaTeX_Main", css):
+        raise RuntimeError(f"{_KATEX_CSS}: .katex no longer draws in KaTeX_Main: update page_fixes.katex_fonts")
+    rules = []
+    for selectors, body in _KATEX_RULE.findall(css):
+        font = files[_face(_declarations(body))]
+        for selector in selectors.split(","):
+            with_class = [part for part in re.split(r"[\s>+~]+", selector.strip()) if "." in part]
+            rules.append((frozenset(re.findall(r"\.([\w-]+)", with_class[-1])), font))
+    return base, tuple(rules)
+
+
+def katex_fonts(output: str) -> list[str]:
+    """The woff2 files of KaTeX's fonts that a built page's math uses (none for a page without math): KaTeX_Main
+    for all of it, and each font a rule of KaTeX's stylesheet gives to classes some element of the page carries
+    (``mathnormal``: KaTeX_Math italic; ``delimsizing size1``: KaTeX_Size1; ...)."""
+    if 'class="katex' not in output:
+        return []
+    base, rules = _katex_font_rules()
+    used = {frozenset(attr.split()) for attr in _CLASS_ATTR.findall(output)}
+    return sorted({base} | {font for classes, font in rules if any(classes <= c for c in used)})
+
+
+def _font_preloads(output: str, depth: int) -> str:
+    return "".join(
+        f'<link rel="preload" href="{"../" * depth}assets/katex/fonts/{name}" as="font" type="font/woff2" crossorigin>'
+        for name in katex_fonts(output)
+    )
+
+
+_TABLE = re.compile(r"<table(?![^>]*\bclass=)(?:\s[^>]*)?>.*?</table>", re.S)
+_WRAP_OPEN = '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+
+
+def wrap_tables(output: str) -> str:
+    """Each table of the article that Material's script would wrap (``table:not([class])``) in the markup it
+    would wrap it in, unless already wrapped."""
+    head, found, article = output.partition(_ARTICLE)
+    if not found:
+        return output
+
+    def wrap(m: re.Match[str]) -> str:
+        if article.endswith(_WRAP_OPEN, 0, m.start()):
+            return m.group(0)
+        return _WRAP_OPEN + m.group(0) + "</div></div>"
+
+    return head + found + _TABLE.sub(wrap, article)
+
+
+# Material's bundle mounts (wraps) the article's tables that match this selector; the patched one leaves out those
+# wrapped at build time. A theme update that changes the string fails the build (patch_bundle).
+BUNDLE_TABLES = '"table:not([class])"'
+BUNDLE_TABLES_PATCHED = '"table:not([class]):not(.md-typeset__table>table)"'
+
+
+def patch_bundle(site_dir: Path) -> None:
+    """Material's bundle told to leave alone the tables wrapped at build time (see wrap_tables)."""
+    bundles = sorted((site_dir / "assets" / "javascripts").glob("bundle.*.min.js"))
+    if len(bundles) != 1:
+        raise RuntimeError(f"expected one Material bundle in {site_dir}/assets/javascripts, found {bundles}")
+    js = bundles[0].read_text(encoding="utf-8")
+    if js.count(BUNDLE_TABLES_PATCHED) == 1:
+        return
+    if js.count(BUNDLE_TABLES) != 1:
+        raise RuntimeError(
+            f"{bundles[0].name}: Material's table selector {BUNDLE_TABLES} appears {js.count(BUNDLE_TABLES)} times, "
+            "not once: the theme changed how it wraps tables; update page_fixes.wrap_tables and patch_bundle"
+        )
+    bundles[0].write_text(js.replace(BUNDLE_TABLES, BUNDLE_TABLES_PATCHED), encoding="utf-8")
+
+
 def _katex_style(depth: int) -> str:
     css = _FALLBACK_FONTS.sub("", _KATEX_CSS.read_text(encoding="utf-8"))
     css = css.replace("url(fonts/", "url(" + "../" * depth + "assets/katex/fonts/")
@@ -100,6 +208,9 @@ def fix_page(output: str, depth: int | None, used: set[str]) -> str:
         style = _katex_style(depth)
         if style not in output:
             output = output.replace(_ARTICLE, _ARTICLE + style, 1)
+        preloads = _font_preloads(output, depth)
+        if preloads not in output:
+            output = output.replace("</head>", preloads + "</head>", 1)
     for name, markers in _WIDGET_CSS.items():
         output = _WIDGET_LINKS[name].sub("", output)
         if depth is not None and _ARTICLE in output and any(m in output for m in markers):
@@ -115,6 +226,8 @@ def fix_page(output: str, depth: int | None, used: set[str]) -> str:
         output = _ANSI_CSS.sub("", output)
     output = output.replace(' data-md-component="source"', "")
     output = plain_names(output)
+    if depth is not None:
+        output = wrap_tables(output)
     return _LOCAL_SCRIPT.sub(r"<script \1 defer></script>", output)
 
 
