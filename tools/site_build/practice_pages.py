@@ -441,8 +441,9 @@ def render_head_explorer(sources: list[dict[str, Any]]) -> str:
         f'<label>Head <select name="head">{heads}</select></label>'
         "</div>"
         '<div class="hx-legend" aria-hidden="true"></div>'
-        # as tall as practice.js draws the first sentence (rows of 1.9em, practice.css), so nothing under it moves then
-        f'<div class="hx-stage" style="min-height: {len(first["sentences"][0]["tokens"]) * 1.9:.1f}em"></div>'
+        # its rows (the first sentence's tokens, as practice.js sets them): practice.css makes it that tall before the
+        # script draws them, so nothing under it moves then
+        f'<div class="hx-stage" style="--hx-rows: {len(first["sentences"][0]["tokens"])}"></div>'
         '<p class="hx-readout" aria-live="polite">The explorer needs JavaScript; the data is embedded in this page.</p>'
         f'<div class="hx-data" hidden data-search-exclude>{payload}</div>'
         "</div>"
