@@ -124,16 +124,6 @@ def test_tables_stay_where_the_page_put_them(view: View) -> None:
 
 
 @per_page()
-def test_nothing_moves_while_the_page_loads(view: View) -> None:
-    """The page's layout shifts while it loads, as Lighthouse sums them (its CLS), stay under 0.01 (Lighthouse's
-    "good" is 0.1): text drawn first in a fallback font, or a box whose size arrives late, moves what a reader has
-    started to read."""
-    shifts = view.facts["shifts"]
-    total = sum(s["value"] for s in shifts)
-    assert total < 0.01, f"{view.name}: the layout shifted by {total:.3f} while loading: {shifts[:5]}"
-
-
-@per_page()
 def test_no_sideways_scroll(view: View) -> None:
     widths = view.facts["widths"]
     assert widths["view"] == view.width

@@ -66,7 +66,7 @@ FACTS_JS = """async () => {
         fontsOnOpening,
         fontPreloads: [...document.querySelectorAll('link[rel=preload][as=font]')].map(l => l.getAttribute('href')),
         // recorded from the start of the load by LOAD_WATCH_JS
-        movedTables: [...window.__movedTables], shifts: [...window.__shifts],  // copied: what comes later is ours
+        movedTables: [...window.__movedTables],  // copied: what comes later is ours
     };
     // Readability, measured with every collapsible open (as a reader who opens them sees it): printed results
     // (markdown-exec's output blocks, class "result", and the lab notebook's outputs) and tables that scroll
@@ -149,19 +149,14 @@ FACTS_JS = """async () => {
 }"""
 
 # Added to every view's context, so it runs in each page before the page's own scripts: what happens while the
-# page loads that the page as loaded no longer shows. Tables of the article taken out of the document (Material's
-# script wraps a table by taking it out and putting it back: it is painted again, late), and layout shifts (the
-# Layout Instability API: Lighthouse's CLS), each with the elements that moved.
+# page loads that the page as loaded no longer shows: tables of the article taken out of the document (Material's
+# script wraps a table by taking it out and putting it back: it is painted again, late).
 LOAD_WATCH_JS = """(() => {
-    window.__movedTables = []; window.__shifts = [];
+    window.__movedTables = [];
     new MutationObserver(records => { for (const r of records) for (const n of r.removedNodes)
         if (n.nodeName === 'TABLE' && !n.hasAttribute('class'))
             window.__movedTables.push((n.querySelector('th') || n).textContent.trim().slice(0, 40)); })
         .observe(document, {childList: true, subtree: true});
-    new PerformanceObserver(list => { for (const e of list.getEntries()) if (!e.hadRecentInput)
-        window.__shifts.push({value: e.value, moved: e.sources.map(s => s.node && s.node.nodeName ?
-            (s.node.nodeName.toLowerCase() + ' ' + (s.node.textContent || '').trim().slice(0, 40)) : '?')}); })
-        .observe({type: 'layout-shift', buffered: true});
 })();"""
 
 # What axe-core checks in each view. The HTML of a page is the same at both widths and in both schemes: the width
