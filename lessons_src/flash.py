@@ -444,10 +444,10 @@ def _backward(
     D = (d_out.to(cd) * out.to(cd)).sum(dim=-1)  # (B, H, T)
     if d_lse is not None:
         D = D - d_lse.to(cd)  # dS = P * (dP - D + d_lse)
-    d_sinks = None
-    if sinks is not None:  # lse is finite: it includes the sink
-        d_sinks = -(torch.exp(sinks.to(cd).view(1, H, 1) - lse) * D).sum(dim=(0, 2))  # (H,)
     lse = torch.where(lse == _NEG_INF, torch.zeros_like(lse), lse)  # a row that sees nothing: P = exp(-inf) = 0
+    d_sinks = None
+    if sinks is not None:  # lse includes the sink: -inf only for a -inf sink over no key, whose P_sink is then 0
+        d_sinks = -(torch.exp(sinks.to(cd).view(1, H, 1) - lse) * D).sum(dim=(0, 2))  # (H,)
     qg = q.view(B, K, n_rep, T, E)
     dog = d_out.reshape(B, K, n_rep, T, Ev)
     Dg, lseg = D.view(B, K, n_rep, T), lse.view(B, K, n_rep, T)

@@ -142,12 +142,44 @@ class _SinkFlashCPU(torch.autograd.Function):
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, sinks, mask, y, lse_all = ctx.saved_tensors
         is_causal, scale = ctx.config
+        if torch.is_grad_enabled():  # create_graph=True: these gradients will be differentiated again
+            return (*_differentiable_grads(ctx.needs_input_grad[:4], q, k, v, sinks, mask, is_causal, scale, dy),
+                    None, None, None)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dy.contiguous(), q, k, v, y, lse_all, 0.0, is_causal, attn_mask=mask, scale=scale
         )
         p_sink = torch.exp(sinks.view(1, -1, 1).to(lse_all.dtype) - lse_all)  # (B, H, T)
         d_sinks = -(p_sink * (dy * y).sum(dim=-1)).sum(dim=(0, 2))  # (H,): dS_sink = P_sink (0 - D)
         return dq, dk, dv, d_sinks.to(sinks.dtype), None, None, None
+
+
+def _differentiable_grads(needed: tuple[bool, ...], q: Tensor, k: Tensor, v: Tensor, sinks: Tensor,
+                          mask: Tensor | None, is_causal: bool, scale: float, dy: Tensor) -> list[Tensor | None]:
+    """The gradients of q, k, v and the sinks as a graph of plain ops, for a second derivative.
+
+    The kernel's backward has no derivative of its own, so the same attention is written out (the sink as a key,
+    then softmax and matrix products) and differentiated with ``create_graph=True``: exact to every order.
+    """
+    k1, v1, bias = sinks_as_a_key(q, k, v, _causal_into_mask(mask, is_causal, q.shape[2], k.shape[2], q.device), sinks)
+    y = torch.softmax(q @ k1.mT * scale + bias, dim=-1) @ v1  # (B, H, T, E)
+    wanted = [t for t, need in zip((q, k, v, sinks), needed, strict=True) if need]
+    grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True))
+    return [next(grads) if need else None for need in needed]
+
+
+def _causal_into_mask(mask: Tensor | None, is_causal: bool, T: int, S: int, device: torch.device) -> Tensor | None:
+    """SDPA's causal flag (top-left) folded into ``mask``, for a way in that takes the mask alone."""
+    if not is_causal:
+        return mask
+    tril = torch.ones(T, S, dtype=torch.bool, device=device).tril()  # (T, S), top-left
+    if mask is None:
+        return tril
+    return mask & tril if mask.dtype == torch.bool else mask.masked_fill(~tril, -math.inf)
+
+
+def _rows_contiguous(t: Tensor) -> Tensor:
+    """``t`` with stride 1 along its last dim, as torch's CPU flash kernel reads it (it does not check)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def sink_flash_cpu(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, is_causal: bool, mask: Tensor | None,
@@ -184,10 +216,14 @@ def sink_flash_cpu(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, is_causal:
                          f"one KV head per query head, values as wide as keys, T and S at least 1; got q "
                          f"{tuple(q.shape)} {q.dtype} on {q.device}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} "
                          f"{v.dtype}: use sinks_as_a_key for the rest")
+    if mask is not None and mask.requires_grad:
+        raise ValueError("sink_flash_cpu gives no gradient to its mask, and this mask requires one: use "
+                         "sinks_as_a_key (sdpa_with_sinks takes that way for such a mask)")
     if mask is not None and mask.dtype == torch.bool:
         mask = q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))  # the kernel adds a float mask
     if mask is not None:
-        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)).to(q.dtype)
+        mask = _rows_contiguous(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)).to(q.dtype))
+    q, k, v = _rows_contiguous(q), _rows_contiguous(k), _rows_contiguous(v)  # the kernel's reading of memory
     out: Tensor = _SinkFlashCPU.apply(q, k, v, sinks.to(q.dtype), is_causal, mask, scale)  # type: ignore[no-untyped-call]
     return out
 
@@ -271,12 +307,7 @@ def sdpa_with_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, mask: Ten
             and not (mask is not None and mask.requires_grad)):  # what the CPU flash kernel accepts
         k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # (B, H, S, E): one per head
         return sink_flash_cpu(q, k, v, sinks, is_causal=is_causal, mask=mask, scale=scale)
-    if is_causal:  # the flag as a mask: the sink's column comes first and is never hidden
-        tril = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S), top-left
-        if mask is None:
-            mask = tril
-        else:
-            mask = mask & tril if mask.dtype == torch.bool else mask.masked_fill(~tril, -math.inf)
+    mask = _causal_into_mask(mask, is_causal, T, S, q.device)  # the flag as a mask: the sink's column stays
     k1, v1, bias = sinks_as_a_key(q, k, v, mask, sinks)  # (B, K, 1 + S, E), (B, K, 1 + S, Ev), (b, H, T or 1, 1 + S)
     return F.scaled_dot_product_attention(q, k1, v1, attn_mask=bias, dropout_p=dropout_p, scale=scale,
                                           enable_gqa=K != H)  # (B, H, T, Ev)
