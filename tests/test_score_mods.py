@@ -8,13 +8,16 @@ derivatives, which that kernel does not have.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
 from lessons_src.attention import ATTENTION_FUNCTIONS, attention
 from lessons_src.score_mods import sdpa_with_sinks, sink_flash_cpu
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 B, H, T, S, E = 2, 2, 5, 6, 8
 
