@@ -122,8 +122,9 @@ def delta_rule_chunked(
     Raises:
         ValueError: as :func:`delta_rule_recurrent`, and if ``chunk_size`` is not a positive int.
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    if isinstance(chunk_size, bool) or not hasattr(chunk_size, "__index__") or chunk_size.__index__() < 1:
         raise ValueError(f"chunk_size must be a positive int (tokens per chunk, 64 in the models); got {chunk_size!r}")
+    chunk_size = int(chunk_size.__index__())  # numpy integers too
     _check(q, k, v, g, beta, state)
     B, H, T, Dk = q.shape
     Dv, f32, dtype = v.shape[-1], torch.float32, v.dtype

@@ -115,11 +115,13 @@ __all__ = [
 ]
 
 
-def _rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    """``x / sqrt(mean(x^2) + eps) * weight`` over ``x``'s last ``weight.ndim`` dims (the last dim without a
-    weight), computed in float32 for half-precision ``x`` and returned in ``x``'s dtype.
+def _rms_norm(x: Tensor, weight: Tensor | None, eps: float, offset: float = 0.0) -> Tensor:
+    """``x / sqrt(mean(x^2) + eps) * (offset + weight)`` over ``x``'s last ``weight.ndim`` dims (the last dim
+    without a weight), computed in float32 for half-precision ``x`` and returned in ``x``'s dtype.
 
-    ``F.rms_norm`` is that formula in one fused kernel (a third of the time of the four ops on CPU).
+    The multiplier ``offset + weight`` is formed in float32 too, as Gemma's and Qwen3-Next's norms form
+    ``1 + w``: in half precision ``1 + w`` would round to a coarser grid than ``w``. ``F.rms_norm`` is the
+    formula in one fused kernel (a third of the time of the four ops on CPU).
 
     Shapes:
         x: ``(..., *weight.shape)``; weight: the normalised dims' shape; output: like ``x``.
@@ -129,10 +131,9 @@ def _rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         tensor([0.8485, 1.1314])
     """
     shape = x.shape[-1:] if weight is None else weight.shape
-    if x.dtype in (torch.float16, torch.bfloat16):
-        w = None if weight is None else weight.float()
-        return F.rms_norm(x.float(), shape, w, eps).to(x.dtype)
-    return F.rms_norm(x, shape, None if weight is None else weight.to(x.dtype), eps)
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    w = None if weight is None else offset + weight.to(compute)
+    return F.rms_norm(x.to(compute), shape, w, eps).to(x.dtype)
 
 
 def _eps(eps: object) -> float:
@@ -205,12 +206,12 @@ class PerHeadRMSNorm(nn.Module):
                              "layer's keys; this layer computes its own: use keys=True")
 
     def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        q = _rms_norm(q, self.offset + self.q_weight, self.eps)  # (B, H, T, E), over E
+        q = _rms_norm(q, self.q_weight, self.eps, self.offset)  # (B, H, T, E), over E
         if k is None:
             return q, None
         if self.k_weight is None:
             raise ValueError("this norm has no key weight (keys=False): pass k=None, or make it with keys=True")
-        return q, _rms_norm(k, self.offset + self.k_weight, self.eps)  # (B, K, S, E)
+        return q, _rms_norm(k, self.k_weight, self.eps, self.offset)  # (B, K, S, E)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, eps={self.eps}, offset={self.offset}" + ("" if self.k_weight is not None

@@ -169,6 +169,11 @@ def yarn_scaling(
     outwards as ``transformers`` does unless ``truncate=False``, as gpt-oss's config says). The cosines and
     sines are multiplied by ``attention_factor``, ``0.1 ln(factor) + 1`` unless given (the paper's ``sqrt(1/t)``).
 
+    When every pair makes more than ``beta_fast`` turns (a very long ``original_max_positions`` or a small
+    ``base``), every pair keeps its frequency; when every pair makes fewer than ``beta_slow``, every pair is
+    slowed. There the ramp's two ends, each clipped to the dims, cross, and ``transformers`` (5.23,
+    ``_compute_yarn_parameters``) does the opposite of both; this follows the rule above, the paper's.
+
     Args:
         dim: rotated features per head ``R`` (even).
         base: ``rope_theta``.
@@ -219,9 +224,12 @@ def yarn_scaling(
     if truncate:
         lo, hi = math.floor(lo), math.ceil(hi)
     lo, hi = float(max(lo, 0)), float(min(hi, dim - 1))
-    hi = hi + 0.001 if lo == hi else hi  # a ramp of width 0 would divide by 0
     i = torch.arange(dim // 2, dtype=torch.float64, device=device)  # (R/2,)
-    kept = 1 - ((i - lo) / (hi - lo)).clamp(0.0, 1.0)  # 1: keep the frequency, 0: interpolate
+    if lo > hi:  # the ends crossed: every pair is fast (lo > 0, a long context) or slow (hi < 0, a short one)
+        kept = torch.full_like(i, 1.0 if lo > 0 else 0.0)
+    else:
+        hi = hi + 0.001 if lo == hi else hi  # a ramp of width 0 would divide by 0
+        kept = 1 - ((i - lo) / (hi - lo)).clamp(0.0, 1.0)  # 1: keep the frequency, 0: interpolate
     scaled = inv_freq / factor * (1 - kept) + inv_freq * kept
     return RopeScaling(scaled, attention_factor)
 

@@ -10,8 +10,8 @@ attend, the package's one convention), or, for one decoding step, gather the pic
   shared by the heads; each query keeps its ``top_k`` best keys, and all the layer's attention heads use that one
   selection (the mask has one head). Causality comes first: a key the query may not see is never picked.
 * **MoBA** (Mixture of Block Attention, Lu et al. 2025, arXiv:2502.13189): keys in blocks of ``block_size``; each
-  query scores every earlier block by its dot product with the block's mean key, keeps its ``top_k`` best, and
-  always its own block (causally); each head picks for itself.
+  query scores every earlier block by its dot product with the block's mean key and keeps ``top_k`` blocks: its
+  own (causally) and the ``top_k - 1`` best earlier ones, as MoBA's code counts them; each head picks for itself.
 
 Positions are bottom-right aligned as everywhere in the package: the ``T`` queries are the last of ``S`` positions.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .masks import causal_mask
+from .masks import _length, causal_mask
 
 __all__ = ["gather_selected", "lightning_indexer_scores", "moba_mask", "top_k_mask"]
 
@@ -60,54 +60,73 @@ def top_k_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> Tensor:
     """Each query's ``top_k`` best visible keys, as a keep-mask shared by the heads, ``(B, 1, T, S)``.
 
     With ``is_causal`` a key the query may not see (``j > i + S - T``) is ruled out before the pick, so a query that
-    sees fewer than ``top_k`` keys keeps all it sees. Ties are broken as :func:`torch.topk` breaks them.
+    sees fewer than ``top_k`` keys keeps all it sees; a ``top_k`` above ``S`` is ``S``, as DeepSeek-V3.2's indexer
+    takes ``min(index_topk, S)``. Ties are broken as :func:`torch.topk` breaks them.
 
     Raises:
-        ValueError: if ``scores`` is not ``(B, T, S)`` or ``top_k`` is not an int from 1 to ``S``.
+        ValueError, TypeError: if ``scores`` is not ``(B, T, S)`` or holds a NaN where a query looks (a NaN has no
+            rank), or ``top_k`` is not an int of at least 1.
 
     Example:
         >>> top_k_mask(torch.tensor([[[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]]]), 2, is_causal=False).int().tolist()
         [[[[1, 0, 1], [0, 1, 1]]]]
     """
-    if scores.dim() != 3:
-        raise ValueError(f"scores must be (B, T, S); got {tuple(scores.shape)}")
+    if not isinstance(scores, Tensor) or scores.dim() != 3:
+        raise ValueError(f"scores must be a (B, T, S) tensor; got {_shape(scores)}")
     B, T, S = scores.shape
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= S:
-        raise ValueError(f"top_k must be an int from 1 to the number of keys S={S}; got {top_k!r}")
+    top_k = min(_length("top_k", top_k, minimum=1), S)
     visible = causal_mask(T, S, device=scores.device) if is_causal else torch.ones(T, S, dtype=torch.bool,
                                                                                    device=scores.device)
     ranked = scores.float().masked_fill(~visible, float("-inf"))  # causality before the pick
+    _refuse_nan("scores", ranked)
     picked = torch.zeros(B, T, S, dtype=torch.bool, device=scores.device)
     picked.scatter_(-1, ranked.topk(top_k, dim=-1).indices, True)
     return (picked & visible)[:, None]  # a query seeing fewer than top_k keys picked some hidden ones: drop them
 
 
-def moba_mask(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
-    """MoBA's keep-mask, ``(B, H, T, S)``: each query's own block (causally) and its ``top_k`` best earlier blocks.
+def _shape(x: object) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else f"a {type(x).__name__}"
 
-    A block's score is the query's dot product with the block's mean key; only blocks that end before the query's
-    own block compete (causality before the pick). ``S`` need not be a multiple of ``block_size``: the last block
-    is shorter.
+
+def _refuse_nan(name: str, ranked: Tensor) -> None:
+    """A NaN ranks above every number in :func:`torch.topk`: a pick made through one would be arbitrary."""
+    if ranked.device.type != "meta" and bool(ranked.isnan().any()):  # a meta tensor holds no values to check
+        where = [int(i) for i in ranked.isnan().nonzero()[0]]
+        raise ValueError(f"{name} hold NaN where a query picks (first at index {where}): a NaN has no rank; "
+                         f"look for an overflow or a NaN in the inputs")
+
+
+def moba_mask(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
+    """MoBA's keep-mask, ``(B, H, T, S)``: each query's ``top_k`` blocks, its own block (causally) always among them.
+
+    The own block counts in ``top_k``, as in MoBA's code (``moba_naive.py`` gives it a gate of ``+inf`` before
+    ``topk(gate, min(moba_topk, num_block))``): ``top_k=1`` keeps the own block alone, and ``top_k`` at least the
+    number of blocks keeps every earlier key (causal attention). The other ``top_k - 1`` are the best blocks
+    that end before the query's own, scored by the query's dot product with the block's mean key. ``S`` need
+    not be a multiple of ``block_size``: the last block is shorter.
 
     Args:
         q: ``(B, H, T, E)``; k: ``(B, H, S, E)`` (repeat the KV heads for GQA first).
         block_size: keys per block (``>= 1``).
-        top_k: earlier blocks each query keeps (``>= 1``; at most the number of blocks before the last one).
+        top_k: blocks each query keeps, its own included (``>= 1``; more than there are blocks keeps them all).
 
     Raises:
-        ValueError: on shapes that do not fit, a ``block_size`` below 1, or a ``top_k`` out of range.
+        ValueError, TypeError: on shapes that do not fit, a ``block_size`` or ``top_k`` that is not an int of at
+            least 1, or a NaN in a block's score for a query that ranks it.
+
+    Example:
+        >>> q, k = torch.ones(1, 1, 4, 2), torch.ones(1, 1, 4, 2)
+        >>> moba_mask(q, k, block_size=2, top_k=1)[0, 0].int().tolist()  # the own block only
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
     """
     if q.dim() != 4 or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q must be (B, H, T, E) and k (B, H, S, E) with the same B, H, E; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
     B, H, T, E = q.shape
     S = k.shape[2]
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int (keys per block); got {block_size!r}")
+    block_size = _length("block_size", block_size, minimum=1)  # keys per block
+    top_k = _length("top_k", top_k, minimum=1)  # blocks per query, its own included
     n_blocks = -(-S // block_size)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max(n_blocks - 1, 1):
-        raise ValueError(f"top_k must be an int from 1 to the {n_blocks - 1} blocks before the last of S={S} keys "
-                         f"in blocks of {block_size}; got {top_k!r}")
     block_of = torch.arange(S, device=k.device) // block_size  # (S,)
     sums = torch.zeros(B, H, n_blocks, E, dtype=torch.float32, device=k.device).index_add_(2, block_of, k.float())
     counts = (S - block_size * torch.arange(n_blocks, device=k.device)).clamp(max=block_size)  # the last is shorter
@@ -116,8 +135,10 @@ def moba_mask(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
     scores = torch.einsum("bhte,bhne->bhtn", q.float(), means)  # (B, H, T, n_blocks)
     earlier = torch.arange(n_blocks, device=q.device)[None, :] < own[:, None]  # (T, n_blocks): whole blocks before
     ranked = scores.masked_fill(~earlier, float("-inf"))
-    picked = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, ranked.topk(min(top_k, n_blocks), dim=-1).indices,
-                                                                 True) & earlier
+    _refuse_nan("the blocks' scores (q against each block's mean key)", ranked)
+    others = min(top_k, n_blocks) - 1  # the own block takes one of the top_k
+    picked = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, ranked.topk(others, dim=-1).indices, True)
+    picked = picked & earlier  # a query with fewer earlier blocks than others picked some later ones: drop them
     picked |= torch.arange(n_blocks, device=q.device)[None, :] == own[:, None]  # the own block, always
     keep = picked[..., block_of]  # (B, H, T, S): a key is kept when its block is
     return keep & causal_mask(T, S, device=q.device)

@@ -133,6 +133,11 @@ def test_bad_inputs_are_refused_with_the_values() -> None:
         delta_rule_recurrent(q, k, v, g, beta, state=torch.zeros(2, 4, 6, 8))
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         delta_rule_chunked(q, k, v, g, beta, chunk_size=0)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        delta_rule_chunked(q, k, v, g, beta, chunk_size=2.0)
+    np = pytest.importorskip("numpy")  # an int from numpy counts as an int, as everywhere in the package
+    torch.testing.assert_close(delta_rule_chunked(q, k, v, g, beta, chunk_size=np.int64(2)),
+                               delta_rule_chunked(q, k, v, g, beta, chunk_size=2))
     with pytest.raises(ValueError, match="must be finite"):
         delta_rule_recurrent(q, k, v, g.masked_fill(g < -0.3, float("-inf")), beta)
 

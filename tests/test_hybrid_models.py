@@ -209,6 +209,10 @@ def test_the_linear_layer_is_qwen3_nexts_gated_deltanet() -> None:
     with torch.no_grad():
         want = theirs(x)
         assert torch.allclose(ours(x), want, atol=2e-5, rtol=1e-4), (ours(x) - want).abs().max()
+        # Small inputs: queries and keys of length about 1e-3, where the models' x * rsqrt(sum x^2 + 1e-6) is not
+        # F.normalize's x / max(|x|, eps) (25% apart there).
+        small = theirs(x * 1e-3)
+        assert torch.allclose(ours(x * 1e-3), small, atol=2e-8, rtol=1e-4), (ours(x * 1e-3) - small).abs().max()
 
     def without_convolution(m: GatedDeltaNet) -> None:
         m.conv.weight.zero_()

@@ -126,6 +126,26 @@ def test_per_head_rms_norm_is_gemma3s() -> None:
     _norm_oracle(Gemma3Attention(cfg, layer_idx=0), PerHeadRMSNorm(E, eps=1e-6, offset=1.0))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_per_head_rms_norm_in_half_precision_is_gemma3s_to_the_bit(dtype: torch.dtype) -> None:
+    """Gemma 3 forms ``1 + w`` in float32; formed in half precision it rounds, and about a quarter of the
+    outputs came out one unit in the last place apart."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    g = torch.Generator().manual_seed(0)
+    ref = Gemma3RMSNorm(16, eps=1e-6).to(dtype)
+    ours = PerHeadRMSNorm(16, eps=1e-6, offset=1.0).to(dtype)
+    with torch.no_grad():
+        ref.weight.copy_(torch.randn(16, generator=g) * 0.5)
+        ours.q_weight.copy_(ref.weight)
+        ours.k_weight.copy_(-ref.weight)
+        ref_k = Gemma3RMSNorm(16, eps=1e-6).to(dtype)
+        ref_k.weight.copy_(-ref.weight)
+    x = torch.randn(2, 4, 64, 16, generator=g).to(dtype)
+    q, k = ours(x, x)
+    assert torch.equal(q, ref(x)) and torch.equal(k, ref_k(x))
+
+
 def test_projection_rms_norm_is_olmo3s() -> None:
     """OLMo 3 (as OLMo 2): RMSNorm over the whole query and key projections, before they split into heads."""
     from transformers.models.olmo3.modeling_olmo3 import Olmo3Attention

@@ -76,6 +76,24 @@ def test_yarn_scaling_is_transformers(head_dim, base, factor, context, fast, slo
     assert got.attention_factor > 1.0  # the factor takes effect in every case here
 
 
+@pytest.mark.parametrize(("context", "base", "every_pair"), [(1 << 36, 10000.0, "kept"), (1 << 12, 2.0, "kept"),
+                                                          (1, 2.0, "slowed")])
+def test_yarn_puts_every_pair_on_one_side_when_the_ramps_ends_cross(context: int, base: float,
+                                                                    every_pair: str) -> None:
+    """Every pair making more than beta_fast = 32 turns over the context keeps its frequency; every pair making fewer
+    than beta_slow = 1 is slowed ``factor`` times. Clipped to the dims, the ramp's ends cross there, and
+    transformers' ramp does the opposite of each (the docstring says which we follow)."""
+    dim, factor = 8, 4.0
+    plain = rope_frequencies(dim, base=base)
+    turns = context * plain / (2 * math.pi)  # each pair's turns over the trained context
+    assert bool((turns > 32).all()) if every_pair == "kept" else bool((turns < 1).all())
+    got = yarn_scaling(dim, base=base, factor=factor, original_max_positions=context)
+    torch.testing.assert_close(got.inv_freq, plain if every_pair == "kept" else plain / factor)
+    rope = {"rope_type": "yarn", "rope_theta": base, "factor": factor, "original_max_position_embeddings": context}
+    theirs, _ = ROPE_INIT_FUNCTIONS["yarn"](_config(rope, dim, max_position_embeddings=int(context * factor)), "cpu")
+    torch.testing.assert_close(theirs.double(), plain / factor if every_pair == "kept" else plain, **F32)
+
+
 @pytest.mark.parametrize("kind", ["llama3", "yarn"])
 def test_scaled_cos_sin_are_the_rotary_modules(kind: str) -> None:
     """The model's rotary module at positions up to 4x the original context: cosines and sines, factor included."""

@@ -6,6 +6,7 @@ top_k is always below the number of keys most queries see: with every key picked
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -100,50 +101,89 @@ def test_attention_over_a_selection_and_one_decoding_step() -> None:
 
 
 def moba_loop(q: torch.Tensor, k: torch.Tensor, block: int, top_k: int) -> torch.Tensor:
-    """MoBA's selection written out query by query and head by head, as the paper describes it."""
+    """MoBA's selection as its reference code (MoonshotAI/MoBA, ``moba_naive.py``) makes it, query by query: a gate
+    per block (the query's dot product with the block's mean key), ``+inf`` for the query's own block and ``-inf``
+    for blocks that do not end before the query; the ``min(top_k, blocks)`` largest gates kept; then causality."""
     B, H, Tq, _ = q.shape
     S = k.shape[2]
+    n_blocks = -(-S // block)
     keep = torch.zeros(B, H, Tq, S, dtype=torch.bool)
     for b in range(B):
         for h in range(H):
             for t in range(Tq):
                 pos = t + S - Tq
-                own = pos // block
-                means = [k[b, h, n * block:(n + 1) * block].mean(0) for n in range(own)]
-                best = sorted(range(own), key=lambda n: -float(q[b, h, t] @ means[n]))[:top_k]
-                for n in [*best, own]:
-                    keep[b, h, t, n * block:min((n + 1) * block, pos + 1)] = True
+                gate = [float(q[b, h, t] @ k[b, h, n * block:(n + 1) * block].mean(0)) for n in range(n_blocks)]
+                for n in range(n_blocks):
+                    if (n + 1) * block > pos:  # the block is not whole before the query
+                        gate[n] = math.inf if n == pos // block else -math.inf
+                for n in sorted(range(n_blocks), key=lambda n: -gate[n])[:min(top_k, n_blocks)]:
+                    keep[b, h, t, n * block:min((n + 1) * block, pos + 1)] = True  # causally
     return keep
 
 
 @pytest.mark.parametrize(("Tq", "S", "block"), [(T, T, 4), (T, T, 5), (3, T + 2, 4)])
-def test_moba_matches_the_per_query_loop(Tq: int, S: int, block: int) -> None:
+@pytest.mark.parametrize("top_k", [1, 3, 5])
+def test_moba_matches_the_reference_codes_pick(Tq: int, S: int, block: int, top_k: int) -> None:
     torch.manual_seed(2)
     q, k = torch.randn(2, 3, Tq, 8), torch.randn(2, 3, S, 8)
-    keep = moba_mask(q, k, block_size=block, top_k=2)
-    assert torch.equal(keep, moba_loop(q, k, block, 2))
-    assert not torch.equal(keep[:, 0], keep[:, 1])  # each head picks for itself
-    assert (keep.sum(-1) < causal_mask(Tq, S).sum(-1)).any()  # and leaves keys out
+    keep = moba_mask(q, k, block_size=block, top_k=top_k)
+    assert torch.equal(keep, moba_loop(q, k, block, top_k))
+    if 1 < top_k < -(-S // block):  # a real choice: neither the own block alone nor every block
+        assert not torch.equal(keep[:, 0], keep[:, 1])  # each head picks for itself
+        assert (keep.sum(-1) < causal_mask(Tq, S).sum(-1)).any()  # and leaves keys out
+
+
+def test_moba_top_k_counts_the_own_block() -> None:
+    """``top_k=1``: the own block alone (a block-diagonal causal mask); ``top_k`` = the number of blocks or more:
+    every earlier key, plain causal attention (MoBA's dense setting)."""
+    torch.manual_seed(3)
+    q, k = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
+    pos = torch.arange(10)
+    own_block = (pos[:, None] // 4 == pos[None, :] // 4) & causal_mask(10, 10)
+    assert torch.equal(moba_mask(q, k, block_size=4, top_k=1), own_block.expand(1, 2, 10, 10))
+    for dense in (3, 4, 100):  # 3 blocks of 4, 4 and 2 keys
+        assert torch.equal(moba_mask(q, k, block_size=4, top_k=dense), causal_mask(10, 10).expand(1, 2, 10, 10))
+    blocks_kept = moba_mask(q, k, block_size=2, top_k=2)[0, :, -1].view(2, 5, 2).any(-1).sum(-1)
+    assert blocks_kept.tolist() == [2, 2]  # the last query: its own block and one earlier one
 
 
 def test_bad_inputs_are_refused_with_the_values() -> None:
     scores = torch.randn(1, 4, 6)
-    with pytest.raises(ValueError, match="top_k must be an int from 1 to the number of keys S=6; got 0"):
+    with pytest.raises(ValueError, match="top_k must be at least 1; got top_k=0"):
         top_k_mask(scores, 0)
-    with pytest.raises(ValueError, match="top_k must be an int from 1 to the number of keys S=6; got 7"):
-        top_k_mask(scores, 7)
+    with pytest.raises(TypeError, match=r"top_k must be an int; got 2\.0"):
+        top_k_mask(scores, 2.0)
+    with pytest.raises(ValueError, match=r"scores hold NaN where a query picks \(first at index \[0, 3, 1\]\)"):
+        top_k_mask(scores.index_put((torch.tensor(0), torch.tensor(3), torch.tensor(1)), torch.tensor(math.nan)), 2)
     with pytest.raises(ValueError, match=r"weights must be \(B, Hi, T\) = \(1, 2, 4\)"):
         lightning_indexer_scores(torch.randn(1, 2, 4, 8), torch.randn(1, 6, 8), torch.randn(1, 4, 2))
     with pytest.raises(ValueError, match=r"q must be \(B, Hi, T, Di\) and k \(B, S, Di\)"):
         lightning_indexer_scores(torch.randn(1, 2, 4, 8), torch.randn(1, 6, 4), torch.randn(1, 2, 4))
     q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
-    with pytest.raises(ValueError, match="block_size must be a positive int"):
+    with pytest.raises(ValueError, match="block_size must be at least 1; got block_size=0"):
         moba_mask(q, k, block_size=0, top_k=1)
-    with pytest.raises(ValueError, match="top_k must be an int from 1 to the 2 blocks before the last"):
-        moba_mask(q, k, block_size=2, top_k=3)
+    with pytest.raises(ValueError, match="top_k must be at least 1; got top_k=0"):
+        moba_mask(q, k, block_size=2, top_k=0)
+    with pytest.raises(ValueError, match=r"the blocks' scores .* hold NaN"):
+        moba_mask(q.index_put((torch.tensor(0), torch.tensor(0), torch.tensor(5)), torch.tensor(math.nan)), k,
+                  block_size=2, top_k=2)
     with pytest.raises(ValueError, match="every batch row must pick as many keys"):
         gather_selected(torch.randn(2, 1, 6, 4), torch.randn(2, 1, 6, 4),
                         torch.tensor([[1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None])
+
+
+def test_numpy_ints_and_a_top_k_above_the_keys_are_taken() -> None:
+    """An int from numpy counts as an int, as everywhere in the package; ``top_k`` above ``S`` is ``S``
+    (DeepSeek-V3.2's indexer takes ``min(index_topk, S)``), so every visible key is kept."""
+    np = pytest.importorskip("numpy")
+    scores = torch.randn(2, 4, 6)
+    torch.testing.assert_close(top_k_mask(scores, np.int64(3)), top_k_mask(scores, 3))
+    assert torch.equal(top_k_mask(scores, 7), causal_mask(4, 6).expand(2, 1, 4, 6))
+    q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+    assert torch.equal(moba_mask(q, k, block_size=np.int32(2), top_k=np.int64(2)), moba_mask(q, k, block_size=2,
+                                                                                             top_k=2))
+    a_nan_no_query_ranks = q.index_put((torch.tensor(0), torch.tensor(0), torch.tensor(0)), torch.tensor(math.nan))
+    moba_mask(a_nan_no_query_ranks, k, block_size=2, top_k=2)  # query 0 has no earlier block to rank: no error
 
 
 def test_mla_over_the_indexers_pick_is_deepseek_v32s_attention() -> None:

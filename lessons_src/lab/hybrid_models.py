@@ -156,6 +156,12 @@ def _rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
+def _l2_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """``x / sqrt(|x|^2 + eps)`` over the last dim, Qwen3-Next's (and fla's) form: ``F.normalize`` divides by
+    ``max(|x|, eps)`` instead, which differs for short vectors (by a quarter at length 1e-3)."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
 class GatedDeltaNet(nn.Module):
     """Qwen3-Next's Gated DeltaNet layer at toy size: projections, short convolution, the gated delta rule, gate.
 
@@ -198,7 +204,7 @@ class GatedDeltaNet(nn.Module):
         qkv, z = self.qkvz(x).split([3 * H * E, H * E], dim=-1)  # (B, T, 3HE), (B, T, HE)
         qkv = F.silu(self.conv(qkv.transpose(1, 2))[..., :T]).transpose(1, 2)  # causal: (B, T, 3HE)
         q, k, v = (t.view(B, T, H, E).transpose(1, 2) for t in torch.split(qkv, H * E, dim=-1))  # (B, H, T, E) each
-        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # unit length, as the models do
+        q, k = _l2_norm(q), _l2_norm(k)  # (B, H, T, E): unit length, as the models make it
         b, a = torch.split(self.ba(x), H, dim=-1)  # (B, T, H) each
         beta = torch.sigmoid(b).transpose(1, 2)  # (B, H, T), write strength in (0, 1)
         g = (-self.A_log.exp() * F.softplus(a + self.dt_bias)).transpose(1, 2)  # (B, H, T), log decay <= 0
