@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masks import (
+    MaskRule,
     causal_mask,
     check_chunk,
     check_mask,
@@ -51,6 +52,7 @@ from .masks import (
     chunk_mask,
     combine_masks,
     document_mask,
+    mask_tensor,
     prefix_lm_mask,
 )
 from .score_mods import check_score_mods, check_softcap, sdpa_with_sinks, soft_cap
@@ -128,14 +130,15 @@ class PreparedMask:
         return combine_masks(self.mask, causal, dtype)
 
 
-def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
-                 device: torch.device, window: int | None = None, chunk: int | None = None,
+def prepare_mask(attn_mask: Tensor | MaskRule | None, *, is_causal: bool, shape: tuple[int, int, int, int],
+                 dtype: torch.dtype, device: torch.device, window: int | None = None, chunk: int | None = None,
                  documents: Tensor | None = None, prefix: int | Tensor | Sequence[int] | None = None) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
     Args:
         attn_mask: bool (``True`` = may attend) or float (added) mask broadcastable to ``shape``, with
-            at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); ``None``.
+            at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); a
+            :class:`lessons_src.masks.MaskRule`, turned into its bool tensor here; ``None``.
         is_causal: also hide future keys, aligned bottom-right; combined with ``attn_mask``.
         shape: the scores' shape ``(B, H, T, S)``.
         dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
@@ -162,9 +165,11 @@ def prepare_mask(attn_mask: Tensor | None, *, is_causal: bool, shape: tuple[int,
     window = check_window(window, is_causal=is_causal)
     T, S = shape[2], shape[3]
     mask = attn_mask
+    if isinstance(mask, MaskRule):  # a rule: its dense form, where the scores are
+        mask = mask_tensor(mask, T, S, B=shape[0], H=shape[1], device=device)  # (B or 1, H or 1, T, S)
     if mask is not None:
         if not isinstance(mask, Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None; got {type(mask).__name__}")
+            raise TypeError(f"attn_mask must be a torch.Tensor, a MaskRule or None; got {type(mask).__name__}")
         check_mask(mask, shape, dtype)
         if mask.device != device:
             raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
@@ -454,7 +459,7 @@ def attention(
     k: Tensor,
     v: Tensor,
     *,
-    attn_mask: Tensor | None = None,
+    attn_mask: Tensor | MaskRule | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
@@ -470,7 +475,8 @@ def attention(
 
     Every implementation gets the same checked inputs (:func:`prepare_mask`) and, for finite inputs, one answer:
 
-    * masks: bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
+    * masks: a :class:`lessons_src.masks.MaskRule` (``causal() & same_chunk(8)``, or one of your own), or a
+      tensor, bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
       most 4 dims, broadcastable to ``(B, H, T, S)``;
     * ``is_causal``: key ``j`` is visible to query ``i`` when ``j <= i + S - T`` (bottom-right aligned:
       the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;

@@ -11,18 +11,12 @@ From a mask_mod, ``create_block_mask`` (:func:`block_mask`) marks each tile of `
 ``block_size`` keys as empty, full or partial; a compiled kernel skips the empty tiles and calls the mask_mod only
 on the partial ones. :func:`block_sparsity` is the share of tiles skipped.
 
-Each mask of :mod:`lessons_src.masks` is here as a mask_mod, and each score change of
-:mod:`lessons_src.score_mods` as a score_mod or, for the learned sinks, as what :func:`flex_attend` does with the
-log-sum-exp FlexAttention returns. Query ``q_idx`` is at position ``q_idx + S - T`` (the queries are the last
-``T`` of ``S`` positions, bottom-right, as everywhere in this package)::
-
-    mask_mod            keeps key j for the query at p = q_idx + S - T when
-    causal_mod          j <= p
-    padding_mod         j < lengths[b]
-    window_mod          j <= p and (j > p - window or j < sinks)
-    chunk_mod           j <= p and j // chunk == p // chunk
-    document_mod        ids[b, j] == ids[b, p]            (with causal_mod: causal within each document)
-    prefix_lm_mod       j <= p or j < prefix[b]
+Every mask rule lives in :mod:`lessons_src.masks` (``causal()``, ``sliding_window(w)``, ``same_chunk(c)``,
+``same_document(ids)``, ``prefix_lm(p)``, ``padding(lengths)``, composed with ``&`` and ``|``), written as a
+function of positions; :func:`block_mask` turns one into FlexAttention's block mask, putting query ``q_idx`` at
+position ``q_idx + S - T`` (the queries are the last ``T`` of ``S`` positions, bottom-right, as everywhere in this
+package). This file defines no mask: only what is Flex's own, the block mask, its sparsity and
+:func:`flex_attend`. The soft-cap of :mod:`lessons_src.score_mods` is here as a score_mod.
 
 A learned sink (gpt-oss) is one more column of the softmax with no value, so it changes each query's normaliser:
 no function of one score can add it. :func:`flex_attend` rescales FlexAttention's output by
@@ -53,158 +47,16 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
-from .masks import _length, check_chunk, check_window  # _length: an int size, or an error naming it
-from .score_mods import check_sinks, check_softcap
+from .masks import MaskRule, _length, mask_mod  # _length: an int size, or an error naming it
+from .score_mods import check_sinks, check_softcap, soft_cap
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
     ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
-__all__ = [
-    "block_mask",
-    "block_sparsity",
-    "causal_mod",
-    "chunk_mod",
-    "document_mod",
-    "flex_attend",
-    "padding_mod",
-    "prefix_lm_mod",
-    "soft_cap_mod",
-    "window_mod",
-]
-
-
-def _offset(T: int, S: int | None) -> tuple[int, int]:
-    """``(S, S - T)``: query ``q_idx`` is at position ``q_idx + S - T``."""
-    T = _length("T", T, 1)
-    S = T if S is None else _length("S", S, 1)
-    return S, S - T
-
-
-def causal_mod(T: int, S: int | None = None) -> MaskMod:
-    """The bottom-right causal mask as a mask_mod: key ``j`` is kept when ``j <= q_idx + S - T``.
-
-    FlexAttention's own examples write ``q_idx >= kv_idx``, which is top-left: right only when ``T == S``.
-
-    Example:
-        >>> mod = causal_mod(2, 3)
-        >>> mod(0, 0, torch.tensor(0), torch.arange(3)).tolist()  # query 0 is at position 1
-        [True, True, False]
-    """
-    _, offset = _offset(T, S)
-
-    def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return kv_idx <= q_idx + offset
-
-    return causal
-
-
-def padding_mod(lengths: Tensor) -> MaskMod:
-    """Padding as a mask_mod: sequence ``b`` keeps only its first ``lengths[b]`` keys (:func:`masks.padding_mask`).
-
-    Example:
-        >>> padding_mod(torch.tensor([2, 3]))(1, 0, 0, torch.arange(4)).tolist()
-        [True, True, True, False]
-    """
-    if not isinstance(lengths, Tensor) or lengths.ndim != 1 or lengths.dtype.is_floating_point \
-            or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be a 1-D integer tensor, one length per sequence; got {lengths!r}")
-
-    def padding(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return kv_idx < lengths[b]
-
-    return padding
-
-
-def window_mod(T: int, S: int | None = None, *, window: int, sinks: int = 0) -> MaskMod:
-    """A sliding window as a mask_mod: the last ``window`` positions up to the query's own, plus ``sinks`` first keys.
-
-    The Long-contexts lessons' sink tokens (StreamingLLM): the first ``sinks`` keys stay visible to every query,
-    causally, as in :func:`lessons_src.masks.causal_mask` with ``window`` and ``sinks``.
-
-    Example:
-        >>> window_mod(5, window=2, sinks=1)(0, 0, torch.tensor(4), torch.arange(5)).tolist()
-        [True, False, False, True, True]
-    """
-    _, offset = _offset(T, S)
-    w = check_window(window)
-    if w is None:
-        raise TypeError("window_mod needs a window, an int of at least 1; got None")
-    n_sinks = _length("sinks", sinks)
-
-    def sliding_window(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        p = q_idx + offset
-        return (kv_idx <= p) & ((kv_idx > p - w) | (kv_idx < n_sinks))
-
-    return sliding_window
-
-
-def chunk_mod(T: int, S: int | None = None, *, chunk: int) -> MaskMod:
-    """Chunked attention (Llama 4) as a mask_mod: causal, and only within the query's chunk of ``chunk`` positions.
-
-    Example:
-        >>> chunk_mod(5, chunk=2)(0, 0, torch.tensor(3), torch.arange(5)).tolist()
-        [False, False, True, True, False]
-    """
-    _, offset = _offset(T, S)
-    c = check_chunk(chunk)
-    if c is None:
-        raise TypeError("chunk_mod needs a chunk, an int of at least 1; got None")
-
-    def chunked(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        p = q_idx + offset
-        return (kv_idx <= p) & (kv_idx // c == p // c)
-
-    return chunked
-
-
-def document_mod(documents: Tensor, T: int | None = None) -> MaskMod:
-    """Packed documents as a mask_mod: a query sees only the keys of its own document (not causal by itself).
-
-    ``documents`` holds the document id of each of the ``S`` positions, ``(S,)`` or ``(B, S)``; the queries are the
-    last ``T``. Combine it with :func:`causal_mod` (``and_masks``) for causal attention within each document.
-
-    Example:
-        >>> document_mod(torch.tensor([0, 0, 1]))(0, 0, torch.tensor(2), torch.arange(3)).tolist()
-        [False, False, True]
-    """
-    if not isinstance(documents, Tensor) or documents.dtype.is_floating_point or documents.dtype == torch.bool \
-            or documents.ndim not in (1, 2) or documents.shape[-1] == 0:
-        raise TypeError(f"documents must be integer ids, (S,) or (B, S) with S >= 1; got {documents!r}")
-    S = documents.shape[-1]
-    _, offset = _offset(S if T is None else T, S)
-    ids = documents if documents.ndim == 2 else documents[None]  # (B or 1, S)
-    one_row = ids.shape[0] == 1
-
-    def same_document(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        row = 0 if one_row else b
-        return ids[row, kv_idx] == ids[row, q_idx + offset]
-
-    return same_document
-
-
-def prefix_lm_mod(T: int, S: int | None = None, *, prefix: int | Tensor | Sequence[int],
-                  device: torch.device | str | None = None) -> MaskMod:
-    """Prefix LM as a mask_mod: key ``j`` is kept when ``j <= q_idx + S - T`` or ``j < prefix`` (per sequence).
-
-    Example:
-        >>> prefix_lm_mod(3, prefix=2)(0, 0, torch.tensor(0), torch.arange(3)).tolist()
-        [True, True, False]
-    """
-    S, offset = _offset(T, S)
-    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not 0 <= _length("prefix", prefix) <= S:
-        raise ValueError(f"prefix={prefix} must be between 0 and S={S}")
-    lengths = torch.as_tensor(prefix, device=device).reshape(-1)  # (1,) or (B,): their values are not read here
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.numel() == 0:
-        raise TypeError(f"prefix must be an int or one int per sequence; got {prefix!r}")
-    one = lengths.numel() == 1
-
-    def prefix_lm(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (kv_idx <= q_idx + offset) | (kv_idx < lengths[0 if one else b])
-
-    return prefix_lm
+__all__ = ["block_mask", "block_sparsity", "flex_attend", "soft_cap_mod"]
 
 
 def soft_cap_mod(cap: float) -> ScoreMod:
@@ -220,30 +72,40 @@ def soft_cap_mod(cap: float) -> ScoreMod:
     if c is None:
         raise TypeError("soft_cap_mod needs a cap, a positive number; got None")
 
-    def soft_cap(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return c * torch.tanh(score / c)
+    def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return soft_cap(score, c)
 
-    return soft_cap
+    return capped
 
 
-def block_mask(mask_mod: MaskMod, T: int, S: int | None = None, *, B: int | None = None, H: int | None = None,
-               block_size: int = 128, device: torch.device | str = "cpu") -> BlockMask:
+def block_mask(mask: MaskRule | MaskMod, T: int, S: int | None = None, *, B: int | None = None,
+               H: int | None = None, block_size: int = 128, device: torch.device | str = "cpu") -> BlockMask:
     """``create_block_mask`` on ``device`` (its default is CUDA), without compiling: which tiles a kernel may skip.
 
     Args:
-        mask_mod: ``(b, h, q_idx, kv_idx) -> bool``.
+        mask: a :class:`lessons_src.masks.MaskRule` (``causal()``, ``sliding_window(8)``, ...), checked against the
+            sizes and given its bottom-right offset by :func:`lessons_src.masks.mask_mod`; or a raw FlexAttention
+            ``mask_mod`` over indices, ``(b, h, q_idx, kv_idx) -> bool``, used as it is.
         T, S: queries and keys (``S`` defaults to ``T``).
-        B, H: batch and heads the mask_mod depends on (``None``: the same for every one).
+        B, H: batch and heads the mask depends on (``None``: the same for every one).
         block_size: tile side, queries and keys (FlexAttention's default is 128).
         device: where the queries live.
 
     Example:
-        >>> bm = block_mask(causal_mod(4), 4, block_size=2)
+        >>> from lessons_src.masks import causal
+        >>> bm = block_mask(causal(), 4, block_size=2)
         >>> bm.kv_num_blocks.flatten().tolist(), bm.full_kv_num_blocks.flatten().tolist()  # partial, full tiles
         ([1, 1], [0, 1])
     """
-    S = _length("T", T, 1) if S is None else _length("S", S, 1)
-    return create_block_mask(mask_mod, B, H, T, S, device=device, BLOCK_SIZE=_length("block_size", block_size, 1))
+    T = _length("T", T, 1)
+    S = T if S is None else _length("S", S, 1)
+    size = _length("block_size", block_size, 1)
+    if isinstance(mask, MaskRule):
+        mask.check(1 if B is None else _length("B", B, 1), T, S, device)
+        mask = mask_mod(mask, T, S)
+    elif not callable(mask):
+        raise TypeError(f"mask must be a MaskRule or a mask_mod function; got {type(mask).__name__}")
+    return create_block_mask(mask, B, H, T, S, device=device, BLOCK_SIZE=size)
 
 
 def block_sparsity(mask: BlockMask) -> float:
@@ -252,7 +114,8 @@ def block_sparsity(mask: BlockMask) -> float:
     Counted over every batch entry and head the block mask holds; a tile is computed when it is partial or full.
 
     Example:
-        >>> block_sparsity(block_mask(causal_mod(4), 4, block_size=2))  # 1 of the 2 x 2 tiles is above the diagonal
+        >>> from lessons_src.masks import causal
+        >>> block_sparsity(block_mask(causal(), 4, block_size=2))  # 1 of the 2 x 2 tiles is above the diagonal
         0.25
     """
     if not isinstance(mask, BlockMask):
@@ -291,7 +154,8 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: BlockMask | None = None, 
 
     Example:
         >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
-        >>> flex_attend(q, kv, kv, block_mask(causal_mod(3), 3), sinks=torch.zeros(4)).shape
+        >>> from lessons_src.masks import causal
+        >>> flex_attend(q, kv, kv, block_mask(causal(), 3), sinks=torch.zeros(4)).shape
         torch.Size([1, 4, 3, 8])
     """
     if sinks is not None:

@@ -54,6 +54,15 @@ prompt, Gemma 3's image tokens) lets every query see a prefix of ``P`` keys in f
     query 3   . . 1 1 .                                          query 3   1 1 1 1 .
     query 4   . . 1 1 1                                          query 4   1 1 1 1 1
 
+**Every rule is written once, as a function of positions** (:class:`MaskRule`): ``rule(b, h, q, kv)`` is
+``True`` where the query at position ``q`` of sequence ``b``, head ``h``, may see the key at position ``kv``.
+The rules are :func:`causal`, :func:`sliding_window`, :func:`same_chunk`, :func:`same_document`,
+:func:`prefix_lm` and :func:`padding`, composed with ``&`` and ``|`` (:func:`and_masks`, :func:`or_masks`). Each
+consumer turns a rule into what it needs, binding the bottom-right offset ``S - T`` there and nowhere else: a
+dense bool tensor (:func:`mask_tensor`; ``causal_mask`` and the other builders below are that, for one rule), or
+an index-space function for FlexAttention (:func:`mask_mod`, :func:`lessons_src.flex.block_mask`). A new mask is
+one ``MaskRule``: ``attention(q, k, v, attn_mask=rule)`` takes it as it is.
+
 References:
     Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", JMLR
     2020 (arXiv:1910.10683), section 3.2.1: the prefix LM's mask.
@@ -72,9 +81,15 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    MaskFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]  # (b, h, q, kv) -> bool, broadcasting
+    Check = Callable[[int, int, int, torch.device], None]  # (B, T, S, device): raise if the rule cannot apply
 
 __all__ = [
+    "MaskRule",
+    "and_masks",
+    "causal",
     "causal_mask",
     "check_chunk",
     "check_mask",
@@ -82,9 +97,289 @@ __all__ = [
     "chunk_mask",
     "combine_masks",
     "document_mask",
+    "mask_mod",
+    "mask_tensor",
+    "or_masks",
+    "padding",
     "padding_mask",
+    "prefix_lm",
     "prefix_lm_mask",
+    "same_chunk",
+    "same_document",
+    "sliding_window",
 ]
+
+
+# --------------------------------------------------------------------------- the rules, each written once
+
+
+class MaskRule:
+    """A mask as a function of positions: ``rule(b, h, q, kv)`` is ``True`` where the query may attend.
+
+    ``b``, ``h``, ``q`` and ``kv`` are integer tensors that broadcast together (the sequence, the head, the
+    query's *position* and the key's position); the function uses only tensor operations on them, no Python
+    branch on their values, so the same rule runs on a grid of indices (:func:`mask_tensor`) and inside
+    FlexAttention (:func:`mask_mod`). Arguments are checked when the rule is built; what depends on the sizes
+    (a length no longer than ``S``, one id per key) is checked by ``checks`` when a consumer applies it.
+
+    Args:
+        name: how the rule prints, ``"causal & same_chunk(4)"``.
+        fn: ``(b, h, q, kv) -> bool tensor``.
+        checks: functions ``(B, T, S, device) -> None`` that raise when the rule cannot apply to those sizes.
+
+    Example:
+        >>> every_other = MaskRule("every_other", lambda b, h, q, kv: (q - kv) % 2 == 0) & causal()
+        >>> mask_tensor(every_other, 3)[0, 0].int().tolist()
+        [[1, 0, 0], [0, 1, 0], [1, 0, 1]]
+    """
+
+    __slots__ = ("checks", "fn", "name")
+
+    def __init__(self, name: str, fn: MaskFn, checks: tuple[Check, ...] = ()) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be a function (b, h, q, kv) -> bool tensor; got {type(fn).__name__}")
+        self.name, self.fn, self.checks = name, fn, tuple(checks)
+
+    def __call__(self, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return self.fn(b, h, q, kv)
+
+    def __and__(self, other: MaskRule) -> MaskRule:
+        return and_masks(self, other)
+
+    def __or__(self, other: MaskRule) -> MaskRule:
+        return or_masks(self, other)
+
+    def check(self, B: int, T: int, S: int, device: torch.device | str | None = None) -> None:
+        """Raise a ``ValueError`` naming the argument if the rule cannot apply to ``B`` sequences, ``T`` queries
+        and ``S`` keys on ``device``."""
+        for check in self.checks:
+            check(B, T, S, torch.device("cpu") if device is None else torch.device(device))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _combine(op: str, rules: tuple[MaskRule, ...]) -> MaskRule:
+    bad = [type(r).__name__ for r in rules if not isinstance(r, MaskRule)]
+    if not rules or bad:
+        raise TypeError(f"{'and' if op == '&' else 'or'}_masks takes one or more MaskRule; got {bad or 'none'}")
+
+    def combined(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        out = rules[0](b, h, q, kv)
+        for rule in rules[1:]:
+            out = out & rule(b, h, q, kv) if op == "&" else out | rule(b, h, q, kv)
+        return out
+
+    name = f" {op} ".join(r.name if " " not in r.name else f"({r.name})" for r in rules)
+    return MaskRule(name, combined, tuple(c for r in rules for c in r.checks))
+
+
+def and_masks(*rules: MaskRule) -> MaskRule:
+    """A key is kept where every rule keeps it (``rule_a & rule_b`` is the same)."""
+    return _combine("&", rules)
+
+
+def or_masks(*rules: MaskRule) -> MaskRule:
+    """A key is kept where any rule keeps it (``rule_a | rule_b`` is the same)."""
+    return _combine("|", rules)
+
+
+def causal() -> MaskRule:
+    """Each query sees the keys at or before its position: ``kv <= q``.
+
+    With positions, not indices, this is bottom-right for every ``T`` and ``S``: the consumer puts query ``i``
+    at ``i + S - T``.
+    """
+    return MaskRule("causal", lambda b, h, q, kv: kv <= q)
+
+
+def sliding_window(window: int, *, sinks: int = 0) -> MaskRule:
+    """Causal, and only the last ``window`` positions up to the query's own, plus the first ``sinks`` keys.
+
+    ``q - window < kv <= q``, or ``kv < sinks`` (StreamingLLM's kept first tokens), causally.
+    """
+    w = check_window(window)
+    if w is None:
+        raise TypeError("sliding_window needs a window, an int of at least 1; got None")
+    n = _length("sinks", sinks)
+    name = f"sliding_window({w})" if n == 0 else f"sliding_window({w}, sinks={n})"
+    return MaskRule(name, lambda b, h, q, kv: (kv <= q) & ((kv > q - w) | (kv < n)))
+
+
+def same_chunk(chunk: int) -> MaskRule:
+    """Query and key in the same chunk of ``chunk`` positions: ``kv // chunk == q // chunk`` (not causal by itself;
+    Llama 4's chunked attention is ``causal() & same_chunk(chunk)``)."""
+    c = check_chunk(chunk)
+    if c is None:
+        raise TypeError("chunk must be an int of at least 1; got None")
+    return MaskRule(f"same_chunk({c})", lambda b, h, q, kv: kv // c == q // c)
+
+
+def _on_device(name: str, t: Tensor) -> Check:
+    def check(B: int, T: int, S: int, device: torch.device) -> None:
+        if t.device.type != device.type or (device.index is not None and t.device != device):
+            raise ValueError(f"{name} are on {t.device} but the mask is built on {device}; move them there")
+    return check
+
+
+def _per_sequence(name: str, rows: int) -> Check:
+    def check(B: int, T: int, S: int, device: torch.device) -> None:
+        if rows not in (1, B):
+            raise ValueError(f"{name} has {rows} rows for a batch of B={B}; give one per sequence or one for all")
+    return check
+
+
+def same_document(documents: Tensor) -> MaskRule:
+    """Query and key in the same packed document: ``ids[b, kv] == ids[b, q]`` (not causal by itself).
+
+    ``documents`` holds the integer id of each of the ``S`` positions, ``(S,)`` or ``(B, S)``; the queries are
+    the last ``T`` of them, so ``T`` may not exceed ``S``.
+    """
+    if not isinstance(documents, Tensor):
+        raise TypeError(f"documents must be a tensor of integer document ids; got {type(documents).__name__}")
+    if documents.dtype == torch.bool or documents.dtype.is_floating_point or documents.dtype.is_complex:
+        raise TypeError(f"documents must hold integer document ids; got dtype {documents.dtype}")
+    if documents.ndim not in (1, 2) or documents.shape[-1] == 0:
+        raise ValueError(f"documents must be (S,) or (B, S), one id per position, S >= 1; got shape "
+                         f"{tuple(documents.shape)}")
+    ids = documents if documents.ndim == 2 else documents[None]  # (B or 1, S)
+    n = ids.shape[-1]
+
+    def covers(B: int, T: int, S: int, device: torch.device) -> None:
+        if n != S:
+            raise ValueError(f"documents give {n} positions but there are S={S} keys: one id per key position")
+        if not 1 <= T <= S:
+            raise ValueError(f"T={T} queries must be the last of the S={S} positions the document ids cover: "
+                             f"1 <= T <= {S}")
+
+    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        row = b if ids.shape[0] > 1 else torch.zeros_like(b)
+        return ids[row, kv] == ids[row, q]
+
+    return MaskRule("same_document", rule, (covers, _per_sequence("documents", ids.shape[0]),
+                                            _on_device("documents", ids)))
+
+
+def _int_tensor(lengths: Tensor | Sequence[int], device: torch.device | str | None) -> Tensor | None:
+    """``lengths`` as an integer tensor (a tensor stays on its device, a list goes to ``device``), or ``None``."""
+    t = lengths if isinstance(lengths, Tensor) else torch.as_tensor(lengths, device=device)
+    return None if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex else t
+
+
+def _in_range(name: str, lengths: Tensor, low: int) -> Check:
+    """Each length from ``low`` to ``S``; values are not read on meta."""
+    def check(B: int, T: int, S: int, device: torch.device) -> None:
+        if lengths.device.type != "meta" and bool(((lengths < low) | (lengths > S)).any()):
+            bad = [int(n) for n in lengths if not low <= int(n) <= S]
+            raise ValueError(f"every {name} must be between {low} and S={S}; got {bad}")
+    return check
+
+
+def prefix_lm(prefix: int | Tensor | Sequence[int], *, device: torch.device | str | None = None) -> MaskRule:
+    """A prefix LM: causal, and every query sees the first ``prefix`` keys (``kv <= q`` or ``kv < prefix[b]``).
+
+    ``prefix``: one length for the batch or one per sequence, ``0 .. S``; the queries are the last ``T <= S``
+    positions. ``device``: where the mask will be built, for lengths given as ints (a tensor stays where it is).
+    """
+    one = not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool)
+    if one:
+        P = _length("prefix", prefix)
+
+        def no_longer(B: int, T: int, S: int, device: torch.device) -> None:
+            if P > S:
+                raise ValueError(f"prefix={P} is longer than the S={S} keys; use 0 .. {S}")
+
+        checks: tuple[Check, ...] = (no_longer,)
+        lengths = torch.full((1,), P, device=device)
+    else:
+        t = _int_tensor(prefix, device)  # type: ignore[arg-type]
+        if t is None or t.ndim != 1 or t.numel() == 0:
+            raise TypeError(f"prefix must be an int, or a 1-D list of ints (one per sequence); got {prefix!r}")
+        lengths = t
+        checks = (_in_range("prefix length", t, 0), _per_sequence("prefix", t.numel()))
+    checks += (_on_device("prefix lengths", lengths),)
+
+    def queries_in_keys(B: int, T: int, S: int, device: torch.device) -> None:
+        if not 1 <= T <= S:
+            raise ValueError(f"a prefix LM needs 1 <= T <= S (the queries are the last T of S positions); "
+                             f"got T={T}, S={S}")
+
+    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return (kv <= q) | (kv < lengths[b if lengths.numel() > 1 else torch.zeros_like(b)])
+
+    return MaskRule("prefix_lm", rule, (queries_in_keys, *checks))
+
+
+def padding(lengths: Tensor | Sequence[int], *, device: torch.device | str | None = None) -> MaskRule:
+    """Sequence ``b`` keeps only its first ``lengths[b]`` keys: ``kv < lengths[b]`` (each from 1 to ``S``).
+
+    ``device``: where the mask will be built, for lengths given as a list (a tensor stays where it is).
+    """
+    t = _int_tensor(lengths, device)
+    if t is None:
+        raise TypeError(f"lengths must be integers; got {lengths!r}")
+    if t.ndim != 1 or t.numel() == 0:
+        raise ValueError(f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(t.shape)}")
+
+    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return kv < t[b]
+
+    checks = (_in_range("length", t, 1), _per_sequence("lengths", t.numel()), _on_device("lengths", t))
+    return MaskRule("padding", rule, checks)
+
+
+def mask_tensor(rule: MaskRule, T: int, S: int | None = None, *, B: int = 1, H: int = 1,
+                device: torch.device | str | None = None) -> Tensor:
+    """The rule on every (query, key) pair: a bool tensor, ``True`` = may attend.
+
+    Query ``i`` is at position ``i + S - T`` (bottom-right): the one place the offset is bound for a tensor.
+
+    Shapes:
+        output: ``(B or 1, H or 1, T, S)``: a size is 1 where the rule does not depend on it.
+
+    Raises:
+        TypeError, ValueError: naming a size, or what the rule's own checks refuse.
+
+    Example:
+        >>> mask_tensor(causal(), 2, 3)[0, 0].int().tolist()  # the last query sees every key
+        [[1, 1, 0], [1, 1, 1]]
+    """
+    if not isinstance(rule, MaskRule):
+        raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
+    T = _length("T", T)
+    S = T if S is None else _length("S", S)
+    B, H = _length("B", B, 1), _length("H", H, 1)
+    rule.check(B, T, S, device)
+    b = torch.arange(B, device=device).view(B, 1, 1, 1)
+    h = torch.arange(H, device=device).view(1, H, 1, 1)
+    q = (torch.arange(T, device=device) + S - T).view(1, 1, T, 1)  # positions, bottom-right
+    kv = torch.arange(S, device=device).view(1, 1, 1, S)
+    keep = rule(b, h, q, kv)
+    return torch.broadcast_to(keep, torch.broadcast_shapes(keep.shape, (1, 1, T, S)))  # type: ignore[no-untyped-call]
+
+
+def mask_mod(rule: MaskRule, T: int, S: int | None = None) -> MaskFn:
+    """The rule as a FlexAttention ``mask_mod``, ``(b, h, q_idx, kv_idx) -> bool`` over *indices*: query ``q_idx``
+    is at position ``q_idx + S - T`` (bottom-right). Check the rule first (:meth:`MaskRule.check`, as
+    :func:`lessons_src.flex.block_mask` does).
+
+    Example:
+        >>> mask_mod(causal(), 2, 3)(0, 0, torch.tensor(0), torch.arange(3)).tolist()  # query 0 is at position 1
+        [True, True, False]
+    """
+    if not isinstance(rule, MaskRule):
+        raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
+    T = _length("T", T)
+    offset = (T if S is None else _length("S", S)) - T
+
+    def at_positions(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return rule(b, h, q_idx + offset, kv_idx)
+
+    at_positions.__name__ = rule.name
+    return at_positions
+
+
+# --------------------------------------------------------------------------- tensor builders, one per rule
 
 
 def causal_mask(
@@ -135,16 +430,12 @@ def causal_mask(
     sinks = _length("sinks", sinks)
     if sinks and window is None:
         raise ValueError(f"sinks={sinks} only means something with a window (without one every key is kept)")
-    keep = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # j <= i + S - T
+    if chunk is not None and window is not None:
+        raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
+    rule = causal() if window is None else sliding_window(window, sinks=sinks)
     if chunk is not None:
-        if window is not None:
-            raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
-        return keep & chunk_mask(T, S, chunk, device=device)
-    if window is None:
-        return keep
-    recent = torch.ones(T, S, dtype=torch.bool, device=device).triu(diagonal=S - T - window + 1)  # j > i+S-T-W
-    sink = torch.arange(S, device=device) < sinks  # (S,)
-    return keep & (recent | sink)
+        rule = rule & same_chunk(chunk)
+    return mask_tensor(rule, T, S, device=device)[0, 0]  # (T, S)
 
 
 def check_window(window: object, *, is_causal: bool = True) -> int | None:
@@ -207,13 +498,7 @@ def chunk_mask(T: int, S: int, chunk: int, *, device: torch.device | str | None 
         >>> chunk_mask(3, 3, 2).int().tolist()
         [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     """
-    T, S = _length("T", T), _length("S", S)
-    c = check_chunk(chunk)
-    if c is None:
-        raise TypeError("chunk must be an int of at least 1; got None")
-    query = (torch.arange(T, device=device) + S - T) // c  # (T,): each query's chunk
-    key = torch.arange(S, device=device) // c  # (S,)
-    return query[:, None] == key[None, :]  # (T, S)
+    return mask_tensor(same_chunk(chunk), T, S, device=device)[0, 0]  # (T, S)
 
 
 def document_mask(documents: Tensor, T: int | None = None) -> Tensor:
@@ -245,21 +530,11 @@ def document_mask(documents: Tensor, T: int | None = None) -> Tensor:
         >>> document_mask(torch.tensor([0, 0, 1]), T=1).int().tolist()  # the last token, decoded with a cache
         [[0, 0, 1]]
     """
-    if not isinstance(documents, Tensor):
-        raise TypeError(f"documents must be a tensor of integer document ids; got {type(documents).__name__}")
-    if documents.dtype == torch.bool or documents.dtype.is_floating_point or documents.dtype.is_complex:
-        raise TypeError(f"documents must hold integer document ids; got dtype {documents.dtype}")
-    if documents.ndim not in (1, 2) or documents.shape[-1] == 0:
-        raise ValueError(f"documents must be (S,) or (B, S), one id per position, S >= 1; got shape "
-                         f"{tuple(documents.shape)}")
+    rule = same_document(documents)
     S = documents.shape[-1]
-    T = S if T is None else _length("T", T)
-    if not 1 <= T <= S:
-        raise ValueError(f"T={T} queries must be the last of the S={S} positions the document ids cover: "
-                         f"1 <= T <= {S}")
-    query = documents[..., S - T :]  # (..., T): the queries' documents
-    keep = query[..., :, None] == documents[..., None, :]  # (..., T, S)
-    return keep if documents.ndim == 1 else keep[:, None]  # (T, S) or (B, 1, T, S)
+    B = documents.shape[0] if documents.ndim == 2 else 1
+    keep = mask_tensor(rule, S if T is None else T, S, B=B, device=documents.device)  # (B, 1, T, S)
+    return keep if documents.ndim == 2 else keep[0, 0]  # (B, 1, T, S) or (T, S)
 
 
 def prefix_lm_mask(
@@ -294,29 +569,13 @@ def prefix_lm_mask(
         >>> prefix_lm_mask(2, 3, prefix=[1, 3]).int()[:, 0].tolist()  # two sequences, two new queries each
         [[[1, 1, 0], [1, 1, 1]], [[1, 1, 1], [1, 1, 1]]]
     """
-    T = _length("T", T)
-    S = T if S is None else _length("S", S)
-    if not 1 <= T <= S:
-        raise ValueError(f"prefix_lm_mask needs 1 <= T <= S (the queries are the last T of S positions); "
-                         f"got T={T}, S={S}")
-    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool):
-        P = _length("prefix", prefix)  # one length for the batch: no tensor values read (runs on meta)
-        if P > S:
-            raise ValueError(f"prefix={P} is longer than the S={S} keys; use 0 .. {S}")
-        prefix_keys = torch.arange(S, device=device) < P  # (S,)
-        return causal_mask(T, S, device=device) | prefix_keys  # (T, S)
     if device is None and isinstance(prefix, Tensor):
         device = prefix.device
-    lengths = torch.as_tensor(prefix, device=device)
-    if lengths.dtype == torch.bool or lengths.dtype.is_floating_point or lengths.dtype.is_complex \
-            or lengths.ndim != 1 or lengths.numel() == 0:
-        raise TypeError(f"prefix must be an int, or a 1-D list of ints (one per sequence); got {prefix!r}")
-    bad = [int(n) for n in lengths if not 0 <= int(n) <= S]
-    if bad:
-        raise ValueError(f"every prefix length must be between 0 and S={S}; got {bad}")
-    prefix_keys = torch.arange(S, device=lengths.device) < lengths[:, None, None]  # (B, 1, S)
-    keep = causal_mask(T, S, device=lengths.device) | prefix_keys  # (B, T, S)
-    return keep[:, None]  # (B, 1, T, S)
+    rule = prefix_lm(prefix, device=device)
+    one = not isinstance(prefix, Tensor) and hasattr(prefix, "__index__")
+    B = 1 if one else len(prefix)  # type: ignore[arg-type]  # a tensor or a list of lengths here
+    keep = mask_tensor(rule, T, S, B=B, device=device)  # (B, 1, T, S)
+    return keep[0, 0] if one else keep  # (T, S) or (B, 1, T, S)
 
 
 def _length(name: str, value: object, minimum: int = 0) -> int:
@@ -357,19 +616,10 @@ def padding_mask(
     """
     if device is None and isinstance(lengths, Tensor):
         device = lengths.device
-    lengths_t = torch.as_tensor(lengths, device=device)
-    if lengths_t.ndim != 1 or lengths_t.numel() == 0:
-        raise ValueError(
-            f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(lengths_t.shape)}"
-        )
-    if lengths_t.dtype == torch.bool or lengths_t.dtype.is_floating_point or lengths_t.dtype.is_complex:
-        raise TypeError(f"lengths must be integers; got {lengths!r} ({lengths_t.dtype})")
-    S = int(lengths_t.max()) if S is None else _length("S", S)
-    bad = [int(n) for n in lengths_t if not 1 <= int(n) <= S]
-    if bad:
-        raise ValueError(f"every length must be between 1 and S={S}; got {bad}")
-    keep = torch.arange(S, device=lengths_t.device) < lengths_t[:, None]  # (B, S)
-    return keep[:, None, None, :]  # (B, 1, 1, S)
+    rule = padding(lengths, device=device)
+    B = lengths.numel() if isinstance(lengths, Tensor) else len(lengths)
+    S = max(int(n) for n in lengths) if S is None else _length("S", S)
+    return mask_tensor(rule, 1, S, B=B, device=device)  # (B, 1, 1, S)
 
 
 def check_mask(mask: Tensor, target: tuple[int, ...], query_dtype: torch.dtype, name: str = "attn_mask") -> None:

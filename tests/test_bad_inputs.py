@@ -34,27 +34,27 @@ from lessons_src import (
 from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, count_rescales, softmax_statistics, tile_plan, tiled_attention_function
-from lessons_src.flex import (
-    block_mask,
-    block_sparsity,
-    causal_mod,
-    chunk_mod,
-    document_mod,
-    flex_attend,
-    padding_mod,
-    prefix_lm_mod,
-    soft_cap_mod,
-    window_mod,
-)
+from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_mod
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import (
+    MaskRule,
+    and_masks,
+    causal,
     check_chunk,
     check_mask,
     check_window,
     chunk_mask,
     combine_masks,
     document_mask,
+    mask_mod,
+    mask_tensor,
+    or_masks,
+    padding,
+    prefix_lm,
     prefix_lm_mask,
+    same_chunk,
+    same_document,
+    sliding_window,
 )
 from lessons_src.mechanisms import (
     ElementwiseGate,
@@ -149,7 +149,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("grouped_attention", "value", lambda: grouped_attention(torch.randn(1, 3, 2, 4), torch.randn(1, 2, 2, 4),
      torch.randn(1, 2, 2, 4)), ValueError, r"q has 3 heads, which is not a multiple of the 2 .* divide 3 are 1, 3"),
     ("prepare_mask", "type", lambda: prepare_mask([[True]], is_causal=False, shape=(1, 1, 1, 1),  # type: ignore[arg-type]
-     dtype=torch.float32, device=torch.device("cpu")), TypeError, r"attn_mask must be a torch.Tensor or None; got list"),
+     dtype=torch.float32, device=torch.device("cpu")), TypeError, r"attn_mask must be a torch.Tensor, a MaskRule or None; got list"),
     ("prepare_mask", "dtype", lambda: attention(Q, KV, KV, attn_mask=torch.ones(3, 5, dtype=torch.int64)), ValueError,
      r"dtype torch.int64, which is not supported; use torch.bool"),
     ("prepare_mask", "shape", lambda: attention(Q, KV, KV, attn_mask=torch.ones(4, 5, dtype=torch.bool)), ValueError,
@@ -449,7 +449,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(2, 3\), one id per key position; got shape \(3, 3\)"),
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=4), ValueError, r"prefix=4 is longer than the S=3 keys; use 0 .. 3"),
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=[1, -1]), ValueError, r"every prefix length must be between 0 and S=3; got \[-1\]"),
-    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"prefix_lm_mask needs 1 <= T <= S .*; got T=4, S=3"),
+    ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"a prefix LM needs 1 <= T <= S .*; got T=4, S=3"),
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=[0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints .*; got \[0.5\]"),  # type: ignore[list-item]
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=2.0), TypeError, r"prefix must be an int, or a 1-D list of ints"),  # type: ignore[arg-type]
     ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2, prefix=1), ValueError,
@@ -458,17 +458,26 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"prefix has 3 lengths for a batch of B=2; give one per sequence or one int"),
     ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), is_causal=True, prefix=1, chunk=2),
      ValueError, r"prefix=1 with window=None, chunk=2: a prefix LM sees its whole prefix"),
-    ("causal_mod", "value", lambda: causal_mod(0), ValueError, r"T must be at least 1; got T=0"),
-    ("causal_mod", "type", lambda: causal_mod(4, 4.0), TypeError, r"S must be an int; got 4.0 of type float"),  # type: ignore[arg-type]
-    ("padding_mod", "type", lambda: padding_mod([2, 3]), TypeError, r"lengths must be a 1-D integer tensor, one length per sequence; got \[2, 3\]"),  # type: ignore[arg-type]
-    ("window_mod", "value", lambda: window_mod(4, window=0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
-    ("window_mod", "value", lambda: window_mod(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
-    ("chunk_mod", "type", lambda: chunk_mod(4, chunk=None), TypeError, r"chunk_mod needs a chunk, an int of at least 1; got None"),  # type: ignore[arg-type]
-    ("document_mod", "dtype", lambda: document_mod(torch.zeros(3)), TypeError, r"documents must be integer ids, \(S,\) or \(B, S\) with S >= 1"),
-    ("prefix_lm_mod", "value", lambda: prefix_lm_mod(3, prefix=4), ValueError, r"prefix=4 must be between 0 and S=3"),
-    ("prefix_lm_mod", "type", lambda: prefix_lm_mod(3, prefix=[0.5]), TypeError, r"prefix must be an int or one int per sequence; got \[0.5\]"),  # type: ignore[list-item]
+    ("MaskRule", "type", lambda: MaskRule("x", 3), TypeError, r"fn must be a function \(b, h, q, kv\) -> bool tensor; got int"),  # type: ignore[arg-type]
+    ("and_masks", "type", lambda: and_masks(causal(), torch.ones(2, 2)), TypeError, r"and_masks takes one or more MaskRule; got \['Tensor'\]"),  # type: ignore[arg-type]
+    ("or_masks", "type", lambda: or_masks(), TypeError, r"or_masks takes one or more MaskRule; got none"),
+    ("causal", "type", lambda: mask_tensor(causal(), 4, 4.0), TypeError, r"S must be an int; got 4.0 of type float"),  # type: ignore[arg-type]
+    ("padding", "type", lambda: padding([2.5, 3.0]), TypeError, r"lengths must be integers; got \[2.5, 3.0\]"),
+    ("padding", "value", lambda: mask_tensor(padding([2, 6]), 1, 5, B=2), ValueError, r"every length must be between 1 and S=5; got \[6\]"),
+    ("padding", "shape", lambda: mask_tensor(padding([2, 3]), 1, 5, B=3), ValueError, r"lengths has 2 rows for a batch of B=3"),
+    ("padding", "device", lambda: mask_tensor(padding(torch.tensor([2, 3])), 1, 5, B=2, device="meta"), ValueError, r"lengths are on cpu but the mask is built on meta; move them there"),
+    ("sliding_window", "value", lambda: sliding_window(0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
+    ("sliding_window", "value", lambda: sliding_window(2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
+    ("same_chunk", "type", lambda: same_chunk(None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
+    ("same_document", "dtype", lambda: same_document(torch.zeros(3)), TypeError, r"documents must hold integer document ids; got dtype torch.float32"),
+    ("same_document", "shape", lambda: mask_tensor(same_document(torch.tensor([0, 0, 1])), 2, 4), ValueError, r"documents give 3 positions but there are S=4 keys"),
+    ("prefix_lm", "value", lambda: block_mask(prefix_lm(4), 3, block_size=2), ValueError, r"prefix=4 is longer than the S=3 keys; use 0 .. 3"),
+    ("prefix_lm", "type", lambda: prefix_lm([0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints \(one per sequence\); got \[0.5\]"),  # type: ignore[list-item]
+    ("mask_tensor", "type", lambda: mask_tensor(torch.ones(2, 2), 2), TypeError, r"rule must be a MaskRule .*; got Tensor"),  # type: ignore[arg-type]
+    ("mask_mod", "value", lambda: mask_mod(causal(), -1), ValueError, r"T must be at least 0; got T=-1"),
     ("soft_cap_mod", "value", lambda: soft_cap_mod(-1.0), ValueError, r"softcap must be positive and finite .*; got softcap=-1.0"),
-    ("block_mask", "value", lambda: block_mask(causal_mod(4), 4, block_size=0), ValueError, r"block_size must be at least 1; got block_size=0"),
+    ("block_mask", "value", lambda: block_mask(causal(), 4, block_size=0), ValueError, r"block_size must be at least 1; got block_size=0"),
+    ("block_mask", "type", lambda: block_mask(torch.ones(4, 4), 4), TypeError, r"mask must be a MaskRule or a mask_mod function; got Tensor"),  # type: ignore[arg-type]
     ("block_sparsity", "type", lambda: block_sparsity(torch.ones(2, 2)), TypeError, r"block_sparsity needs a BlockMask \(from block_mask\); got Tensor"),  # type: ignore[arg-type]
     ("flex_attend", "shape", lambda: flex_attend(*[torch.randn(1, 2, 4, 8)] * 3, sinks=torch.zeros(3)), ValueError, r"sinks must have shape \(H,\) = \(2,\)"),
     ("flex_attend", "dtype", lambda: flex_attend(*[torch.randn(1, 2, 4, 8)] * 3, sinks=torch.zeros(2, dtype=torch.float64)), ValueError,

@@ -100,18 +100,24 @@ def _paged_meta() -> object:
 def _flex_on_meta() -> dict[str, object]:
     """FlexAttention's functions on meta index tensors, as create_block_mask applies them; block masks on meta."""
     import lessons_src.flex as fx
+    import lessons_src.masks as mk
 
     qi, ki = torch.arange(3, device=META)[:, None], torch.arange(5, device=META)  # (3, 1), (5,)
     ids = torch.empty(2, 5, dtype=torch.long, device=META)
     return {
-        "flex.causal_mod": lambda: fx.causal_mod(3, 5)(0, 0, qi, ki),
-        "flex.padding_mod": lambda: fx.padding_mod(torch.empty(2, dtype=torch.long, device=META))(1, 0, qi, ki),
-        "flex.window_mod": lambda: fx.window_mod(3, 5, window=2, sinks=1)(0, 0, qi, ki),
-        "flex.chunk_mod": lambda: fx.chunk_mod(3, 5, chunk=2)(0, 0, qi, ki),
-        "flex.document_mod": lambda: fx.document_mod(ids, 3)(1, 0, qi, ki),
-        "flex.prefix_lm_mod": lambda: fx.prefix_lm_mod(3, 5, prefix=[1, 2], device=META)(1, 0, qi, ki),
+        "masks.MaskRule": lambda: mk.MaskRule("later", lambda b, h, q, kv: kv > q)(0, 0, qi + 2, ki),
+        "masks.causal": lambda: mk.causal()(0, 0, qi + 2, ki),
+        "masks.padding": lambda: mk.padding(torch.empty(2, dtype=torch.long, device=META))(1, 0, qi, ki),
+        "masks.sliding_window": lambda: mk.sliding_window(2, sinks=1)(0, 0, qi + 2, ki),
+        "masks.same_chunk": lambda: mk.same_chunk(2)(0, 0, qi + 2, ki),
+        "masks.same_document": lambda: mk.same_document(ids)(1, 0, qi + 2, ki),
+        "masks.prefix_lm": lambda: mk.prefix_lm([1, 2], device=META)(1, 0, qi + 2, ki),
+        "masks.and_masks": lambda: mk.and_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
+        "masks.or_masks": lambda: mk.or_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
+        "masks.mask_mod": lambda: mk.mask_mod(mk.causal(), 3, 5)(0, 0, qi, ki),
+        "masks.mask_tensor": lambda: mk.mask_tensor(mk.prefix_lm([1, 2], device=META), 3, 5, B=2, device=META),
         "flex.soft_cap_mod": lambda: fx.soft_cap_mod(5.0)(_meta(3, 5), 0, 0, qi, ki),
-        "flex.block_mask": lambda: list(fx.block_mask(fx.causal_mod(4), 4, block_size=2, device=META).as_tuple()[:4]),
+        "flex.block_mask": lambda: list(fx.block_mask(mk.causal(), 4, block_size=2, device=META).as_tuple()[:4]),
     }
 
 
@@ -376,13 +382,14 @@ def _cpu_cases() -> dict[str, object]:
     def flex():
         import torch.nn.attention.flex_attention as flex_module
 
-        from lessons_src.flex import block_mask, block_sparsity, causal_mod, flex_attend
+        from lessons_src.flex import block_mask, block_sparsity, flex_attend
+        from lessons_src.masks import causal
 
         torch.manual_seed(0)
         q, kv, sinks = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.zeros(4)
 
         def run():
-            bm = block_mask(causal_mod(3, 5), 3, 5, block_size=2)
+            bm = block_mask(causal(), 3, 5, block_size=2)
             debug = flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
             flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
             try:  # the dense path without its TorchDynamo trace (tests/test_flex.py says why)

@@ -1,4 +1,4 @@
-"""lessons_src.flex: each mask and score change of the course as a FlexAttention function, equal to the dense one.
+"""lessons_src.flex: each mask rule of lessons_src.masks in FlexAttention, equal to its definition and to the dense one.
 
 FlexAttention runs eagerly here (torch 2.13 on a CPU; no ``torch.compile`` in tests): it applies the mask_mod to
 the whole score matrix, so an equal output says the mask_mod is right but not that the block mask is. The block
@@ -18,42 +18,57 @@ import math
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_module
-from torch.nn.attention.flex_attention import and_masks, create_mask
+from torch.nn.attention.flex_attention import create_mask
 
-from lessons_src.attention import attention
-from lessons_src.flex import (
-    block_mask,
-    block_sparsity,
-    causal_mod,
-    chunk_mod,
-    document_mod,
-    flex_attend,
-    padding_mod,
-    prefix_lm_mod,
-    soft_cap_mod,
-    window_mod,
+from lessons_src.attention import ATTENTION_FUNCTIONS, attention
+from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_mod
+from lessons_src.masks import (
+    MaskRule,
+    causal,
+    mask_mod,
+    mask_tensor,
+    padding,
+    prefix_lm,
+    same_chunk,
+    same_document,
+    sliding_window,
 )
-from lessons_src.masks import causal_mask, document_mask, padding_mask, prefix_lm_mask
 
-# (B, H, K, T, S): GQA with T < S (new tokens after cached ones), MHA square. Few shapes: FlexAttention traces its
-# call with torch._dynamo (eager backend) for each new function and shape, a fraction of a second each
-SHAPES = [(2, 4, 2, 5, 9), (1, 2, 2, 6, 6)]
+# (B, H, K, T, S): GQA with T < S (new tokens after cached ones), MHA square, and more queries than keys (T > S).
+# Few shapes: FlexAttention traces its call with torch._dynamo (eager backend) for each new function and shape
+SHAPES = [(2, 4, 2, 5, 9), (1, 2, 2, 6, 6), (2, 2, 1, 7, 4)]
 
 
-def _twins(B: int, T: int, S: int) -> dict[str, tuple[object, torch.Tensor]]:
-    """name: (mask_mod, the dense mask of lessons_src.masks it stands for), broadcastable to (B, H, T, S)."""
+def _twins(B: int, T: int, S: int) -> dict[str, tuple[MaskRule, object]]:
+    """name: (the package's rule, its definition ``(b, p, j) -> bool`` for the query at position ``p`` and key ``j``,
+    written out here). Rules that need the queries among the keys (documents, prefix) are left out for T > S."""
     docs = torch.arange(S).repeat(B, 1) * (torch.arange(B)[:, None] + 2) // 5  # (B, S): packed, unequal lengths
     lengths = torch.tensor([S - b for b in range(B)])
     prefix = [min(S, 2 + 3 * b) for b in range(B)]
-    return {
-        "causal": (causal_mod(T, S), causal_mask(T, S)),
-        "padding": (padding_mod(lengths), padding_mask(lengths, S)),
-        "window": (window_mod(T, S, window=3), causal_mask(T, S, window=3)),
-        "window+sinks": (window_mod(T, S, window=2, sinks=2), causal_mask(T, S, window=2, sinks=2)),
-        "chunk": (chunk_mod(T, S, chunk=3), causal_mask(T, S, chunk=3)),
-        "documents": (and_masks(causal_mod(T, S), document_mod(docs, T)), document_mask(docs, T) & causal_mask(T, S)),
-        "prefix": (prefix_lm_mod(T, S, prefix=prefix), prefix_lm_mask(T, S, prefix=prefix)),
+    twins: dict[str, tuple[MaskRule, object]] = {
+        "causal": (causal(), lambda b, p, j: j <= p),
+        "padding": (padding(lengths), lambda b, p, j: j < int(lengths[b])),
+        "window": (sliding_window(3), lambda b, p, j: p - 3 < j <= p),
+        "window+sinks": (sliding_window(2, sinks=2), lambda b, p, j: j <= p and (j > p - 2 or j < 2)),
+        "chunk": (causal() & same_chunk(3), lambda b, p, j: j <= p and j // 3 == p // 3),
+        "documents": (causal() & same_document(docs), lambda b, p, j: j <= p and int(docs[b, j]) == int(docs[b, p])),
+        "prefix": (prefix_lm(prefix), lambda b, p, j: j <= p or j < prefix[b]),
     }
+    if T > S:
+        del twins["documents"], twins["prefix"]
+    return twins
+
+
+def _definition(rule: object, B: int, T: int, S: int) -> torch.Tensor:
+    """``(B, 1, T, S)`` from the definition, query ``i`` at position ``i + S - T``."""
+    return torch.tensor([[[[bool(rule(b, i + S - T, j)) for j in range(S)] for i in range(T)]]  # type: ignore[operator]
+                         for b in range(B)])
+
+
+def _pair(name: str, B: int, T: int, S: int) -> tuple[MaskRule, torch.Tensor]:
+    """The rule and its mask from the definition, ``(B, 1, T, S)``."""
+    rule, definition = _twins(B, T, S)[name]
+    return rule, _definition(definition, B, T, S)
 
 
 NAMES = list(_twins(1, 3, 4))
@@ -72,16 +87,50 @@ def _qkv(B: int, H: int, K: int, T: int, S: int, seed: int = 0) -> tuple[torch.T
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_each_mask_mod_equals_its_dense_mask(name: str) -> None:
-    """The mask_mod's own mask (torch's create_mask) is the dense mask, and FlexAttention with it is attention()."""
+def test_each_rule_is_its_definition_dense_and_in_flex(name: str) -> None:
+    """For T < S, T = S and T > S: the rule's dense tensor, FlexAttention's own dense form of it (create_mask over
+    the rule's mask_mod, and create_block_mask's tiles) and the definition agree; FlexAttention with the rule is
+    attention() with it."""
     for B, H, K, T, S in SHAPES:
-        mod, dense = _twins(B, T, S)[name]
-        full = dense.reshape((1,) * (4 - dense.ndim) + tuple(dense.shape)).expand(B, 1, T, S)
-        assert torch.equal(create_mask(mod, B, 1, T, S, device="cpu"), full), (name, T, S)
+        if name not in _twins(B, T, S):
+            continue
+        rule, definition = _twins(B, T, S)[name]
+        want = _definition(definition, B, T, S)
+        assert torch.equal(mask_tensor(rule, T, S, B=B).expand(B, 1, T, S), want), (name, T, S)
+        assert torch.equal(create_mask(mask_mod(rule, T, S), B, 1, T, S, device="cpu"), want), (name, T, S)
         q, k, v = _qkv(B, H, K, T, S)
-        got = flex_attend(q, k, v, block_mask(mod, T, S, B=B, block_size=2))
-        want = attention(q, k, v, attn_mask=dense).output
-        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+        got = flex_attend(q, k, v, block_mask(rule, T, S, B=B, block_size=2))
+        torch.testing.assert_close(got, attention(q, k, v, attn_mask=rule).output, atol=1e-12, rtol=1e-10)
+
+
+def test_rules_that_need_the_queries_among_the_keys_refuse_more_queries_alike() -> None:
+    """Documents and a prefix LM place each query among the keys: with T > S every consumer refuses, in one message
+    (flex's old document mod read ``ids[-1]`` there and let a query into another document)."""
+    q, kv = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 3, 4)
+    for rule, message in ((same_document(torch.tensor([0, 0, 1])), r"T=5 queries must be the last of the S=3"),
+                          (prefix_lm(1), r"a prefix LM needs 1 <= T <= S .*got T=5, S=3")):
+        for consumer in (lambda r: mask_tensor(r, 5, 3), lambda r: block_mask(r, 5, 3, block_size=2),
+                         lambda r: attention(q, kv, kv, attn_mask=r)):
+            with pytest.raises(ValueError, match=message):
+                consumer(rule)
+
+
+def test_a_rule_written_here_runs_through_every_implementation_and_flex() -> None:
+    """A new mask is one function: a dilated causal mask (every other earlier key), defined in this test, through
+    eager, SDPA, tiled and FlexAttention, equal to its definition, with no change to the package."""
+    import lessons_src.flash  # noqa: F401  (registers "tiled")
+
+    dilated = MaskRule("dilated(2)", lambda b, h, q, kv: (kv <= q) & ((q - kv) % 2 == 0))
+    B, H, K, T, S = SHAPES[0]
+    q, k, v = _qkv(B, H, K, T, S)
+    want_mask = _definition(lambda b, p, j: j <= p and (p - j) % 2 == 0, B, T, S)
+    want = attention(q, k, v, attn_mask=want_mask, implementation="eager").output
+    for impl in sorted(ATTENTION_FUNCTIONS):
+        torch.testing.assert_close(attention(q, k, v, attn_mask=dilated, implementation=impl).output, want,
+                                   atol=1e-12, rtol=1e-10, msg=lambda m, i=impl: f"{i}: {m}")
+    got = flex_attend(q, k, v, block_mask(dilated, T, S, block_size=2))
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+    assert not torch.allclose(want, attention(q, k, v, is_causal=True).output)  # the dilation matters
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -89,9 +138,9 @@ def test_each_block_mask_skips_exactly_the_empty_tiles(name: str) -> None:
     """Tile by tile: skipped when the dense mask hides all of it, full when it hides none; and the sparsity is the
     share of empty tiles counted from the dense mask."""
     B, T, S, size = 2, 7, 11, 3
-    mod, dense = _twins(B, T, S)[name]
-    bm = block_mask(mod, T, S, B=B, block_size=size)
-    full = dense.reshape((1,) * (4 - dense.ndim) + tuple(dense.shape)).expand(B, 1, T, S)
+    rule, definition = _twins(B, T, S)[name]
+    bm = block_mask(rule, T, S, B=B, block_size=size)
+    full = _definition(definition, B, T, S)
     nq, nk = math.ceil(T / size), math.ceil(S / size)
     padded = torch.zeros(B, 1, nq * size, nk * size, dtype=torch.bool)  # tiles past the end hold nothing
     padded[..., :T, :S] = full
@@ -110,14 +159,14 @@ def test_each_block_mask_skips_exactly_the_empty_tiles(name: str) -> None:
 
 def test_block_sparsity_of_a_causal_square_is_the_tiles_above_the_diagonal() -> None:
     for n in (1, 2, 5):  # n x n tiles: n (n - 1) / 2 above the diagonal
-        assert block_sparsity(block_mask(causal_mod(4 * n), 4 * n, block_size=4)) == pytest.approx((n - 1) / (2 * n))
+        assert block_sparsity(block_mask(causal(), 4 * n, block_size=4)) == pytest.approx((n - 1) / (2 * n))
 
 
 def test_soft_cap_mod_equals_the_cap_of_attention() -> None:
     for B, H, K, T, S in SHAPES:
         q, k, v = _qkv(B, H, K, T, S)
         q = q * 4  # scores well beyond the cap
-        mod, dense = _twins(B, T, S)["window+sinks"]
+        mod, dense = _pair("window+sinks", B, T, S)
         got = flex_attend(q, k, v, block_mask(mod, T, S, block_size=2), score_mod=soft_cap_mod(1.5))
         want = attention(q, k, v, attn_mask=dense, softcap=1.5, implementation="eager").output
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
@@ -153,9 +202,11 @@ def sink_added_to_scores(sinks: torch.Tensor):
 @pytest.mark.parametrize("name", ["window+sinks", "documents"])
 def test_the_sink_goes_through_the_log_sum_exp_and_a_score_mod_cannot_place_it(name: str) -> None:
     for B, H, K, T, S in SHAPES:
+        if name not in _twins(B, T, S):
+            continue
         q, k, v = _qkv(B, H, K, T, S, seed=1)
         sinks = torch.linspace(-1.0, 2.0, H, dtype=torch.float64)
-        mod, dense = _twins(B, T, S)[name]
+        mod, dense = _pair(name, B, T, S)
         bm = block_mask(mod, T, S, B=B, block_size=2)
         want = attention(q, k, v, attn_mask=dense, sinks=sinks).output
         torch.testing.assert_close(flex_attend(q, k, v, bm, sinks=sinks), want, atol=1e-12, rtol=1e-10)
@@ -169,11 +220,10 @@ def test_the_sink_goes_through_the_log_sum_exp_and_a_score_mod_cannot_place_it(n
 
 def test_a_query_that_sees_nothing_gets_zero_with_a_sink() -> None:
     q, k, v = _qkv(1, 2, 2, 4, 4)
-    mod = and_masks(causal_mod(4), lambda b, h, q_idx, kv_idx: q_idx > 0)  # query 0 sees nothing
-    out = flex_attend(q, k, v, block_mask(mod, 4, block_size=2), sinks=torch.ones(2, dtype=torch.float64))
+    rule = causal() & MaskRule("after_the_first", lambda b, h, q, kv: q > 0)  # query 0 sees nothing
+    out = flex_attend(q, k, v, block_mask(rule, 4, block_size=2), sinks=torch.ones(2, dtype=torch.float64))
     assert torch.equal(out[:, :, 0], torch.zeros_like(out[:, :, 0]))
-    want = attention(q, k, v, attn_mask=create_mask(mod, 1, 1, 4, 4, device="cpu"), sinks=torch.ones(2,
-                     dtype=torch.float64)).output
+    want = attention(q, k, v, attn_mask=rule, sinks=torch.ones(2, dtype=torch.float64)).output
     torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-10)
 
 
@@ -187,7 +237,7 @@ def test_the_traced_path_gives_the_same_answers() -> None:
     assert not flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
     B, H, K, T, S = SHAPES[0]
     q, k, v = _qkv(B, H, K, T, S)
-    mod, dense = _twins(B, T, S)["documents"]
+    mod, dense = _pair("documents", B, T, S)
     sinks = torch.linspace(-1.0, 2.0, H, dtype=torch.float64)
     got = flex_attend(q, k, v, block_mask(mod, T, S, B=B, block_size=2), score_mod=soft_cap_mod(1.5), sinks=sinks)
     want = attention(q, k, v, attn_mask=dense, softcap=1.5, sinks=sinks, implementation="eager").output
@@ -198,14 +248,14 @@ def test_flex_attention_on_a_cpu_is_forward_only() -> None:
     """The page states it; this keeps the statement true for the pinned torch."""
     q = torch.randn(1, 2, 4, 8, requires_grad=True)
     with pytest.raises(NotImplementedError, match="FlexAttention does not support backward on CPU"):
-        flex_attend(q, q.detach(), q.detach(), block_mask(causal_mod(4), 4, block_size=2))
+        flex_attend(q, q.detach(), q.detach(), block_mask(causal(), 4, block_size=2))
 
 
 def test_bad_inputs_name_the_value() -> None:
-    with pytest.raises(TypeError, match=r"documents must be integer ids, \(S,\) or \(B, S\)"):
-        document_mod(torch.zeros(3))
+    with pytest.raises(TypeError, match=r"documents must hold integer document ids; got dtype torch.float32"):
+        same_document(torch.zeros(3))
     with pytest.raises(ValueError, match=r"window must be at least 1 \(the query itself\); got window=0"):
-        window_mod(4, window=0)
+        sliding_window(0)
     with pytest.raises(ValueError, match=r"sinks must have shape \(H,\) = \(2,\)"):
         q = torch.randn(1, 2, 4, 8)
         flex_attend(q, q, q, sinks=torch.zeros(3))

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import and_masks, create_mask, flex_attention
+from torch.nn.attention.flex_attention import create_mask, flex_attention
 
-from lessons_src.flex import block_mask, block_sparsity, causal_mod, document_mod, prefix_lm_mod, window_mod
+from lessons_src.flex import block_mask, block_sparsity
+from lessons_src.masks import causal, mask_mod, prefix_lm, same_document, sliding_window
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,14 +43,15 @@ DOC = 512  # packed documents of 512 tokens each
 
 
 def masks(T: int) -> dict[str, Callable[..., torch.Tensor]]:
-    """The mask_mods measured, at length ``T`` (queries and keys)."""
+    """The mask_mods measured, at length ``T`` (queries and keys): the package's rules, offset bound."""
     ids = torch.arange(T) // DOC  # (T,): document of each position
-    return {
-        "causal": causal_mod(T),
-        "window_512": window_mod(T, window=512),
-        "documents_512": and_masks(causal_mod(T), document_mod(ids)),
-        "prefix_lm_quarter": prefix_lm_mod(T, prefix=T // 4),
+    rules = {
+        "causal": causal(),
+        "window_512": sliding_window(512),
+        "documents_512": causal() & same_document(ids),
+        "prefix_lm_quarter": prefix_lm(T // 4),
     }
+    return {name: mask_mod(rule, T) for name, rule in rules.items()}
 
 
 MASKS = tuple(masks(BLOCK))

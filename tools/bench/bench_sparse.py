@@ -57,9 +57,8 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from lessons_src.attention import attention
-from lessons_src.flex import causal_mod
 from lessons_src.lab.configs import load_configs
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal, causal_mask, mask_mod
 from lessons_src.sparse_selection import gather_selected, lightning_indexer_scores, top_k_mask
 
 if TYPE_CHECKING:
@@ -210,7 +209,7 @@ def flex_blocks(blocks: torch.Tensor, T: int) -> BlockMask:
     partial[:, 0] = blocks[:, 0].to(torch.int32)
     return BlockMask.from_kv_blocks(torch.ones(1, 1, nb, dtype=torch.int32), partial[None, None],
                                     full_count[None, None], full[None, None], BLOCK_SIZE=BLOCK,
-                                    mask_mod=causal_mod(T), seq_lengths=(T, T))
+                                    mask_mod=mask_mod(causal(), T), seq_lengths=(T, T))
 
 
 def prefill(T: int, top_k: int, repeats: int, g: torch.Generator) -> dict[str, object]:

@@ -460,7 +460,7 @@ EXERCISES: dict[str, Exercise] = {
                  "A mask is a function: bottom-right"),
             ("Query `q_idx` is not at position `q_idx`: `S - T` cached keys come before the new queries.",
              "Query `q_idx` sits at position `q_idx + S - T`; it may see every key at or before that position."),
-            _mask_mod_cases, ("lessons_src.flex.causal_mod",),
+            _mask_mod_cases, ("lessons_src.masks.causal", "lessons_src.masks.mask_mod"),
         ),
         Exercise(
             "flex_sink_attention", "Learned sinks through FlexAttention's log-sum-exp",

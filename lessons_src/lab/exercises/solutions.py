@@ -16,7 +16,8 @@ from torch import Tensor
 from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
 from ...delta_rule import delta_rule_recurrent
 from ...flash import online_softmax as _online_softmax
-from ...flex import causal_mod, flex_attend
+from ...flex import flex_attend
+from ...masks import causal, mask_mod
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
@@ -164,7 +165,9 @@ def indexer_top_k(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
 
 
 def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
-    return causal_mod(T, S)(torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long), q_idx, kv_idx)
+    zero = torch.zeros((), dtype=torch.long)
+    keep: Tensor = mask_mod(causal(), T, S)(zero, zero, q_idx, kv_idx)  # the rule, at positions q_idx + S - T
+    return keep
 
 
 def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
