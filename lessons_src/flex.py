@@ -48,7 +48,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 from .masks import MaskRule, _length, mask_mod  # _length: an int size, or an error naming it
-from .score_mods import check_sinks, check_softcap, soft_cap
+from .score_mods import _cap, check_sinks, check_softcap  # _cap: the soft-cap's formula, checked here once
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,7 +73,7 @@ def soft_cap_mod(cap: float) -> ScoreMod:
         raise TypeError("soft_cap_mod needs a cap, a positive number; got None")
 
     def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return soft_cap(score, c)
+        return _cap(score, c)
 
     return capped
 

@@ -63,7 +63,12 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     checked = check_softcap(cap)
     if checked is None:
         raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return checked * torch.tanh(scores / checked)
+    return _cap(scores, checked)
+
+
+def _cap(scores: Tensor, cap: float) -> Tensor:
+    """The formula alone, for a cap already checked (a FlexAttention score_mod is traced, and checks are not)."""
+    return cap * torch.tanh(scores / cap)
 
 
 def check_softcap(softcap: object) -> float | None:
