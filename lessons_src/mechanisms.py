@@ -12,7 +12,7 @@ Gemma 4's layer, the last of these models here, is ``qk_norm=PerHeadRMSNorm(head
 and ``scale=1.0`` (the scores are not divided by ``sqrt(E)``: the norms' learned weights set their size).
 
 Why pieces and not flags: each change has its own weights, and the models disagree on the details
-(Gemma's norms multiply by ``1 + w``, OLMo's normalise the whole projection, Llama 4's have no weight);
+(Gemma's norms multiply by ``1 + w``, OLMo's normalise the whole projection, Llama 4 Scout's have no weight);
 a piece carries its details with it, the plain layer's code stays what it was (an absent piece is
 ``None`` and costs one ``if``), and a reader copies only the pieces a model uses. The two changes that
 act *inside* the softmax, the soft-cap and the sinks, are not pieces: they are arguments of
@@ -29,11 +29,11 @@ The order, from the layer's input ``x`` to its output (each step with the model 
 
 1. project ``x`` to ``q, k, v`` (one matmul);
 2. **QK-norm** on ``q`` and ``k`` (:class:`PerHeadRMSNorm`: Qwen3, Gemma 3, Qwen3-Next;
-   :class:`ProjectionRMSNorm`: OLMo 2 and 3; :class:`WeightlessRMSNorm`: Llama 4), then **RoPE**
+   :class:`ProjectionRMSNorm`: OLMo 2 and 3; :class:`WeightlessRMSNorm`: Llama 4 Scout), then **RoPE**
    (:class:`Rotary`). A norm with a weight must come before the rotation: the weight scales feature
    ``i``, and the rotation mixes feature ``i`` with feature ``i + R/2``, so the two do not commute.
-   Llama 4 normalises *after* RoPE, and its norm has no weight: a rotation keeps every vector's length, so
-   before or after gives the same vector, and the layer applies all three kinds in one place. The position
+   Llama 4 Scout normalises *after* RoPE, and its norm has no weight: a rotation keeps every vector's length,
+   so before or after gives the same vector, and the layer applies all three kinds in one place. The position
    piece may rotate part of each head (partial RoPE, Qwen3-Next: :meth:`Rotary.partial`), use scaled
    frequencies (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`), or, on a
    layer without positions (NoPE), scale the queries by position (:class:`NoPETemperature`, Llama 4), or turn
@@ -57,8 +57,10 @@ Where ``transformers``, the papers and the official code differ, the course foll
 * dtype: the norms compute in float32 for half-precision inputs and multiply by the weight before casting
   back (Gemma, OLMo, Qwen3-Next; Qwen3's module casts before the weight, one rounding apart);
 * Llama 4's "L2 norm" divides by the root-mean-square, not the length (:class:`WeightlessRMSNorm`), in
-  ``transformers`` and in Meta's code alike; its NoPE layers have no norm and scale queries by position
-  instead ("temperature tuning", :class:`NoPETemperature`, given as the layer's ``rope=`` piece);
+  ``transformers`` and in Meta's code alike; Scout has it, Maverick does not (``use_qk_norm`` false in its
+  ``config.json``; ``modeling_llama4.py`` notes that the 128-expert model skips it); its NoPE layers have no
+  norm and scale queries by position instead ("temperature tuning", :class:`NoPETemperature`, given as the
+  layer's ``rope=`` piece);
 * Qwen3-Next's gate weights are rows of ``q_proj``, interleaved per head (``[q_h; g_h]``); the paper's gate
   is its own projection of the layer's input. The function is the same; here it is its own ``nn.Linear``
   (:class:`ElementwiseGate`), and the test moves the rows. The paper's headwise gate ships in no pinned
@@ -83,7 +85,8 @@ References:
     Qwen Team, "Qwen3 Technical Report", 2025 (arXiv:2505.09388): per-head QK-norm.
     Gemma Team, "Gemma 3 Technical Report", 2025 (arXiv:2503.19786): QK-norm with ``(1 + w)`` weights.
     Team OLMo, "2 OLMo 2 Furious", 2025 (arXiv:2501.00656): QK-norm over the whole projection.
-    Meta, Llama 4 model code (``llama_models/llama4/model.py``): weightless norm after RoPE, on RoPE layers.
+    Meta, Llama 4 model code (``llama_models/llama4/model.py``): weightless norm after RoPE, on RoPE layers
+    (Scout's; Maverick has none).
     Google, Gemma 4 as ``transformers`` 5.23 ships it (``models/gemma4/modeling_gemma4.py``): the value norm,
     the scale of 1, proportional RoPE and KV sharing (the tests compare with that module).
     Qiu et al., "Gated Attention for Large Language Models: Non-linearity, Sparsity, and Attention-Sink-Free",
@@ -265,12 +268,13 @@ class ProjectionRMSNorm(nn.Module):
 
 
 class WeightlessRMSNorm(nn.Module):
-    """Each head's query and key divided by its root-mean-square, with no weight (Llama 4, on its RoPE layers).
+    """Each head's query and key divided by its root-mean-square, with no weight (Llama 4 Scout's RoPE layers).
 
     Llama 4's code calls it an L2 norm; it divides by ``sqrt(mean(x^2) + eps)``, not by the length, so a
     head's vector ends with length ``sqrt(E)`` rather than 1 (the scores are then ``E`` times a cosine,
-    scaled by ``1/sqrt(E)`` as usual). Llama 4 applies it after RoPE; having no weight, it gives the same
-    vector before RoPE (a rotation keeps lengths), which is where this layer applies every QK-norm.
+    scaled by ``1/sqrt(E)`` as usual). Llama 4 Scout applies it after RoPE (Maverick has no QK-norm); having
+    no weight, it gives the same vector before RoPE (a rotation keeps lengths), which is where this layer
+    applies every QK-norm.
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, S, E)`` or ``None``; outputs: the same.

@@ -4,7 +4,7 @@ Every implementation of :func:`lessons_src.attention.attention` honours them (``
 they are checked here once and their fiddly parts live here, beside each other:
 
 * **soft-cap** (Gemma 2): the scaled scores pass through ``c * tanh(s / c)`` (:func:`soft_cap`), which keeps
-  every score inside ``(-c, c)``. It comes *before* the mask: a cap applied to a hidden key's ``-inf`` would
+  every finite score inside ``(-c, c)``. It comes *before* the mask: a cap applied to a hidden key's ``-inf`` would
   give ``-c``, a finite score, and the key would come back;
 * **sinks** (gpt-oss): one learned logit per query head joins the softmax as one more column and takes no
   value, so a query may put weight on "nothing" and its weights over the keys sum to less than 1.

@@ -97,7 +97,8 @@ def unsourced_numbers(cfg: ModelConfig) -> list[object]:
                cfg.kv_shared_layers or None, *(cfg.sparse or {}).values(), *(cfg.global_layers or {}).values()]
     numbers += [value for key, value in (cfg.linear or {}).items() if key != "kind"]
     numbers += [*(cfg.native_sparse or {}).values(), cfg.value_dim_published]
-    numbers += [value for key, value in (cfg.rope or {}).items() if key in ("theta", "factor", "original_context")]
+    numbers += [value for setting in (cfg.rope or {}).values() for key, value in (setting or {}).items()
+                if key in ("theta", "factor", "original_context")]
     return [n for n in numbers if n is not None and not isinstance(n, bool)
             and not re.search(rf"(?<![\w.]){n}(?![\w])", cfg.source)]
 
@@ -161,3 +162,85 @@ def test_context_lengths_are_published_and_sourced() -> None:
     for cfg in c.values():
         if cfg.context_length is not None:
             assert str(cfg.context_length) in cfg.source, cfg.name
+
+
+# Each row's rotary setting by kind of layer, as (base, fraction of each head rotated, scaling), from the sources the
+# file quotes: Gemma 3 and 4 rotate their local layers at base 10,000 over the whole head
+# (google-deepmind/gemma@7691fd4e local_base_frequency; Gemma 4's rope_parameters.sliding_attention); DeepSeek-V4 its
+# compressed layers at compress_rope_theta=160000 with YaRN and its window-only layers at rope_theta=10000 unscaled
+# (transformers 5.23, configuration_deepseek_v4.py and rope_layer_type in modeling_deepseek_v4.py); OLMo 3 stretches
+# its full layers only (OLMo-core@fa6c5014, with_rope_scaling(full_attn_layers_only=True)); Llama 4 leaves its full
+# layers unrotated.
+V4_COMPRESSED = (160000, 0.125, "yarn")
+GEMMA3_GLOBAL = (1000000, 1, "linear")
+ROPE_BY_KIND = {
+    "DeepSeek-V4-Flash": {"sliding": (10000, 0.125, None), "compressed_sparse": V4_COMPRESSED,
+                          "heavily_compressed": V4_COMPRESSED},
+    "DeepSeek-V4-Pro": {"compressed_sparse": V4_COMPRESSED, "heavily_compressed": V4_COMPRESSED},
+    "Gemma 3 1B": {"sliding": (10000, 1, None), "full": (1000000, 1, None)},
+    "Gemma 3 4B": {"sliding": (10000, 1, None), "full": GEMMA3_GLOBAL},
+    "Gemma 3 12B": {"sliding": (10000, 1, None), "full": GEMMA3_GLOBAL},
+    "Gemma 3 27B": {"sliding": (10000, 1, None), "full": GEMMA3_GLOBAL},
+    "Gemma 4 E2B": {"sliding": (10000, 1, None), "full": (1000000, 0.25, None)},
+    "Gemma 4 26B-A4B": {"sliding": (10000, 1, None), "full": (1000000, 0.25, None)},
+    "Gemma 4 31B": {"sliding": (10000, 1, None), "full": (1000000, 0.25, None)},
+    "OLMo 3 7B": {"sliding": (500000, 1, None), "full": (500000, 1, "yarn")},
+    "gpt-oss-20b": {"sliding": (150000, 1, "yarn"), "full": (150000, 1, "yarn")},
+    "Llama 4 Scout": {"chunked": (500000, 1, "llama3"), "full": None},
+    "Qwen3-Next-80B-A3B": {"full": (10000000, 0.25, None)},  # its linear layers have no positions
+}
+
+
+@pytest.mark.parametrize("name", ROPE_BY_KIND)
+def test_each_kind_of_layer_has_its_own_rope(name: str) -> None:
+    cfg = load_configs()[name]
+    got = {}
+    for kind in dict.fromkeys(cfg.layer_kinds()):
+        setting = cfg.rope_for(kind)
+        if kind != "linear":
+            got[kind] = setting and (setting["theta"], setting.get("fraction", 1), setting.get("scaling"))
+    assert got == ROPE_BY_KIND[name]
+    assert cfg.rope_for("linear") is None
+
+
+def test_gemma_3_27b_has_its_siblings_recipe() -> None:
+    """Google DeepMind's Gemma3_27B sets QK-norm and the same bases as the 4B and 12B models (issue 72)."""
+    c = load_configs()
+    assert c["Gemma 3 27B"].qk_norm == c["Gemma 3 12B"].qk_norm == "per_head"
+    assert c["Gemma 3 27B"].rope == c["Gemma 3 12B"].rope
+    assert "class Gemma3_27B" in c["Gemma 3 27B"].source and "1/sqrt(5376/32)" in c["Gemma 3 27B"].source
+
+
+def test_a_rope_without_every_kind_of_layer_is_refused() -> None:
+    from lessons_src.lab.configs import _parse
+
+    entry = {"name": "x", "year": 2025, "d_model": 64, "num_heads": 4, "num_kv_heads": 4, "num_layers": 4,
+             "sliding_window": 8, "layer_pattern": ["sliding", "full"], "source": "a made-up entry, 2025"}
+    both = {"sliding": {"theta": 10000}, "full": {"theta": 1000000, "scaling": "linear", "factor": 8.0}}
+    assert _parse({**entry, "rope": both}).rope_for("sliding") == {"theta": 10000}
+    with pytest.raises(ValueError, match=r"layer kinds \['full'\]; it needs exactly .*\['full', 'sliding'\]"):
+        _parse({**entry, "rope": {"full": both["full"]}})  # the local layers' base lost
+    with pytest.raises(ValueError, match=r"rope gives the layer kinds \['theta'\]"):
+        _parse({**entry, "rope": {"theta": 10000}})  # one setting for every layer: not a setting per kind
+    with pytest.raises(ValueError, match=r"rope gives the layer kinds \['chunked', 'full', 'sliding'\]"):
+        _parse({**entry, "rope": {**both, "chunked": {"theta": 10000}}})  # a kind the model does not have
+    bad = [{"theta": 0}, {"theta": 10000, "fraction": 1.5}, {"theta": 10000, "scaling": "ntk", "factor": 2.0},
+           {"theta": 10000, "scaling": "yarn", "factor": 8.0}, {"theta": 10000, "factor": 8.0},
+           {"theta": 10000, "scaling": "linear", "factor": 8.0, "original_context": 4096}, {"base": 10000}]
+    for setting in bad:
+        with pytest.raises(ValueError, match=r"rope\['sliding'\]=.* needs a positive theta"):
+            _parse({**entry, "rope": {**both, "sliding": setting}})
+    with pytest.raises(ValueError, match="kind='global' is not a layer kind"):
+        _parse({**entry, "rope": both}).rope_for("global")
+
+
+def test_nope_every_and_the_unrotated_kind_agree() -> None:
+    from lessons_src.lab.configs import _parse
+
+    scout = load_configs()["Llama 4 Scout"]
+    entry = {"name": "x", "year": 2025, "d_model": 64, "num_heads": 4, "num_kv_heads": 4, "num_layers": 8,
+             "chunk_size": 8, "layer_pattern": ["chunked", "chunked", "chunked", "full"], "nope_every": 4,
+             "source": "a made-up entry, 2025"}
+    assert _parse({**entry, "rope": scout.rope}).rope_for("full") is None
+    with pytest.raises(ValueError, match=r"nope_every=4 leaves layers \[4, 8\]\.\.\. unrotated, but rope leaves \[\]"):
+        _parse({**entry, "rope": {**(scout.rope or {}), "full": {"theta": 500000.0}}})

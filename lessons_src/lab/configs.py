@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
-    "COMPRESSED_KINDS", "LAYER_KINDS", "LESSON_MODELS", "ConfigTable", "ModelConfig", "UnknownModelError",
-    "load_configs",
+    "COMPRESSED_KINDS", "LAYER_KINDS", "LESSON_MODELS", "ROPE_SCALINGS", "ConfigTable", "ModelConfig",
+    "UnknownModelError", "load_configs",
 ]
 
 
@@ -38,6 +38,10 @@ positions (Llama 4); ``linear``: a recurrent state of fixed size instead of a ca
 """
 
 COMPRESSED_KINDS = ("compressed_sparse", "heavily_compressed")  # DeepSeek-V4's: each also keeps a window
+
+ROPE_SCALINGS = ("yarn", "llama3", "linear")
+"""The stretches of RoPE's frequencies a ``rope`` setting may name (:mod:`lessons_src.rope` has the first two;
+``"linear"`` divides every frequency by the factor, Gemma 3's global layers)."""
 
 LESSON_MODELS = (
     "Transformer base", "Transformer big", "BERT-base", "GPT-2 small", "GPT-2 medium", "all-MiniLM-L6-v2",
@@ -83,15 +87,22 @@ class ModelConfig:
         params_billions: total parameter count in billions, as the source rounds it, when stated.
         qk_norm: normalisation of queries and keys before their dot product: ``"per_head"`` (RMSNorm with a
             learned scale over each head's ``head_dim``), ``"per_head_weightless"`` (the same without a
-            scale, Llama 4) or ``"projection"`` (one RMSNorm over all heads' projection, OLMo).
+            scale, Llama 4 Scout) or ``"projection"`` (one RMSNorm over all heads' projection, OLMo).
         attn_softcap: ``c`` in ``c * tanh(score / c)`` applied to the attention scores (Gemma 2).
         sinks: one learned logit per head that joins every row's softmax and takes weight from the keys
             (gpt-oss).
         output_gate: ``"elementwise"``: the attention output times ``sigmoid`` of a second query projection,
             before the output projection (Qwen3-Next).
-        rope: rotary positions: ``theta``, ``fraction`` of each head's dimensions rotated, and a ``scaling``
-            (``"yarn"``, ``"llama3"``, ``"linear"``) with its ``factor`` and ``original_context``.
-        nope_every: every this-many-th layer (counted from 1) uses no positional rotation (Llama 4).
+        rope: rotary positions by layer kind: every kind of attention layer the model has (every kind of
+            :data:`LAYER_KINDS` but ``linear``) maps to its setting, or to ``None`` where those layers do not
+            rotate (Llama 4's full layers). A setting has a ``theta`` (the base), the ``fraction`` of each head's
+            dimensions rotated (1 if absent) and, if the frequencies are stretched, a ``scaling`` (one of
+            :data:`ROPE_SCALINGS`) with its ``factor`` and, for ``"yarn"`` and ``"llama3"``, the
+            ``original_context`` it stretches. Kinds differ: Gemma 3's sliding layers rotate at base 10,000 and
+            its full ones at 1,000,000; DeepSeek-V4's compressed layers at 160,000 with YaRN, its window-only
+            layers at 10,000 unscaled. ``None``: the row records no rotary positions. See :meth:`rope_for`.
+        nope_every: every this-many-th layer (counted from 1) uses no positional rotation (Llama 4); ``rope``
+            must map those layers' kind, and no other, to ``None``.
         sparse: a lightning indexer's ``indexer_heads`` and ``indexer_head_dim``, and the ``top_k`` keys
             each query attends to (DeepSeek-V3.2, V4).
         linear: a linear-attention layer's ``kind``, ``key_heads``, ``value_heads``, ``key_dim``,
@@ -125,7 +136,7 @@ class ModelConfig:
     attn_softcap: float | None = None
     sinks: bool = False
     output_gate: str | None = None
-    rope: dict[str, Any] | None = None
+    rope: dict[str, dict[str, Any] | None] | None = None
     nope_every: int | None = None
     sparse: dict[str, int] | None = None
     linear: dict[str, Any] | None = None
@@ -153,6 +164,7 @@ class ModelConfig:
             raise ValueError(f"{self.name}: params_billions={self.params_billions} must be positive")
         self._check_layers()
         self._check_recipe()
+        self._check_rope()
 
     def _check_layers(self) -> None:
         pattern = self.layer_pattern
@@ -185,10 +197,6 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: {name}={value!r}; expected one of {allowed} or None")
         if self.attn_softcap is not None and not self.attn_softcap > 0:
             raise ValueError(f"{self.name}: attn_softcap={self.attn_softcap} must be positive")
-        if self.rope is not None:
-            fraction = self.rope.get("fraction", 1.0)
-            if not 0 < fraction <= 1 or self.rope.get("theta", 0) <= 0:
-                raise ValueError(f"{self.name}: rope={self.rope} needs a positive theta and a fraction in (0, 1]")
         if self.sparse is not None and set(self.sparse) != {"indexer_heads", "indexer_head_dim", "top_k"}:
             raise ValueError(f"{self.name}: sparse={self.sparse} needs exactly indexer_heads, indexer_head_dim, top_k")
         nsa_keys = {"compress_block", "compress_stride", "select_block", "selected_blocks", "window"}
@@ -199,6 +207,59 @@ class ModelConfig:
         linear_keys = {"kind", "key_heads", "value_heads", "key_dim", "value_dim", "conv_kernel"}
         if self.linear is not None and set(self.linear) != linear_keys:
             raise ValueError(f"{self.name}: linear={self.linear} needs exactly {sorted(linear_keys)}")
+
+    def _check_rope(self) -> None:
+        if self.rope is None:
+            return
+        kinds = self.layer_kinds()
+        attending = sorted(set(kinds) - {"linear"})
+        if not isinstance(self.rope, dict) or sorted(self.rope) != attending:
+            given = sorted(self.rope) if isinstance(self.rope, dict) else self.rope
+            raise ValueError(f"{self.name}: rope gives the layer kinds {given}; it needs exactly the kinds of "
+                             f"attention layer the model has, {attending}, each with its setting (None: not rotated)")
+        allowed = {"theta", "fraction", "scaling", "factor", "original_context"}
+        for kind, setting in self.rope.items():
+            if setting is None:
+                continue
+            theta, fraction, scaling = setting.get("theta"), setting.get("fraction", 1), setting.get("scaling")
+            number = (int, float)
+            ok = set(setting) <= allowed and isinstance(theta, number) and theta > 0
+            ok = ok and isinstance(fraction, number) and 0 < fraction <= 1
+            if scaling is None:
+                ok = ok and not {"factor", "original_context"} & set(setting)
+            else:
+                factor, original = setting.get("factor"), setting.get("original_context")
+                ok = ok and scaling in ROPE_SCALINGS and isinstance(factor, number) and factor > 0
+                ok = ok and (original is None if scaling == "linear" else isinstance(original, int) and original > 0)
+            if not ok:
+                raise ValueError(
+                    f"{self.name}: rope[{kind!r}]={setting} needs a positive theta, a fraction in (0, 1] if any, and "
+                    f"either no scaling or a scaling of {ROPE_SCALINGS} with a positive factor (and, for yarn and "
+                    "llama3, the positive int original_context); no other keys")
+        if self.nope_every is not None:
+            unrotated = [n + 1 for n, kind in enumerate(kinds) if kind != "linear" and self.rope[kind] is None]
+            every = list(range(self.nope_every, self.num_layers + 1, self.nope_every))
+            if unrotated != every:
+                raise ValueError(f"{self.name}: nope_every={self.nope_every} leaves layers {every[:4]}... unrotated, "
+                                 f"but rope leaves {unrotated[:4]}... unrotated")
+
+    def rope_for(self, kind: str) -> dict[str, Any] | None:
+        """The rotary setting of the model's ``kind`` layers (see ``rope``).
+
+        ``None`` where those layers do not rotate, where the model has no such layers (a linear layer has no
+        positions), or where the row records no rotary positions.
+
+        Raises:
+            ValueError: if ``kind`` is not one of :data:`LAYER_KINDS`.
+
+        Example:
+            >>> cfg = load_configs()["Gemma 3 4B"]
+            >>> cfg.rope_for("sliding"), cfg.rope_for("full")["theta"]
+            ({'theta': 10000}, 1000000)
+        """
+        if kind not in LAYER_KINDS:
+            raise ValueError(f"kind={kind!r} is not a layer kind; the kinds are {LAYER_KINDS}")
+        return (self.rope or {}).get(kind)
 
     @property
     def head_dim(self) -> int:

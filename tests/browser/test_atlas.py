@@ -77,5 +77,7 @@ def test_the_state_lives_in_the_url_and_the_page_shows_the_total(page: Any, serv
     assert f"({want['total']:,} bytes" in page.locator(".kv-total").text_content()
     linear = load_configs()["Qwen3-Next-80B-A3B"].layer_kinds().count("linear")
     assert f"linear</strong>, {linear} layers" in page.locator(".kv-output").inner_html()
+    rope = load_configs()["Qwen3-Next-80B-A3B"].rope_for("full") or {}  # each kind's line ends with its rotation
+    assert f"; RoPE {atlas.rope_words(rope)}</li>" in page.locator(".kv-output").inner_html()
     page.locator(".kv-calculator [name=batch]").fill("0")
     assert "at least 1" in page.locator(".kv-output").text_content()

@@ -72,6 +72,41 @@ def layer_summary(cfg: ModelConfig) -> str:
     return ", ".join(f"{n} {KIND_WORDS[kind]}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def rope_words(setting: dict[str, Any] | None, fraction: bool = True) -> str:
+    """``base 160,000, on 12.5% of each head, yarn ×16`` for one kind of layer's setting, ``none`` for no rotation."""
+    if setting is None:
+        return "none"
+    bits = [f"base {setting['theta']:,.0f}"]
+    if fraction and setting.get("fraction", 1) != 1:
+        bits.append(f"on {setting['fraction'] * 100:g}% of each head")
+    if setting.get("scaling"):
+        bits.append(f"{setting['scaling']} ×{setting['factor']:g}")
+    return ", ".join(bits)
+
+
+def rope_phrase(cfg: ModelConfig) -> str:
+    """The row's rotary positions by kind of layer (plain text): one setting for all, or each with its layers.
+
+    ``base 1,000,000, on 25% of each head`` where every attention layer rotates alike; ``base 10,000 in
+    sliding-window layers and base 1,000,000, linear ×8 in full layers`` where they differ (Gemma 3). Layers a
+    ``nope_every`` leaves unrotated are left to that phrase; ``""`` where the row records no RoPE.
+    """
+    if not cfg.rope:
+        return ""
+    kinds = [kind for kind in dict.fromkeys(cfg.layer_kinds()) if kind != "linear"]
+    shown = [kind for kind in kinds if cfg.rope_for(kind) is not None or not cfg.nope_every]
+    fractions = {(cfg.rope_for(kind) or {}).get("fraction", 1) for kind in shown if cfg.rope_for(kind)}
+    common = len(fractions) == 1 and len(shown) > 1  # said once, before the kinds
+    groups: dict[str, list[str]] = {}  # the setting's words: the kinds of layer that use it
+    for kind in shown:
+        groups.setdefault(rope_words(cfg.rope_for(kind), fraction=not common), []).append(kind)
+    if len(groups) == 1 and shown == kinds:
+        return rope_words(cfg.rope_for(kinds[0]))
+    head = f"on {fractions.pop() * 100:g}% of each head, " if common and fractions != {1} else ""
+    return head + " and ".join(f"{words} in {' and '.join(KIND_WORDS[k] for k in ks)} layers"
+                               for words, ks in groups.items())
+
+
 def recipe(cfg: ModelConfig) -> list[str]:
     """One phrase (HTML) per mechanism of the row, each linked to the lesson that teaches it or to its paper."""
     out = []
@@ -82,7 +117,9 @@ def recipe(cfg: ModelConfig) -> list[str]:
     else:
         kv = f"{cfg.num_kv_heads} KV head{'s' if cfg.num_kv_heads > 1 else ''}"
         out.append(f"{link(cfg.attention_kind, 'gqa')}: {cfg.num_heads} query heads, {kv}")
-    if cfg.sliding_window and "sliding" in cfg.layer_kinds():
+    if cfg.sliding_window and cfg.compress:  # DeepSeek-V4: a compressed layer keeps a window as well
+        out.append(f"{link('windows', 'sliding')} of {cfg.sliding_window:,} positions in every layer")
+    elif cfg.sliding_window and "sliding" in cfg.layer_kinds():
         out.append(f"{link('windows', 'sliding')} of {cfg.sliding_window:,} positions")
     if cfg.chunk_size:
         out.append(f"{link('chunks', 'positions')} of {cfg.chunk_size:,} positions")
@@ -95,9 +132,10 @@ def recipe(cfg: ModelConfig) -> list[str]:
     if cfg.linear:
         out.append(f"{paper(cfg.linear['kind'])} layers: {cfg.linear['value_heads']} heads, a "
                    f"{cfg.linear['key_dim']}×{cfg.linear['value_dim']} state each")
-    if cfg.sparse:
+    if cfg.sparse:  # DeepSeek-V4's indexer ranks the pooled entries of its compressed sparse layers
+        picked = "compressed entries" if cfg.compress else "keys"
         out.append(f"a {paper('indexer')}: {cfg.sparse['indexer_heads']} heads of "
-                   f"{cfg.sparse['indexer_head_dim']}, top {cfg.sparse['top_k']:,} keys per query")
+                   f"{cfg.sparse['indexer_head_dim']}, top {cfg.sparse['top_k']:,} {picked} per query")
     if cfg.compress:
         out.append("keys pooled every " + " or ".join(f"{r}" for r in cfg.compress.values()) + " positions")
     if cfg.qk_norm:
@@ -110,14 +148,8 @@ def recipe(cfg: ModelConfig) -> list[str]:
         out.append(link("learned sinks", "sinks"))
     if cfg.output_gate:
         out.append(f"{link('output gate', 'sinks')} ({cfg.output_gate})")
-    rope = cfg.rope or {}
-    if rope:
-        bits = [f"base {rope['theta']:,.0f}"]
-        if rope.get("fraction", 1) != 1:
-            bits.append(f"on {rope['fraction'] * 100:g}% of each head")
-        if rope.get("scaling"):
-            bits.append(f"{rope['scaling']} ×{rope['factor']:g}")
-        out.append(f"{link('RoPE', 'positions')} " + ", ".join(bits))
+    if cfg.rope:
+        out.append(f"{link('RoPE', 'positions')} {html.escape(rope_phrase(cfg))}")
     if cfg.nope_every:
         out.append(f"no rotation in every {cfg.nope_every}th layer")
     return out
@@ -155,6 +187,8 @@ def calculator_rows() -> list[dict[str, Any]]:
             "global": c.global_layers, "mla": c.mla, "sparse": c.sparse, "linear": c.linear,
             "compress": c.compress, "window": c.sliding_window, "chunk": c.chunk_size,
             "value_dim": c.value_dim, "native_sparse": c.native_sparse,
+            "rope": {kind: f"RoPE {rope_words(c.rope_for(kind))}" if c.rope_for(kind) else "no RoPE"
+                     for kind in dict.fromkeys(c.layer_kinds()) if c.rope and kind != "linear"},
         })
     return out
 

@@ -1,8 +1,9 @@
 /*
  * The atlas page's KV-cache calculator: the bytes a decoder's cache holds for one model, context, batch and
- * number size, per kind of layer, with the formula. It computes what lessons_src.lab.configs'
- * ModelConfig.layer_cache_numbers computes (tests/browser/test_atlas.py compares the two for every model),
- * from the published sizes the page embeds. The state lives in the URL (?model=&context=&batch=&dtype=).
+ * number size, per kind of layer, with the formula (and the kind's RoPE setting, as the page's data words it).
+ * It computes what lessons_src.lab.configs' ModelConfig.layer_cache_numbers computes (tests/browser/test_atlas.py
+ * compares the two for every model), from the published sizes the page embeds. The state lives in the URL
+ * (?model=&context=&batch=&dtype=).
  */
 (function () {
   "use strict";
@@ -136,9 +137,10 @@
         if (!(entry[0] in one)) one[entry[0]] = entry[1];
       });
       var items = Object.keys(counts).map(function (kind) {
+        var rope = m.rope && m.rope[kind] ? "; " + m.rope[kind] : ""; // this kind's rotation, as the atlas words it
         return "<li><strong>" + WORDS[kind] + "</strong>, " + counts[kind] + " layer" + (counts[kind] > 1 ? "s" : "") +
           ": " + formula(m, kind, context) + " = " + n(one[kind]) + " numbers per layer and sequence; " +
-          size(totals[kind]) + "</li>";
+          size(totals[kind]) + rope + "</li>";
       });
       out.innerHTML = "<ul>" + items.join("") + "</ul><p class=\"kv-total\"><strong>Total: " + size(totals.total) +
         "</strong> (" + n(totals.total) + " bytes = numbers × " + batch + " sequence" + (batch > 1 ? "s" : "") +

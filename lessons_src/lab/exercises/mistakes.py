@@ -183,8 +183,8 @@ MISCONCEPTIONS: dict[str, Misconception] = {
         ),
         Misconception(
             "cap_after_mask", "the soft-cap applied after the mask",
-            "The soft-cap c * tanh(s / c) maps every score into (-c, c), -inf included: a hidden key's -inf "
-            "becomes -c, a finite score, and the key gets weight again. Cap the scores first, then mask them.",
+            "The soft-cap c * tanh(s / c) maps every finite score into (-c, c), and -inf to -c: a hidden key's "
+            "-inf becomes -c, a finite score, and the key gets weight again. Cap the scores first, then mask them.",
             _OTHER_PIECES,
         ),
         Misconception(
@@ -218,7 +218,8 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "no_erase", "the delta rule's erase term left out",
             "The delta rule writes beta * (v - S^T k), the difference between the value and what the state "
             "already holds for the key. Writing beta * v adds to the old value instead of replacing it: that is "
-            "plain linear attention, which never forgets a key written twice.",
+            "gated linear attention, which lets the old value fade only as the decay shrinks it, not when the "
+            "key is written again.",
             Link("lessons/linear-attention.md", "the-delta-rule-erase-then-write",
                  "Layers with a fixed-size state: the delta rule"),
         ),
