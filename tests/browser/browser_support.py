@@ -22,10 +22,13 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("SITE_DIR", ROOT / "site")).resolve()  # SITE_DIR: test another build
@@ -146,9 +149,14 @@ class Watch:
     page_errors: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     third_party: list[str] = field(default_factory=list)
+    # Cancelled requests not yet judged: (what to report, whether leaving the page explains it). Under load the
+    # browser can report a cancel before the event of the navigation that caused it, so the judgment waits.
+    cancelled: list[tuple[str, Callable[[], bool]]] = field(default_factory=list)
 
     def problems(self) -> dict[str, list[str]]:
-        return {k: v for k, v in vars(self).items() if k != "origin" and v}
+        self.failed.extend(message for message, left in self.cancelled if not left())
+        self.cancelled.clear()
+        return {k: v for k, v in vars(self).items() if k not in ("origin", "cancelled") and v}
 
 
 def open_context(browser: Any, server: str, *, real_search: bool = False, **options: Any) -> tuple[Any, Watch]:
@@ -190,11 +198,13 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
         # has started but before it commits (the old page's favicon, under load) belongs to the old page.
         document = committed = 0
         started: dict[Any, int] = {}
+        navigations: list[float] = []  # when each top-level navigation's request was seen
 
         def on_request(r: Any) -> None:
             nonlocal document
             if r.is_navigation_request() and r.frame == page.main_frame:
                 document += 1
+                navigations.append(time.monotonic())
             started[r] = committed
             inflight.add(r)
 
@@ -207,9 +217,15 @@ def open_context(browser: Any, server: str, *, real_search: bool = False, **opti
             inflight.discard(r)
             # A request the browser cancels because its page was left (the old page's favicon, still loading
             # when a test opens the next page) is the test's doing, not the site's: it is not a failure.
-            left = r.failure == "net::ERR_ABORTED" and started.pop(r, committed) != document
-            if r.url.startswith(origin) and not left:
+            aborted = r.failure == "net::ERR_ABORTED"
+            left = aborted and started.pop(r, committed) != document
+            if not r.url.startswith(origin) or left:
+                return
+            if not aborted:
                 watch.failed.append(f"{r.url}: {r.failure}")
+                return
+            at = time.monotonic()  # a navigation seen within a moment of the cancel caused it too
+            watch.cancelled.append((f"{r.url}: {r.failure}", lambda: any(at <= t <= at + 2.0 for t in navigations)))
 
         def on_finished(r: Any) -> None:
             inflight.discard(r)

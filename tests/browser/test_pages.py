@@ -355,6 +355,55 @@ def test_instant_navigation_keeps_the_page_and_renders_math(page: Any, context: 
     assert_clean(context[1])
 
 
+class _Events:
+    """Stands in for a Playwright object that takes handlers with ``.on`` and routes with ``.route``."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Any] = {}
+        self.main_frame = object()
+
+    def on(self, event: str, handler: Any) -> None:
+        self.handlers[event] = handler
+
+    def route(self, *args: Any) -> None:
+        pass
+
+    route_web_socket = route
+
+
+class _Request:
+    def __init__(self, url: str, frame: object, *, navigation: bool = False, failure: str | None = None) -> None:
+        self.url, self.frame, self.failure, self._navigation = url, frame, failure, navigation
+
+    def is_navigation_request(self) -> bool:
+        return self._navigation
+
+
+def test_the_watch_judges_a_cancel_reported_before_the_navigation_that_caused_it() -> None:
+    """Under load the browser reported the old page's favicon as cancelled before the event of the navigation that
+    cancelled it (a fresh clone's run, load 4.9): the watch counted it. The judgment now waits for the navigation;
+    a cancel that no navigation follows still counts. Events are replayed in that order, without a browser."""
+    context = _Events()
+    browser = type("B", (), {"new_context": lambda self, **o: context})()
+    _, watch = open_context(browser, "http://127.0.0.1:8000/")
+    page = _Events()
+    context.handlers["page"](page)
+    origin = "http://127.0.0.1:8000/"
+    frame = page.main_frame
+    page.handlers["request"](_Request(origin + "a/", frame, navigation=True))
+    page.handlers["framenavigated"](frame)
+    favicon = _Request(origin + "favicon.png", frame, failure="net::ERR_ABORTED")
+    page.handlers["request"](favicon)
+    page.handlers["requestfailed"](favicon)  # reported first ...
+    page.handlers["request"](_Request(origin + "b/", frame, navigation=True))  # ... then the navigation
+    assert watch.problems() == {}
+    page.handlers["framenavigated"](frame)
+    own = _Request(origin + "data.json", frame, failure="net::ERR_ABORTED")  # the page cancels, and stays
+    page.handlers["request"](own)
+    page.handlers["requestfailed"](own)
+    assert watch.problems() == {"failed": [origin + "data.json: net::ERR_ABORTED"]}
+
+
 def test_the_watch_catches_what_it_must(browser: Any, server: str) -> None:
     """The checks above can fail: a third-party request, a console error and a 404 are all recorded."""
     context, watch = open_context(browser, server)
@@ -425,7 +474,7 @@ def test_the_watch_forgives_only_what_leaving_a_page_cancels(browser: Any, serve
         until(lambda: len(held) == 3, "the route to hold the second request")
         page.evaluate("() => { canceller.abort(); return asked; }")
         page.evaluate("() => fetch('assets/images/favicon.png?refused').catch(() => null)")
-        until(lambda: len(watch.failed) == 2, "two failures")
+        until(lambda: len(watch.problems().get("failed", [])) == 2, "two failures")
         failed = " ".join(watch.failed)
         assert "?by=page&held: net::ERR_ABORTED" in failed and "?refused: net::ERR_CONNECTION_REFUSED" in failed, failed
     finally:
