@@ -64,12 +64,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTENTION_FUNCTIONS",
+    "ATTENTION_SUPPORTS",
     "AttentionFunction",
     "AttentionResult",
     "HeadWeights",
     "MultiHeadAttention",
     "PreparedMask",
+    "Supports",
     "attention",
+    "check_supports",
     "eager_attention",
     "grouped_attention",
     "prepare_mask",
@@ -288,7 +291,8 @@ def eager_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
     softcap: float | None = None, sinks: Tensor | None = None,
 ) -> AttentionResult:
-    """The textbook formula, ``softmax(q k^T * scale + mask) v``, which builds and returns the weights.
+    """The textbook formula, ``softmax(q k^T * scale + mask) v``, which builds and returns the weights and
+    each query's log-sum-exp (float32).
 
     With ``softcap`` the scaled scores are capped (:func:`soft_cap`) before the mask; with ``sinks`` each
     head's sink logit is one more column of the softmax, dropped before the values (it has none), so a
@@ -309,14 +313,15 @@ def eager_attention(
         scores = scores.masked_fill(~full, float("-inf"))
     elif full is not None:
         scores = scores + full.to(scores.dtype)
-    if sinks is None:
-        weights = _softmax_zero_rows(scores)  # (B, H, T, S); a row with no visible key is all zeros
-    else:
-        sink = sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, T, 1)  # (B, H, T, 1)
-        weights = _softmax_zero_rows(torch.cat([scores, sink], dim=-1))[..., :-1]  # (B, H, T, S): sink dropped
+    if sinks is not None:  # the sink is one more column of the softmax, dropped before the values
+        scores = torch.cat([scores, sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, T, 1)], dim=-1)
+    weights = _softmax_zero_rows(scores)  # (B, H, T, S or S + 1); a row with no visible key is all zeros
+    lse = torch.logsumexp(scores.float(), dim=-1)  # (B, H, T), sink included; -inf for a row that sees nothing
+    if sinks is not None:
+        weights = weights[..., :-1]  # (B, H, T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return AttentionResult(weights @ v, weights)  # (B, H, T, Ev), (B, H, T, S)
+    return AttentionResult(weights @ v, weights, lse)  # (B, H, T, Ev), (B, H, T, S), (B, H, T)
 
 
 def sdpa_attention(
@@ -332,21 +337,14 @@ def sdpa_attention(
       group in one matmul (the mask is tiled the same way). This is what makes GQA/MQA decoding fast;
     * ``sinks``: one more column of the softmax, exact forward and backward: see
       :func:`lessons_src.score_mods.sdpa_with_sinks`;
-    * ``softcap``: refused. SDPA applies no function to its scores, and capping after it is impossible; a
-      silent switch to another implementation would hide a slower path, so the error names the ones that cap.
+    * ``softcap``: not supported (:data:`ATTENTION_SUPPORTS`; :func:`attention` refuses it, naming those that cap).
+      SDPA applies no function to its scores, and capping after it is impossible; a silent switch to another
+      implementation would hide a slower path.
 
     Shapes:
         q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)``, sinks ``(H,)``; output ``(B, H, T, Ev)``.
 
-    Raises:
-        ValueError: with ``softcap``.
     """
-    if softcap is not None:
-        raise ValueError(
-            f"implementation='sdpa' cannot soft-cap the scores (got softcap={softcap}): "
-            "F.scaled_dot_product_attention applies no function to them. Use implementation='eager' "
-            "(builds the weights) or 'tiled' (never builds them)"
-        )
     B, H, T, E = q.shape
     K, S, Ev = k.shape[1], k.shape[2], v.shape[-1]
     if sinks is not None:  # one more softmax column, exact forward and backward (lessons_src.score_mods)
@@ -401,17 +399,73 @@ def _zero_unseen(y: Tensor, mask: Tensor | None) -> Tensor:
     return y.masked_fill(~seen, 0.0)
 
 
+@dataclass(frozen=True)
+class Supports:
+    """What an implementation can do, declared once where it is registered; :func:`attention` refuses the rest.
+
+    Attributes:
+        mask: a mask besides the causal flag (a tensor or a rule, and ``window``, ``chunk``, ``documents``,
+            ``prefix``).
+        dropout: ``dropout_p > 0``.
+        softcap: a soft-cap of the scores (``softcap=``, passed to the implementation only when set).
+        sinks: learned sink logits (``sinks=``, likewise).
+        weights: it returns the attention weights (``AttentionResult.weights``).
+        lse: it returns each query's log-sum-exp (``AttentionResult.lse``), sinks included.
+    """
+
+    mask: bool = True
+    dropout: bool = True
+    softcap: bool = False
+    sinks: bool = False
+    weights: bool = False
+    lse: bool = False
+
+
 ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
 """The implementations :func:`attention` and :class:`MultiHeadAttention` can run, by name."""
 
+ATTENTION_SUPPORTS: dict[str, Supports] = {
+    "sdpa": Supports(sinks=True),  # F.scaled_dot_product_attention returns no log-sum-exp and caps nothing
+    "eager": Supports(softcap=True, sinks=True, weights=True, lse=True),
+}
+"""What each implementation of :data:`ATTENTION_FUNCTIONS` supports (:func:`register_attention` fills both)."""
 
-def register_attention(name: str, fn: AttentionFunction) -> None:
-    """Make ``fn`` available as ``implementation=name`` (it receives inputs checked by :func:`attention`)."""
+_WHAT = {"mask": "take a mask besides is_causal", "dropout": "apply dropout", "softcap": "soft-cap the scores",
+         "sinks": "add learned sinks", "weights": "return the attention weights", "lse": "return the log-sum-exp"}
+
+
+def register_attention(name: str, fn: AttentionFunction, supports: Supports | None = None) -> None:
+    """Make ``fn`` available as ``implementation=name``; ``supports`` says what it can do (default: a mask and
+    dropout, nothing more). It receives inputs checked by :func:`attention`, which refuses what it cannot do."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"an implementation needs a non-empty name; got {name!r}")
     if not callable(fn):
         raise TypeError(f"an implementation must be callable; got {type(fn).__name__}")
+    if supports is not None and not isinstance(supports, Supports):
+        raise TypeError(f"supports must be a Supports or None; got {type(supports).__name__}")
     ATTENTION_FUNCTIONS[name] = fn
+    ATTENTION_SUPPORTS[name] = Supports() if supports is None else supports
+
+
+def check_supports(implementation: str, **wanted: object) -> None:
+    """Raise a ValueError unless ``implementation`` supports each feature asked for, naming those that do.
+
+    ``wanted`` maps a feature of :class:`Supports` to what the caller gave for it (``softcap=50.0``); ``None``,
+    ``False`` and ``0`` ask for nothing.
+
+    Example:
+        >>> check_supports("sdpa", sinks=torch.zeros(2))  # SDPA adds sinks: no error
+    """
+    _check_implementation(implementation)
+    can = ATTENTION_SUPPORTS[implementation]
+    for feature, given in wanted.items():
+        if given is None or given is False or (isinstance(given, int | float) and given == 0):
+            continue
+        if not getattr(can, feature):
+            able = sorted(n for n, s in ATTENTION_SUPPORTS.items() if getattr(s, feature))
+            shown = f"{feature}={given!r}" if not isinstance(given, Tensor) else f"{feature} given"
+            raise ValueError(f"implementation={implementation!r} cannot {_WHAT[feature]} (got {shown}); use one "
+                             f"that can: {', '.join(repr(n) for n in able) or 'none is registered'}")
 
 
 def _autocast_on(device_type: str) -> bool:
@@ -538,7 +592,15 @@ def attention(
     )
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     mods = check_score_mods(softcap, sinks, H, q.dtype, q.device)
+    check_supports(implementation, mask=_beyond_causal(mask), dropout=dropout_p, **mods)
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p), **mods)
+
+
+def _beyond_causal(mask: PreparedMask) -> str | None:
+    """What of a prepared mask a backend that takes only the causal flag could not do, in words, or ``None``."""
+    if mask.mask is not None:
+        return "a mask (attn_mask, chunk, documents or prefix)"
+    return None if mask.window is None else f"window={mask.window}"
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None,
@@ -750,9 +812,7 @@ class MultiHeadAttention(nn.Module):
                              f"{self.head_dim ** -0.5:.4g} (Gemma 4: 1.0); got scale={scale!r}")
         self.scale = None if scale is None else float(scale)  # None: 1/sqrt(E)
         self.softcap = check_softcap(softcap)
-        if self.softcap is not None and implementation == "sdpa":
-            raise ValueError(f"softcap={self.softcap} needs an implementation that can cap the scores: pass "
-                             "implementation='eager' or 'tiled' (F.scaled_dot_product_attention cannot)")
+        check_supports(implementation, softcap=self.softcap)
         if not isinstance(sinks, bool):
             raise TypeError(f"sinks must be True or False (a learned logit per head, or none); got {sinks!r}")
         self.sinks = nn.Parameter(self.qkv_proj.weight.new_zeros(num_heads)) if sinks else None  # (H,)
@@ -959,9 +1019,8 @@ class MultiHeadAttention(nn.Module):
             if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
                 mask = replace(mask, mask=mask.mask.to(q.dtype))
             scale = 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
+            check_supports(impl, mask=_beyond_causal(mask), dropout=dropout_p, weights=need_weights, **mods)
             result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=scale, dropout_p=dropout_p, **mods)
-            if need_weights and result.weights is None:
-                raise ValueError(f"implementation {impl!r} does not return attention weights; use 'eager' for them")
         except BaseException:
             if cache is not None:
                 cache.length = start  # the step failed: forget the positions it appended

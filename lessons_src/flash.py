@@ -42,7 +42,15 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from .attention import AttentionResult, PreparedMask, _autocast_on, _check_qkv, prepare_mask, register_attention
+from .attention import (
+    AttentionResult,
+    PreparedMask,
+    Supports,
+    _autocast_on,
+    _check_qkv,
+    prepare_mask,
+    register_attention,
+)
 from .masks import check_window
 
 if TYPE_CHECKING:
@@ -623,4 +631,4 @@ def tiled_attention(
                                     rescale_threshold=float(rescale_threshold))
 
 
-register_attention("tiled", tiled_attention_function)
+register_attention("tiled", tiled_attention_function, Supports(softcap=True, sinks=True, lse=True))

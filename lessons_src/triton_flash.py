@@ -47,7 +47,16 @@ except ImportError as error:  # pragma: no cover - the message is the point
         "run the kernels through its interpreter: TRITON_INTERPRET=1)", name="triton"
     ) from error
 
-from .attention import AttentionResult, PreparedMask, _check_qkv, prepare_mask, register_attention
+from .attention import (
+    AttentionResult,
+    PreparedMask,
+    Supports,
+    _beyond_causal,
+    _check_qkv,
+    check_supports,
+    prepare_mask,
+    register_attention,
+)
 
 __all__ = ["INTERPRETED", "TritonFlashAttention", "triton_attention", "triton_attention_function"]
 
@@ -334,14 +343,7 @@ def triton_attention_function(
             them; the message names the implementations that do), a dtype, head size or device the kernels
             cannot take, or a block size that is not a power of two of at least 16.
     """
-    wanted = [name for name, on in (
-        ("attn_mask (or chunk, documents, prefix)", mask.mask is not None), ("window", mask.window is not None),
-        ("softcap", mods.get("softcap") is not None), ("sinks", mods.get("sinks") is not None),
-        ("dropout_p", dropout_p > 0.0),
-    ) if on]
-    if wanted:
-        raise ValueError(f"the 'triton' kernels take only is_causal and scale; got {', '.join(wanted)}. "
-                         "Use 'tiled' (the same algorithm in PyTorch), 'eager' or 'sdpa' for them")
+    check_supports("triton", mask=_beyond_causal(mask), dropout=dropout_p, **mods)  # what it declared, once
     _check_inputs(q, k, v)
     block_q = _block("block_q", 64 if block_q is None else block_q)
     block_k = _block("block_k", 64 if block_k is None else block_k)
@@ -390,4 +392,4 @@ def triton_attention(
     return triton_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k)
 
 
-register_attention("triton", triton_attention_function)
+register_attention("triton", triton_attention_function, Supports(mask=False, dropout=False, lse=True))

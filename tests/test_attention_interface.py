@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons_src import MultiHeadAttention, causal_mask, grouped_attention, padding_mask, scaled_dot_product_attention
-from lessons_src.attention import ATTENTION_FUNCTIONS, attention
+from lessons_src.attention import ATTENTION_FUNCTIONS, ATTENTION_SUPPORTS, Supports, attention, register_attention
 
 IMPLEMENTATIONS = sorted(ATTENTION_FUNCTIONS)
 # Tolerances against the fp64 reference: float64 is exact to rounding; bf16 keeps 8 bits of mantissa.
@@ -262,6 +262,7 @@ def test_a_failed_step_leaves_the_cache_as_it_was() -> None:
         assert cache.length == 3
     finally:
         ATTENTION_FUNCTIONS.pop("broken-for-test")
+        ATTENTION_SUPPORTS.pop("broken-for-test")
 
 
 @torch.no_grad()
@@ -501,3 +502,58 @@ def test_a_nan_query_gives_nan_in_its_own_row_only(impl: str) -> None:
     want = F.scaled_dot_product_attention(q, kv, kv, attn_mask=causal_mask(3, 5))
     torch.testing.assert_close(out[~nan_rows], want[~nan_rows])
     assert attention(q, kv, kv, implementation=impl, scale=float("nan")).output.isnan().all()
+
+
+def test_a_registered_backend_is_refused_what_it_did_not_declare() -> None:
+    """A backend registered with no declaration takes a mask and dropout only: given a soft-cap or sinks it gets one
+    clear refusal naming the backends that can (it died with Python's "unexpected keyword argument" before)."""
+
+    def plain(q, k, v, mask, *, scale, dropout_p):  # the Protocol's signature, nothing more
+        return attention(q, k, v, attn_mask=mask.combined(), scale=scale, implementation="eager")
+
+    register_attention("plain-for-test", plain)
+    try:
+        q = torch.randn(1, 2, 3, 4)
+        torch.testing.assert_close(attention(q, q, q, is_causal=True, implementation="plain-for-test").output,
+                                   attention(q, q, q, is_causal=True).output)
+        with pytest.raises(ValueError, match=r"implementation='plain-for-test' cannot soft-cap the scores "
+                                             r"\(got softcap=5.0\); use one that can: 'eager'"):
+            attention(q, q, q, softcap=5.0, implementation="plain-for-test")
+        with pytest.raises(ValueError, match=r"cannot add learned sinks \(got sinks given\); use one that can: "
+                                             r"'eager', 'sdpa'"):
+            attention(q, q, q, sinks=torch.zeros(2), implementation="plain-for-test")
+        with pytest.raises(ValueError, match=r"cannot return the attention weights .*use one that can: 'eager'"):
+            MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights=True, implementation="plain-for-test")
+    finally:
+        ATTENTION_FUNCTIONS.pop("plain-for-test")
+        ATTENTION_SUPPORTS.pop("plain-for-test")
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_every_backend_returns_the_lse_it_declares(sinks: bool) -> None:
+    """Each registered backend returns each query's log-sum-exp (sink included) exactly when it declares it; the
+    value is the definition's, ``-inf`` for a query that sees nothing."""
+    import lessons_src.flash  # noqa: F401  (registers "tiled")
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    s = torch.randn(2, generator=g, dtype=torch.float64) if sinks else None
+    keep = torch.ones(4, 4, dtype=torch.bool).tril()
+    keep[1] = False  # query 1 sees nothing
+    scores = (q @ k.mT / math.sqrt(8)).masked_fill(~keep, -math.inf)
+    if sinks:
+        scores = torch.cat([scores, s.view(1, 2, 1, 1).expand(1, 2, 4, 1)], dim=-1)
+    want = torch.logsumexp(scores, dim=-1)
+    declared = []
+    for impl in sorted(ATTENTION_FUNCTIONS):
+        if impl == "triton":
+            continue  # its own file checks its lse, with Triton installed
+        lse = attention(q, k, v, attn_mask=keep, sinks=s, implementation=impl).lse
+        if ATTENTION_SUPPORTS[impl].lse:
+            declared.append(impl)
+            assert lse is not None, f"{impl} declares an lse and returned none"
+            torch.testing.assert_close(lse.double(), want, msg=lambda m, i=impl: f"{i}: {m}")
+        else:
+            assert lse is None, f"{impl} returned an lse it does not declare"
+    assert {"eager", "tiled"} <= set(declared) and not ATTENTION_SUPPORTS["sdpa"].lse
+    assert Supports().lse is False  # a backend registered without a declaration promises none

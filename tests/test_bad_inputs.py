@@ -358,7 +358,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("attention", "type", lambda: attention(Q, KV, KV, sinks=[0.0, 0.0]), TypeError,  # type: ignore[arg-type]
      r"sinks must be a torch.Tensor of shape \(H,\) or None; got list"),
     ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=50.0), ValueError,
-     r"softcap=50.0 needs an implementation that can cap the scores: pass implementation='eager' or 'tiled'"),
+     r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\); use one that can: 'eager', 'tiled'"),
     ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=-1.0, implementation="eager"), ValueError,
      r"softcap must be positive and finite .*; got softcap=-1.0"),
     ("MultiHeadAttention", "type", lambda: MultiHeadAttention(16, 4, sinks=1), TypeError,  # type: ignore[arg-type]

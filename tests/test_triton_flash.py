@@ -158,17 +158,18 @@ def test_attention_interface_and_empty_sizes(device, dtype):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"attn_mask": torch.ones(5, 5, dtype=torch.bool)}, "attn_mask"),
-        ({"is_causal": True, "window": 2}, "window"),
-        ({"softcap": 30.0}, "softcap"),
-        ({"sinks": torch.zeros(2)}, "sinks"),
-        ({"dropout_p": 0.1}, "dropout_p"),
-        ({"documents": torch.tensor([0, 0, 1, 1, 1])}, "attn_mask"),
+        ({"attn_mask": torch.ones(5, 5, dtype=torch.bool)}, r"take a mask besides is_causal \(got mask='a mask"),
+        ({"is_causal": True, "window": 2}, r"take a mask besides is_causal \(got mask='window=2'\)"),
+        ({"softcap": 30.0}, r"soft-cap the scores \(got softcap=30.0\)"),
+        ({"sinks": torch.zeros(2)}, r"add learned sinks \(got sinks given\)"),
+        ({"dropout_p": 0.1}, r"apply dropout \(got dropout=0.1\)"),
+        ({"documents": torch.tensor([0, 0, 1, 1, 1])}, r"take a mask besides is_causal"),
     ],
 )
 def test_refuses_what_the_kernels_do_not_have(kwargs, message):
+    """What the 'triton' implementation declared it cannot do, refused once by attention(), naming the others."""
     q = torch.randn(1, 2, 5, 16)
-    with pytest.raises(ValueError, match=f"take only is_causal.*{message}.*Use 'tiled'"):
+    with pytest.raises(ValueError, match=f"implementation='triton' cannot {message}.*use one that can: .*'tiled'"):
         attention(q, q, q, implementation="triton", **kwargs)
 
 
