@@ -45,20 +45,25 @@ from torch import Tensor, nn
 
 from .masks import (
     MaskRule,
+    and_masks,
+    causal,
     causal_mask,
     check_chunk,
     check_mask,
     check_window,
-    chunk_mask,
     combine_masks,
-    document_mask,
     mask_tensor,
-    prefix_lm_mask,
+    prefix_lm,
+    same_chunk,
+    same_document,
+    sliding_window,
 )
-from .score_mods import check_score_mods, check_softcap, sdpa_with_sinks, soft_cap
+from .score_mods import Sinks, SoftCap, check_softcap, score_mod_arguments, sdpa_with_sinks, soft_cap
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    MaskLike = Tensor | MaskRule | Sequence[Tensor | MaskRule] | None
 
     from .kv_cache import KVCache
 
@@ -133,86 +138,93 @@ class PreparedMask:
         return combine_masks(self.mask, causal, dtype)
 
 
-def prepare_mask(attn_mask: Tensor | MaskRule | None, *, is_causal: bool, shape: tuple[int, int, int, int],
-                 dtype: torch.dtype, device: torch.device, window: int | None = None, chunk: int | None = None,
-                 documents: Tensor | None = None, prefix: int | Tensor | Sequence[int] | None = None) -> PreparedMask:
+def prepare_mask(attn_mask: MaskLike, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                 device: torch.device) -> PreparedMask:
     """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
 
     Args:
-        attn_mask: bool (``True`` = may attend) or float (added) mask broadcastable to ``shape``, with
-            at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); a
-            :class:`lessons_src.masks.MaskRule`, turned into its bool tensor here; ``None``.
-        is_causal: also hide future keys, aligned bottom-right; combined with ``attn_mask``.
+        attn_mask: ``None``; a bool (``True`` = may attend) or float (added) tensor broadcastable to ``shape``,
+            with at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); a
+            :class:`lessons_src.masks.MaskRule`; or a list of them, all of which apply. A rule that declares
+            itself causal (``causal()``, ``sliding_window(w)``) becomes the causal flag and window that fast
+            paths read (SDPA's own causal kernel, the tiles the tiled loop skips); any other becomes a bool tensor.
+        is_causal: also hide future keys, aligned bottom-right; combined with the masks.
         shape: the scores' shape ``(B, H, T, S)``.
         dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
-        device: the queries' device; the mask must be on it.
-        window: with ``is_causal``, each query sees only the last ``window`` positions, its own included.
-        chunk: with ``is_causal``, each query sees only the keys of its own chunk of ``chunk`` positions
-            (Llama 4); folded into ``mask`` (:func:`lessons_src.masks.chunk_mask`), so every implementation
-            honours it as it honours a caller's mask.
-        documents: packed sequences: the integer document id of each of the ``S`` positions, ``(S,)`` or
-            ``(B, S)``, on the queries' device; each query sees only its own document's keys (with
-            ``is_causal``, causally within it). The queries are the last ``T`` positions (:func:`document_mask`).
-        prefix: prefix LM (with ``is_causal``): the first ``prefix`` keys are seen by every query, the rest
-            causally; an int, or one length per sequence (:func:`lessons_src.masks.prefix_lm_mask`). It widens
-            the causal mask, so the whole mask is folded into ``mask`` and ``causal`` is ``False``.
+        device: the queries' device; a tensor mask must be on it.
 
     Raises:
-        ValueError: naming the mask's shape, dtype or device (or the window, chunk, documents or prefix) and what
-            would be accepted.
-        TypeError: if ``is_causal`` is not a bool (or ``window`` or ``chunk`` not an int, ``documents`` not integer
-            ids).
+        ValueError: naming the mask's shape, dtype or device, what a rule refuses, or a rule that widens the
+            causal mask (a prefix LM) given with a causal flag or rule.
+        TypeError: if ``is_causal`` is not a bool, or a mask is neither a tensor nor a rule.
     """
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
-    window = check_window(window, is_causal=is_causal)
-    T, S = shape[2], shape[3]
-    mask = attn_mask
-    if isinstance(mask, MaskRule):  # a rule: its dense form, where the scores are
-        mask = mask_tensor(mask, T, S, B=shape[0], H=shape[1], device=device)  # (B or 1, H or 1, T, S)
-    if mask is not None:
-        if not isinstance(mask, Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor, a MaskRule or None; got {type(mask).__name__}")
-        check_mask(mask, shape, dtype)
-        if mask.device != device:
-            raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
-        if mask.dtype != torch.bool and mask.dtype != dtype:
-            mask = mask.to(dtype)  # an additive mask in the scores' dtype, on every path alike
-        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # 4-D: SDPA's kernels need it
-    chunk = check_chunk(chunk, is_causal=is_causal)
-    if chunk is not None:
-        if window is not None:
-            raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
-        same_chunk = chunk_mask(T, S, chunk, device=device)[None, None]  # (1, 1, T, S)
-        mask = same_chunk if mask is None else combine_masks(mask, same_chunk, dtype)
+    items = list(attn_mask) if isinstance(attn_mask, list | tuple) else [] if attn_mask is None else [attn_mask]
+    B, H, T, S = shape
+    causal, window, rest = _causal_part(items, is_causal)
+    masks = [_checked_tensor(item, shape, dtype, device) for item in items if not isinstance(item, MaskRule)]
+    if rest:
+        masks.append(mask_tensor(and_masks(*rest), T, S, B=B, H=H, device=device))  # (B or 1, H or 1, T, S)
+    mask = None
+    for m in masks:  # 4-D: SDPA's kernels need it
+        mask = combine_masks(mask, m.reshape((1,) * (4 - m.ndim) + tuple(m.shape)), dtype)
+    return PreparedMask(mask, causal and (T > 1 or window is not None), T, S, window=window, device=device)
+
+
+def _causal_part(items: list[object], is_causal: bool) -> tuple[bool, int | None, list[MaskRule]]:
+    """The causal flag and window the rules declare (with ``is_causal``), and the rules left to materialise."""
+    rules = [part for item in items if isinstance(item, MaskRule) for part in item.parts]
+    causal = is_causal or any(r.causal for r in rules)
+    windows = [r.window for r in rules if r.causal and r.window is not None]
+    widening = [r.name for r in rules if r.widens_causal]
+    if widening and causal:
+        raise ValueError(f"{widening[0]} widens the causal mask (its prefix attends both ways); give it without "
+                         "is_causal=True or a causal rule, it is causal after its prefix itself")
+    return causal, min(windows) if windows else None, [r for r in rules if not r.causal]
+
+
+def _checked_tensor(mask: object, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                    device: torch.device) -> Tensor:
+    """A mask tensor checked against the scores (shape, dtype, device), a float one in the queries' dtype."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor, a MaskRule, a list of them or None; got "
+                        f"{type(mask).__name__}")
+    check_mask(mask, shape, dtype)
+    if mask.device != device:
+        raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
+    return mask.to(dtype) if mask.dtype != torch.bool and mask.dtype != dtype else mask
+
+
+def _keyword_rules(is_causal: bool, *, window: object = None, chunk: object = None, documents: object = None,
+                   prefix: object = None) -> tuple[list[MaskRule], bool]:
+    """The layer's and the older entry points' mask keywords as rules, and the causal flag that goes with them.
+
+    ``window`` and ``chunk`` narrow the causal mask and ``prefix`` widens it, so each needs ``is_causal``; a prefix
+    LM is causal after its prefix by itself, so the flag it came with is dropped.
+    """
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
+    w, c = check_window(window, is_causal=is_causal), check_chunk(chunk, is_causal=is_causal)
+    if w is not None and c is not None:
+        raise ValueError(f"chunk={c} and window={w} are two ways to limit the keys; a layer uses one")
+    rules = [] if w is None else [sliding_window(w)]
+    if c is not None:
+        rules.append(causal() & same_chunk(c))
     if documents is not None:
-        if not isinstance(documents, Tensor):
-            raise TypeError(f"documents must be a tensor of integer document ids; got {type(documents).__name__}")
-        if documents.device != device:
-            raise ValueError(f"documents are on {documents.device} but the queries are on {device}; move them there")
-        if documents.shape[-1:] != (S,) or (documents.ndim == 2 and documents.shape[0] not in (1, shape[0])):
-            raise ValueError(f"documents must be (S,) = ({S},) or (B, S) = ({shape[0]}, {S}), one id per key "
-                             f"position; got shape {tuple(documents.shape)}")
-        same_doc = document_mask(documents, T)  # (T, S) or (B, 1, T, S)
-        same_doc = same_doc.reshape((1,) * (4 - same_doc.ndim) + tuple(same_doc.shape))  # 4-D
-        mask = same_doc if mask is None else combine_masks(mask, same_doc, dtype)
-    if prefix is not None:
-        if not is_causal:
-            raise ValueError(f"prefix={prefix!r} widens the causal mask (the prefix attends both ways), so it needs "
-                             "is_causal=True (or pass an attn_mask)")
-        if window is not None or chunk is not None:
-            raise ValueError(f"prefix={prefix!r} with window={window}, chunk={chunk}: a prefix LM sees its whole "
-                             "prefix; a layer uses one of them")
-        if documents is not None:
-            raise ValueError("prefix with documents: a prefix per packed document is not supported; build that "
-                             "mask yourself and pass it as attn_mask")
-        lm = prefix_lm_mask(T, S, prefix=prefix, device=device)  # (T, S) or (B, 1, T, S)
-        if lm.ndim == 4 and lm.shape[0] != shape[0]:
-            raise ValueError(f"prefix has {lm.shape[0]} lengths for a batch of B={shape[0]}; give one per sequence "
-                             "or one int")
-        lm = lm.reshape((1,) * (4 - lm.ndim) + tuple(lm.shape))  # 4-D
-        return PreparedMask(lm if mask is None else combine_masks(mask, lm, dtype), False, T, S, device=device)
-    return PreparedMask(mask, is_causal and (T > 1 or window is not None), T, S, window=window, device=device)
+        rules.append(same_document(documents))  # type: ignore[arg-type]
+    if prefix is None:
+        return rules, is_causal
+    if not is_causal:
+        raise ValueError(f"prefix={prefix!r} widens the causal mask (the prefix attends both ways), so it needs "
+                         "is_causal=True (or pass an attn_mask)")
+    if w is not None or c is not None:
+        raise ValueError(f"prefix={prefix!r} with window={w}, chunk={c}: a prefix LM sees its whole prefix; a layer "
+                         "uses one of them")
+    if documents is not None:
+        raise ValueError("prefix with documents: a prefix per packed document is not supported; build that mask "
+                         "yourself and pass it as attn_mask")
+    return [*rules, prefix_lm(prefix)], False  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- implementations
@@ -513,25 +525,21 @@ def attention(
     k: Tensor,
     v: Tensor,
     *,
-    attn_mask: Tensor | MaskRule | None = None,
+    attn_mask: MaskLike = None,
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
     implementation: str = "sdpa",
-    window: int | None = None,
-    softcap: float | None = None,
-    sinks: Tensor | None = None,
-    chunk: int | None = None,
-    documents: Tensor | None = None,
-    prefix: int | Tensor | Sequence[int] | None = None,
+    score_mods: SoftCap | Sinks | Sequence[SoftCap | Sinks] | None = None,
 ) -> AttentionResult:
     """Attention by any registered implementation, with one meaning for every input.
 
     Every implementation gets the same checked inputs (:func:`prepare_mask`) and, for finite inputs, one answer:
 
-    * masks: a :class:`lessons_src.masks.MaskRule` (``causal() & same_chunk(8)``, or one of your own), or a
-      tensor, bool (``True`` = may attend) or float (added; converted to the queries' dtype), with at
-      most 4 dims, broadcastable to ``(B, H, T, S)``;
+    * masks: a rule of :mod:`lessons_src.masks` (``sliding_window(4096)``, ``causal() & same_chunk(8192)``,
+      ``same_document(ids)``, ``prefix_lm(p)``, ``padding(lengths)``, or one of your own), a tensor, bool
+      (``True`` = may attend) or float (added; converted to the queries' dtype) with at most 4 dims,
+      broadcastable to ``(B, H, T, S)``, or a list of them, all of which apply;
     * ``is_causal``: key ``j`` is visible to query ``i`` when ``j <= i + S - T`` (bottom-right aligned:
       the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;
       with ``T > S`` the first ``T - S`` queries see nothing;
@@ -547,36 +555,30 @@ def attention(
         implementation: a name in :data:`ATTENTION_FUNCTIONS`: ``"sdpa"`` (fused kernel), ``"eager"`` (explicit,
             with the weights), ``"tiled"`` (FlashAttention-2 in PyTorch; registered by :mod:`lessons_src.flash`) or
             ``"triton"`` (the same in Triton kernels, causal or not, no mask tensor; registered by
-            :mod:`lessons_src.triton_flash`).
-        window: sliding window (with ``is_causal``): each query sees only the last ``window`` positions.
-        softcap: cap the scaled scores at ``softcap * tanh(s / softcap)`` before the mask (:func:`soft_cap`,
-            Gemma 2); ``"eager"`` and ``"tiled"`` only: ``"sdpa"`` raises, naming them.
-        sinks: one learned logit per query head ``(H,)``, in the queries' dtype: a column of the softmax
-            with no value (gpt-oss), so each query may put weight on "nothing"; every implementation.
-        chunk: chunked attention (with ``is_causal``; Llama 4): each query sees only the keys of its own chunk
-            of ``chunk`` positions (:func:`lessons_src.masks.chunk_mask`).
-        documents: packed sequences: integer document id per key position, ``(S,)`` or ``(B, S)``; a query sees
-            only its own document (with ``is_causal``, causally within it; :func:`lessons_src.masks.document_mask`).
-        prefix: prefix LM (with ``is_causal``): the first ``prefix`` keys are seen by every query, both ways; an
-            int or one length per sequence (:func:`lessons_src.masks.prefix_lm_mask`).
+            :mod:`lessons_src.triton_flash`); each declares what it supports (:data:`ATTENTION_SUPPORTS`).
+        score_mods: changes inside the softmax, from :mod:`lessons_src.score_mods`: ``SoftCap(c)`` caps the
+            scaled scores at ``c * tanh(s / c)`` before the mask (Gemma 2); ``Sinks(logits)`` adds one learned
+            logit per query head ``(H,)``, in the queries' dtype, as a column of the softmax with no value
+            (gpt-oss); or a list of both.
 
     Returns:
-        An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` is ``None`` for ``"sdpa"``
-        (with ``sinks`` they are the keys' weights, summing to less than 1).
+        An :class:`AttentionResult` ``(output, weights, lse)``; ``weights`` and ``lse`` are ``None`` where the
+        implementation does not declare them (with sinks the weights are the keys', summing to less than 1).
 
     Shapes:
         q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``,
-        sinks ``(H,)``; output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``.
+        sinks ``(H,)``; output ``(B, H, T, Ev)``, weights ``(B, H, T, S)``, lse ``(B, H, T)``.
 
     Raises:
         ValueError: on an unknown implementation (the message lists them), mismatched shapes, dtypes or
-            devices, a mask that does not fit, ``dropout_p`` outside ``[0, 1)``, a ``softcap`` that is not
-            positive (or any with ``"sdpa"``), or ``sinks`` of the wrong shape, dtype or device.
-        TypeError: if an input is not a tensor, or ``softcap`` not a number.
+            devices, a mask that does not fit, ``dropout_p`` outside ``[0, 1)``, sinks of the wrong shape, dtype
+            or device, or what the implementation does not support (the message names those that do).
+        TypeError: if an input is not a tensor, or a score change is not one of the pieces.
 
     Example:
+        >>> from lessons_src.masks import sliding_window
         >>> q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)  # 4 query heads, 2 KV heads
-        >>> out, weights, _ = attention(q, kv, kv, is_causal=True, implementation="eager")
+        >>> out, weights, _ = attention(q, kv, kv, attn_mask=sliding_window(2), implementation="eager")
         >>> out.shape, weights.sum(-1).allclose(torch.ones(1, 4, 3))  # each query's weights sum to 1
         (torch.Size([1, 4, 3, 8]), True)
     """
@@ -585,13 +587,9 @@ def attention(
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1); got {dropout_p!r}")
     B, H, T, E = q.shape
-    S = k.shape[2]
-    mask = prepare_mask(
-        attn_mask, is_causal=is_causal, shape=(B, H, T, S), dtype=q.dtype, device=q.device, window=window, chunk=chunk,
-        documents=documents, prefix=prefix,
-    )
+    mask = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    mods = check_score_mods(softcap, sinks, H, q.dtype, q.device)
+    mods = score_mod_arguments(score_mods, H, q.dtype, q.device)
     check_supports(implementation, mask=_beyond_causal(mask), dropout=dropout_p, **mods)
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p), **mods)
 
@@ -599,7 +597,7 @@ def attention(
 def _beyond_causal(mask: PreparedMask) -> str | None:
     """What of a prepared mask a backend that takes only the causal flag could not do, in words, or ``None``."""
     if mask.mask is not None:
-        return "a mask (attn_mask, chunk, documents or prefix)"
+        return "a mask besides the causal rule"
     return None if mask.window is None else f"window={mask.window}"
 
 
@@ -647,9 +645,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: 
             )
         lead = (1,) * (4 - ndim)
         q, k, v = (t.reshape(lead + tuple(t.shape)) for t in (q, k, v))
+    rules, is_causal = _keyword_rules(is_causal, window=window)
     out, weights, _ = attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p,
-        implementation="eager", window=window,
+        q, k, v, attn_mask=[m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal, scale=scale,
+        dropout_p=dropout_p, implementation="eager",
     )
     assert weights is not None
     if 2 <= ndim < 4:
@@ -672,9 +671,10 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | No
         >>> grouped_attention(q, kv, kv).shape
         torch.Size([1, 4, 1, 8])
     """
+    rules, is_causal = _keyword_rules(is_causal, window=window)
     return attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="sdpa",
-        window=window,
+        q, k, v, attn_mask=[m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal, scale=scale,
+        dropout_p=dropout_p, implementation="sdpa",
     ).output
 
 
@@ -999,8 +999,9 @@ class MultiHeadAttention(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
-        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device, window=window,
-                            chunk=chunk, documents=documents, prefix=prefix)
+        rules, flag = _keyword_rules(is_causal, window=window, chunk=chunk, documents=documents, prefix=prefix)
+        masks = [m for m in (attn_mask, *rules) if m is not None]
+        mask = prepare_mask(masks, is_causal=flag, shape=shape, dtype=dtype, device=x.device)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length

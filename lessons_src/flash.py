@@ -48,6 +48,7 @@ from .attention import (
     Supports,
     _autocast_on,
     _check_qkv,
+    _keyword_rules,
     prepare_mask,
     register_attention,
 )
@@ -616,9 +617,9 @@ def tiled_attention(
     block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
     _check_qkv(q, k, v)
     B, H, T, E = q.shape
-    prepared = prepare_mask(
-        attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device, window=window
-    )
+    rules, is_causal = _keyword_rules(is_causal, window=window)
+    prepared = prepare_mask([m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal,
+                            shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if isinstance(rescale_threshold, bool) or not isinstance(rescale_threshold, int | float) or not (
         0 <= rescale_threshold <= 64

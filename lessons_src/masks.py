@@ -122,10 +122,16 @@ class MaskRule:
     FlexAttention (:func:`mask_mod`). Arguments are checked when the rule is built; what depends on the sizes
     (a length no longer than ``S``, one id per key) is checked by ``checks`` when a consumer applies it.
 
+    A fast path may recognise a rule by what it declares, never by its name: ``causal`` (the rule is exactly the
+    causal mask, narrowed to the last ``window`` positions when that is set: SDPA's causal flag, tiles skipped
+    whole) and ``widens_causal`` (it lets a query see keys the causal mask hides, as a prefix LM does, so it
+    cannot be combined with a causal flag). ``parts`` are the rules an ``&`` joined.
+
     Args:
         name: how the rule prints, ``"causal & same_chunk(4)"``.
         fn: ``(b, h, q, kv) -> bool tensor``.
         checks: functions ``(B, T, S, device) -> None`` that raise when the rule cannot apply to those sizes.
+        causal, window, widens_causal: what a fast path may read (see above); a rule of your own leaves them.
 
     Example:
         >>> every_other = MaskRule("every_other", lambda b, h, q, kv: (q - kv) % 2 == 0) & causal()
@@ -133,12 +139,16 @@ class MaskRule:
         [[1, 0, 0], [0, 1, 0], [1, 0, 1]]
     """
 
-    __slots__ = ("checks", "fn", "name")
+    __slots__ = ("causal", "checks", "fn", "name", "parts", "widens_causal", "window")
 
-    def __init__(self, name: str, fn: MaskFn, checks: tuple[Check, ...] = ()) -> None:
+    def __init__(self, name: str, fn: MaskFn, checks: tuple[Check, ...] = (), *, causal: bool = False,
+                 window: int | None = None, widens_causal: bool = False,
+                 parts: tuple[MaskRule, ...] | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be a function (b, h, q, kv) -> bool tensor; got {type(fn).__name__}")
         self.name, self.fn, self.checks = name, fn, tuple(checks)
+        self.causal, self.window, self.widens_causal = causal, window, widens_causal
+        self.parts = (self,) if parts is None else parts
 
     def __call__(self, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         return self.fn(b, h, q, kv)
@@ -171,7 +181,8 @@ def _combine(op: str, rules: tuple[MaskRule, ...]) -> MaskRule:
         return out
 
     name = f" {op} ".join(r.name if " " not in r.name else f"({r.name})" for r in rules)
-    return MaskRule(name, combined, tuple(c for r in rules for c in r.checks))
+    parts = tuple(p for r in rules for p in r.parts) if op == "&" else None  # an | is one opaque part
+    return MaskRule(name, combined, tuple(c for r in rules for c in r.checks), parts=parts)
 
 
 def and_masks(*rules: MaskRule) -> MaskRule:
@@ -190,7 +201,7 @@ def causal() -> MaskRule:
     With positions, not indices, this is bottom-right for every ``T`` and ``S``: the consumer puts query ``i``
     at ``i + S - T``.
     """
-    return MaskRule("causal", lambda b, h, q, kv: kv <= q)
+    return MaskRule("causal", lambda b, h, q, kv: kv <= q, causal=True)
 
 
 def sliding_window(window: int, *, sinks: int = 0) -> MaskRule:
@@ -203,7 +214,8 @@ def sliding_window(window: int, *, sinks: int = 0) -> MaskRule:
         raise TypeError("sliding_window needs a window, an int of at least 1; got None")
     n = _length("sinks", sinks)
     name = f"sliding_window({w})" if n == 0 else f"sliding_window({w}, sinks={n})"
-    return MaskRule(name, lambda b, h, q, kv: (kv <= q) & ((kv > q - w) | (kv < n)))
+    return MaskRule(name, lambda b, h, q, kv: (kv <= q) & ((kv > q - w) | (kv < n)), causal=n == 0,
+                    window=w if n == 0 else None)
 
 
 def same_chunk(chunk: int) -> MaskRule:
@@ -307,7 +319,7 @@ def prefix_lm(prefix: int | Tensor | Sequence[int], *, device: torch.device | st
     def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         return (kv <= q) | (kv < lengths[b if lengths.numel() > 1 else torch.zeros_like(b)])
 
-    return MaskRule("prefix_lm", rule, (queries_in_keys, *checks))
+    return MaskRule("prefix_lm", rule, (queries_in_keys, *checks), widens_causal=True)
 
 
 def padding(lengths: Tensor | Sequence[int], *, device: torch.device | str | None = None) -> MaskRule:

@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["check_score_mods", "check_sinks", "check_softcap", "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key",
-           "soft_cap"]
+__all__ = ["Sinks", "SoftCap", "check_score_mods", "check_sinks", "check_softcap", "score_mod_arguments",
+           "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key", "soft_cap"]
 
 
 def soft_cap(scores: Tensor, cap: float) -> Tensor:
@@ -112,6 +112,67 @@ def check_score_mods(softcap: object, sinks: object, num_heads: int, dtype: torc
     if checked is not None:
         mods["sinks"] = checked
     return mods
+
+
+class SoftCap:
+    """Gemma 2's soft-cap as a piece of :func:`lessons_src.attention.attention`: ``score_mods=SoftCap(50.0)``.
+
+    Example:
+        >>> SoftCap(50.0)
+        SoftCap(50.0)
+    """
+
+    __slots__ = ("cap",)
+
+    def __init__(self, cap: float) -> None:
+        checked = check_softcap(cap)
+        if checked is None:
+            raise TypeError("SoftCap needs a cap, a positive number; got None")
+        self.cap = checked
+
+    def __repr__(self) -> str:
+        return f"SoftCap({self.cap})"
+
+
+class Sinks:
+    """gpt-oss's learned sinks as a piece of :func:`lessons_src.attention.attention`: one logit per query head,
+    ``score_mods=Sinks(logits)``; checked against the queries when attention runs (shape ``(H,)``, their dtype
+    and device). The tensor is kept as it is, so its gradient flows.
+
+    Example:
+        >>> Sinks(torch.zeros(4)).logits.shape
+        torch.Size([4])
+    """
+
+    __slots__ = ("logits",)
+
+    def __init__(self, logits: Tensor) -> None:
+        if not isinstance(logits, Tensor):
+            raise TypeError(f"Sinks needs a tensor of shape (H,), one logit per query head; got "
+                            f"{type(logits).__name__}")
+        self.logits = logits
+
+    def __repr__(self) -> str:
+        return f"Sinks(shape {tuple(self.logits.shape)})"
+
+
+def score_mod_arguments(score_mods: object, num_heads: int, dtype: torch.dtype,
+                        device: torch.device) -> dict[str, float | Tensor]:
+    """``score_mods`` (``None``, a piece, or a sequence of :class:`SoftCap` and :class:`Sinks`) as the checked
+    keyword arguments an implementation takes (``softcap=``, ``sinks=``), only those that are set.
+
+    Raises:
+        TypeError: for anything but those pieces; ValueError: for a piece given twice, or sinks that do not fit.
+    """
+    pieces = () if score_mods is None else (score_mods,) if isinstance(score_mods, SoftCap | Sinks) else score_mods
+    if not isinstance(pieces, tuple | list) or not all(isinstance(p, SoftCap | Sinks) for p in pieces):
+        raise TypeError(f"score_mods must be SoftCap(cap), Sinks(logits), a list of them or None; got {score_mods!r}")
+    kinds = [type(p).__name__ for p in pieces]
+    if len(set(kinds)) < len(kinds):
+        raise ValueError(f"score_mods has a piece twice: {kinds}; give each at most once")
+    caps = [p.cap for p in pieces if isinstance(p, SoftCap)]
+    sinks = [p.logits for p in pieces if isinstance(p, Sinks)]
+    return check_score_mods(caps[0] if caps else None, sinks[0] if sinks else None, num_heads, dtype, device)
 
 
 def _check_heads(where: str, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> None:

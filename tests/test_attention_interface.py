@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lessons_src import MultiHeadAttention, causal_mask, grouped_attention, padding_mask, scaled_dot_product_attention
 from lessons_src.attention import ATTENTION_FUNCTIONS, ATTENTION_SUPPORTS, Supports, attention, register_attention
+from lessons_src.score_mods import Sinks, SoftCap
 
 IMPLEMENTATIONS = sorted(ATTENTION_FUNCTIONS)
 # Tolerances against the fp64 reference: float64 is exact to rounding; bf16 keeps 8 bits of mantissa.
@@ -518,10 +519,10 @@ def test_a_registered_backend_is_refused_what_it_did_not_declare() -> None:
                                    attention(q, q, q, is_causal=True).output)
         with pytest.raises(ValueError, match=r"implementation='plain-for-test' cannot soft-cap the scores "
                                              r"\(got softcap=5.0\); use one that can: 'eager'"):
-            attention(q, q, q, softcap=5.0, implementation="plain-for-test")
+            attention(q, q, q, score_mods=SoftCap(5.0), implementation="plain-for-test")
         with pytest.raises(ValueError, match=r"cannot add learned sinks \(got sinks given\); use one that can: "
                                              r"'eager', 'sdpa'"):
-            attention(q, q, q, sinks=torch.zeros(2), implementation="plain-for-test")
+            attention(q, q, q, score_mods=Sinks(torch.zeros(2)), implementation="plain-for-test")
         with pytest.raises(ValueError, match=r"cannot return the attention weights .*use one that can: 'eager'"):
             MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights=True, implementation="plain-for-test")
     finally:
@@ -548,7 +549,7 @@ def test_every_backend_returns_the_lse_it_declares(sinks: bool) -> None:
     for impl in sorted(ATTENTION_FUNCTIONS):
         if impl == "triton":
             continue  # its own file checks its lse, with Triton installed
-        lse = attention(q, k, v, attn_mask=keep, sinks=s, implementation=impl).lse
+        lse = attention(q, k, v, attn_mask=keep, score_mods=None if s is None else Sinks(s), implementation=impl).lse
         if ATTENTION_SUPPORTS[impl].lse:
             declared.append(impl)
             assert lse is not None, f"{impl} declares an lse and returned none"

@@ -78,9 +78,12 @@ from lessons_src.rope import (
     yarn_scaling,
 )
 from lessons_src.score_mods import (
+    Sinks,
+    SoftCap,
     check_score_mods,
     check_sinks,
     check_softcap,
+    score_mod_arguments,
     sdpa_with_sinks,
     sink_flash_cpu,
     sinks_as_a_key,
@@ -149,7 +152,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("grouped_attention", "value", lambda: grouped_attention(torch.randn(1, 3, 2, 4), torch.randn(1, 2, 2, 4),
      torch.randn(1, 2, 2, 4)), ValueError, r"q has 3 heads, which is not a multiple of the 2 .* divide 3 are 1, 3"),
     ("prepare_mask", "type", lambda: prepare_mask([[True]], is_causal=False, shape=(1, 1, 1, 1),  # type: ignore[arg-type]
-     dtype=torch.float32, device=torch.device("cpu")), TypeError, r"attn_mask must be a torch.Tensor, a MaskRule or None; got list"),
+     dtype=torch.float32, device=torch.device("cpu")), TypeError, r"attn_mask must be a torch.Tensor, a MaskRule, a list of them or None; got list"),
     ("prepare_mask", "dtype", lambda: attention(Q, KV, KV, attn_mask=torch.ones(3, 5, dtype=torch.int64)), ValueError,
      r"dtype torch.int64, which is not supported; use torch.bool"),
     ("prepare_mask", "shape", lambda: attention(Q, KV, KV, attn_mask=torch.ones(4, 5, dtype=torch.bool)), ValueError,
@@ -339,24 +342,34 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("ulysses_attention", "type", lambda: ulysses_attention(MHA, "x", _Stub(2)), TypeError,  # type: ignore[arg-type]
      r"x must be a torch.Tensor; got str"),
     # today's mechanisms: the cap and the sinks of the one interface, and the pieces a layer is given
-    ("attention", "value", lambda: attention(Q, KV, KV, softcap=0.0, implementation="eager"), ValueError,
+    ("attention", "value", lambda: attention(Q, KV, KV, score_mods=SoftCap(0.0), implementation="eager"), ValueError,
      r"softcap must be positive and finite \(Gemma 2 uses 50.0\); got softcap=0.0"),
-    ("attention", "value", lambda: attention(Q, KV, KV, softcap=float("inf"), implementation="eager"), ValueError,
+    ("attention", "value", lambda: attention(Q, KV, KV, score_mods=SoftCap(float("inf")), implementation="eager"), ValueError,
      r"softcap must be positive and finite .*; got softcap=inf"),
-    ("attention", "type", lambda: attention(Q, KV, KV, softcap="50", implementation="eager"), TypeError,  # type: ignore[arg-type]
+    ("attention", "type", lambda: attention(Q, KV, KV, score_mods=SoftCap("50"), implementation="eager"), TypeError,  # type: ignore[arg-type]
      r"softcap must be a positive number or None; got '50' of type str"),
-    ("attention", "value", lambda: attention(Q, KV, KV, softcap=50.0), ValueError,
+    ("attention", "value", lambda: attention(Q, KV, KV, score_mods=SoftCap(50.0)), ValueError,
      r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\).*'eager'.*'tiled'"),
-    ("attention", "shape", lambda: attention(Q, KV, KV, sinks=torch.zeros(3)), ValueError,
+    ("attention", "shape", lambda: attention(Q, KV, KV, score_mods=Sinks(torch.zeros(3))), ValueError,
      r"sinks must have shape \(H,\) = \(2,\), one logit per query head; got shape \(3,\)"),
-    ("attention", "shape", lambda: attention(Q, KV, KV, sinks=torch.zeros(1, 2)), ValueError,
+    ("attention", "shape", lambda: attention(Q, KV, KV, score_mods=Sinks(torch.zeros(1, 2))), ValueError,
      r"sinks must have shape \(H,\) = \(2,\).*got shape \(1, 2\)"),
-    ("attention", "dtype", lambda: attention(Q, KV, KV, sinks=torch.zeros(2, dtype=torch.float64)), ValueError,
+    ("attention", "dtype", lambda: attention(Q, KV, KV, score_mods=Sinks(torch.zeros(2, dtype=torch.float64))), ValueError,
      r"sinks have dtype torch.float64 but the queries are torch.float32; convert them: sinks.to\(torch.float32\)"),
-    ("attention", "device", lambda: attention(Q, KV, KV, sinks=torch.zeros(2, device=META)), ValueError,
+    ("attention", "device", lambda: attention(Q, KV, KV, score_mods=Sinks(torch.zeros(2, device=META))), ValueError,
      r"sinks are on meta but the queries are on cpu; move them there"),
-    ("attention", "type", lambda: attention(Q, KV, KV, sinks=[0.0, 0.0]), TypeError,  # type: ignore[arg-type]
-     r"sinks must be a torch.Tensor of shape \(H,\) or None; got list"),
+    ("attention", "type", lambda: attention(Q, KV, KV, score_mods=Sinks([0.0, 0.0])), TypeError,  # type: ignore[arg-type]
+     r"Sinks needs a tensor of shape \(H,\), one logit per query head; got list"),
+    ("SoftCap", "value", lambda: SoftCap(-1.0), ValueError, r"softcap must be positive and finite .*; got softcap=-1.0"),
+    ("Sinks", "type", lambda: Sinks(2.0), TypeError, r"Sinks needs a tensor of shape \(H,\)"),  # type: ignore[arg-type]
+    ("score_mod_arguments", "type", lambda: score_mod_arguments("cap", 2, torch.float32, torch.device("cpu")), TypeError,
+     r"score_mods must be SoftCap\(cap\), Sinks\(logits\), a list of them or None; got 'cap'"),
+    ("attention", "type", lambda: attention(Q, KV, KV, score_mods=50.0), TypeError,  # type: ignore[arg-type]
+     r"score_mods must be SoftCap\(cap\), Sinks\(logits\), a list of them or None; got 50.0"),
+    ("attention", "value", lambda: attention(Q, KV, KV, score_mods=[Sinks(torch.zeros(2))] * 2), ValueError,
+     r"score_mods has a piece twice: \['Sinks', 'Sinks'\]"),
+    ("attention", "value", lambda: attention(Q, KV, KV, is_causal=True, attn_mask=prefix_lm(1)), ValueError,
+     r"prefix_lm widens the causal mask .*give it without is_causal=True or a causal rule"),
     ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=50.0), ValueError,
      r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\); use one that can: 'eager', 'tiled'"),
     ("MultiHeadAttention", "value", lambda: MultiHeadAttention(16, 4, softcap=-1.0, implementation="eager"), ValueError,
@@ -444,18 +457,18 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("document_mask", "shape", lambda: document_mask(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"documents must be \(S,\) or \(B, S\), .*; got shape \(1, 2, 3\)"),
     ("document_mask", "value", lambda: document_mask(torch.zeros(3, dtype=torch.long), T=0), ValueError, r"T=0 queries must be the last of the S=3 positions"),
     ("attention", "device", lambda: attention(torch.randn(1, 1, 3, 4, device="meta"), *[torch.randn(1, 1, 3, 4, device="meta")] * 2,
-     documents=torch.zeros(3, dtype=torch.long)), ValueError, r"documents are on cpu but the queries are on meta; move them there"),
-    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, documents=torch.zeros(3, 3, dtype=torch.long)),
-     ValueError, r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(2, 3\), one id per key position; got shape \(3, 3\)"),
+     attn_mask=same_document(torch.zeros(3, dtype=torch.long))), ValueError, r"documents are on cpu but the mask is built on meta; move them there"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, attn_mask=same_document(torch.zeros(3, 3, dtype=torch.long))),
+     ValueError, r"documents has 3 rows for a batch of B=2; give one per sequence or one for all"),
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=4), ValueError, r"prefix=4 is longer than the S=3 keys; use 0 .. 3"),
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(3, prefix=[1, -1]), ValueError, r"every prefix length must be between 0 and S=3; got \[-1\]"),
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"a prefix LM needs 1 <= T <= S .*; got T=4, S=3"),
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=[0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints .*; got \[0.5\]"),  # type: ignore[list-item]
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=2.0), TypeError, r"prefix must be an int, or a 1-D list of ints"),  # type: ignore[arg-type]
-    ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2, prefix=1), ValueError,
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16), prefix=1), ValueError,
      r"prefix=1 widens the causal mask .*, so it needs is_causal=True"),
-    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, is_causal=True, prefix=[1, 2, 3]),
-     ValueError, r"prefix has 3 lengths for a batch of B=2; give one per sequence or one int"),
+    ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, attn_mask=prefix_lm([1, 2, 3])),
+     ValueError, r"prefix has 3 rows for a batch of B=2; give one per sequence or one for all"),
     ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), is_causal=True, prefix=1, chunk=2),
      ValueError, r"prefix=1 with window=None, chunk=2: a prefix LM sees its whole prefix"),
     ("MaskRule", "type", lambda: MaskRule("x", 3), TypeError, r"fn must be a function \(b, h, q, kv\) -> bool tensor; got int"),  # type: ignore[arg-type]
@@ -490,7 +503,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"attn_mask has dtype torch.int64, which is not supported"),
     ("check_chunk", "type", lambda: check_chunk(2.0), TypeError, r"chunk must be an int or None; got 2.0 of type float"),
     ("causal_mask", "value", lambda: causal_mask(4, chunk=-1), ValueError, r"chunk must be at least 1 position"),
-    ("attention", "value", lambda: attention(torch.randn(1, 1, 3, 4), *[torch.randn(1, 1, 3, 4)] * 2,
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16),
      is_causal=True, chunk=2, window=2), ValueError, r"chunk=2 and window=2 are two ways to limit the keys"),
     ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), chunk=2),
      ValueError, r"chunk=2 narrows the causal mask, so it needs is_causal=True"),
@@ -577,7 +590,7 @@ def _size_calls() -> list[tuple[str, int, Callable[[object], object]]]:
         ("num_kv_heads", 2, lambda n: MultiHeadAttention(16, 4, num_kv_heads=n)),  # type: ignore[arg-type]
         ("n_rep", 2, lambda n: repeat_kv(KV, n)),  # type: ignore[arg-type]
         ("head", 1, lambda n: MHA.kv_head(n)),  # type: ignore[arg-type]
-        ("window", 2, lambda n: attention(_q, _kv, _kv, is_causal=True, window=n)),  # type: ignore[arg-type]
+        ("window", 2, lambda n: attention(_q, _kv, _kv, attn_mask=sliding_window(n))),  # type: ignore[arg-type]
         ("T", 3, lambda n: causal_mask(n)),  # type: ignore[arg-type]
         ("sinks", 1, lambda n: causal_mask(3, window=2, sinks=n)),  # type: ignore[arg-type]
         ("head_dim", 4, lambda n: KVCache(1, 2, n, 8)),  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lessons_src.attention import attention
 from lessons_src.kv_cache import ChunkedKVCache, kv_bytes_per_token
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal, causal_mask, same_chunk
 from lessons_src.rope import apply_rope, rope_cos_sin
 
 B, H, K, E = 2, 4, 2, 8
@@ -31,7 +31,7 @@ def test_decoding_equals_the_chunked_full_forward(chunk: int, blocks: list[int],
     """Blocks of every size, inside a chunk, ending on its boundary, or crossing one or several."""
     N = sum(blocks)
     q, k, v = _rotated(N, seed=chunk * 100 + N)
-    full = attention(q, k, v, is_causal=True, chunk=chunk, implementation="eager").output
+    full = attention(q, k, v, attn_mask=causal() & same_chunk(chunk), implementation="eager").output
     cache = ChunkedKVCache(B, K, E, chunk, v_head_dim=6, dtype=torch.float64)
     outs, start = [], 0
     with torch.no_grad():

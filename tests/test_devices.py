@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import lessons_src
 from lessons_src.attention import MultiHeadAttention, attention
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal_mask, sliding_window
 
 META = torch.device("meta")
 
@@ -38,7 +38,8 @@ MASK_CASES = [
 @pytest.mark.parametrize(("name", "impl", "q_shape", "kv_shape", "window"), MASK_CASES, ids=[c[0] for c in MASK_CASES])
 def test_causal_mask_is_built_on_the_queries_device(name, impl, q_shape, kv_shape, window):
     q, kv = _meta(*q_shape), _meta(*kv_shape)
-    out, weights, _ = attention(q, kv, kv, is_causal=True, implementation=impl, window=window)
+    out, weights, _ = attention(q, kv, kv, is_causal=True, implementation=impl,
+                                attn_mask=None if window is None else sliding_window(window))
     assert out.device == META and out.shape == q_shape
     if impl == "eager":
         assert weights is not None and weights.device == META
@@ -152,24 +153,27 @@ def _on_meta() -> dict[str, object]:
     cos_sin = rp.rope_cos_sin(torch.arange(3, device=META), 4)
     return {
         "attention.attention": lambda: [
-            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, window=w)
-            for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5)) for w in (None, 2)
-        ] + [
-            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, chunk=2)
+            at.attention(q, kv, kv, attn_mask=[x for x in (m, r) if x is not None], is_causal=True,
+                         implementation=impl)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5))
+            for r in (None, mk.sliding_window(2), mk.causal() & mk.same_chunk(2))
         ] + [
-            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, **extra)
+            at.attention(q, kv, kv, attn_mask=[x for x in (m, r) if x is not None], is_causal=c, implementation=impl)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
-            for extra in ({"prefix": 2}, {"documents": torch.empty(5, dtype=torch.long, device=META)})
+            for r, c in ((mk.prefix_lm(2, device=META), False),
+                         (mk.same_document(torch.empty(5, dtype=torch.long, device=META)), True))
         ] + [
-            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl, sinks=_meta(4),
-                         softcap=None if impl == "sdpa" else 5.0)
+            at.attention(q, kv, kv, attn_mask=m, is_causal=True, implementation=impl,
+                         score_mods=[sm.Sinks(_meta(4)), *([] if impl == "sdpa" else [sm.SoftCap(5.0)])])
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
         ],
         "attention.MultiHeadAttention": lambda: [_mha_meta()(_meta(1, 5, 8), is_causal=True, need_weights=True)],
         "score_mods.soft_cap": lambda: sm.soft_cap(_meta(2, 3), 5.0),
         "score_mods.check_sinks": lambda: sm.check_sinks(_meta(4), 4, torch.float32, META),
         "score_mods.check_score_mods": lambda: [*sm.check_score_mods(5.0, _meta(4), 4, torch.float32, META).values()],
+        "score_mods.Sinks": lambda: sm.Sinks(_meta(4)).logits,
+        "score_mods.score_mod_arguments": lambda: [*sm.score_mod_arguments([sm.SoftCap(5.0), sm.Sinks(_meta(4))], 4,
+                                                                           torch.float32, META).values()],
         "score_mods.sdpa_with_sinks": lambda: [sm.sdpa_with_sinks(q, kv, kv, _meta(4), mask=m, is_causal=c, scale=0.5)
                                                for m, c in ((None, True), (keep, False))],
         "score_mods.sinks_as_a_key": lambda: [sm.sinks_as_a_key(q, kv, kv, m, _meta(4)) for m in (None, keep)],
@@ -278,6 +282,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "attention.ATTENTION_SUPPORTS": "a dict of declarations",
     "attention.Supports": "a frozen dataclass of bools",
     "attention.check_supports": "compares a declaration with what was asked",
+    "score_mods.SoftCap": "holds a checked number",
     "masks.check_window": "checks an int",
     "masks.check_chunk": "checks an int",
     "score_mods.check_softcap": "checks a number",
@@ -358,7 +363,7 @@ def _cpu_cases() -> dict[str, object]:
         q, kv = torch.randn(1, 4, 5, 8, requires_grad=True), torch.randn(1, 2, 7, 8)
         from lessons_src.attention import prepare_mask
 
-        prep = prepare_mask(None, is_causal=True, shape=(1, 4, 5, 7), dtype=q.dtype, device=q.device, window=3)
+        prep = prepare_mask(sliding_window(3), is_causal=True, shape=(1, 4, 5, 7), dtype=q.dtype, device=q.device)
 
         def run():
             out = tiled_attention(q, kv, kv, is_causal=True, block_q=2, block_k=3).output

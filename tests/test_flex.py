@@ -33,6 +33,7 @@ from lessons_src.masks import (
     same_document,
     sliding_window,
 )
+from lessons_src.score_mods import Sinks, SoftCap
 
 # (B, H, K, T, S): GQA with T < S (new tokens after cached ones), MHA square, and more queries than keys (T > S).
 # Few shapes: FlexAttention traces its call with torch._dynamo (eager backend) for each new function and shape
@@ -168,7 +169,7 @@ def test_soft_cap_mod_equals_the_cap_of_attention() -> None:
         q = q * 4  # scores well beyond the cap
         mod, dense = _pair("window+sinks", B, T, S)
         got = flex_attend(q, k, v, block_mask(mod, T, S, block_size=2), score_mod=soft_cap_mod(1.5))
-        want = attention(q, k, v, attn_mask=dense, softcap=1.5, implementation="eager").output
+        want = attention(q, k, v, attn_mask=dense, score_mods=SoftCap(1.5), implementation="eager").output
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
         uncapped = attention(q, k, v, attn_mask=dense).output
         assert (got - uncapped).abs().max() > 1e-3
@@ -208,7 +209,7 @@ def test_the_sink_goes_through_the_log_sum_exp_and_a_score_mod_cannot_place_it(n
         sinks = torch.linspace(-1.0, 2.0, H, dtype=torch.float64)
         mod, dense = _pair(name, B, T, S)
         bm = block_mask(mod, T, S, B=B, block_size=2)
-        want = attention(q, k, v, attn_mask=dense, sinks=sinks).output
+        want = attention(q, k, v, attn_mask=dense, score_mods=Sinks(sinks)).output
         torch.testing.assert_close(flex_attend(q, k, v, bm, sinks=sinks), want, atol=1e-12, rtol=1e-10)
         plain = attention(q, k, v, attn_mask=dense).output
         assert (want - plain).abs().max() > 1e-2  # the sink matters here
@@ -223,7 +224,7 @@ def test_a_query_that_sees_nothing_gets_zero_with_a_sink() -> None:
     rule = causal() & MaskRule("after_the_first", lambda b, h, q, kv: q > 0)  # query 0 sees nothing
     out = flex_attend(q, k, v, block_mask(rule, 4, block_size=2), sinks=torch.ones(2, dtype=torch.float64))
     assert torch.equal(out[:, :, 0], torch.zeros_like(out[:, :, 0]))
-    want = attention(q, k, v, attn_mask=rule, sinks=torch.ones(2, dtype=torch.float64)).output
+    want = attention(q, k, v, attn_mask=rule, score_mods=Sinks(torch.ones(2, dtype=torch.float64))).output
     torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-10)
 
 
@@ -240,7 +241,7 @@ def test_the_traced_path_gives_the_same_answers() -> None:
     mod, dense = _pair("documents", B, T, S)
     sinks = torch.linspace(-1.0, 2.0, H, dtype=torch.float64)
     got = flex_attend(q, k, v, block_mask(mod, T, S, B=B, block_size=2), score_mod=soft_cap_mod(1.5), sinks=sinks)
-    want = attention(q, k, v, attn_mask=dense, softcap=1.5, sinks=sinks, implementation="eager").output
+    want = attention(q, k, v, attn_mask=dense, score_mods=[SoftCap(1.5), Sinks(sinks)], implementation="eager").output
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
 
 

@@ -11,16 +11,21 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src.attention import attention
+from lessons_src.attention import MultiHeadAttention, attention
 from lessons_src.masks import (
+    causal,
     causal_mask,
     check_mask,
     chunk_mask,
     combine_masks,
     document_mask,
     padding_mask,
+    prefix_lm,
     prefix_lm_mask,
+    same_chunk,
+    same_document,
 )
+from lessons_src.score_mods import Sinks
 
 
 def test_causal_square_is_lower_triangle() -> None:
@@ -159,18 +164,21 @@ def test_every_implementation_attends_within_chunks(T: int, extra: int, chunk: i
     explicit = causal_mask(T, S, chunk=chunk) & (keep if kind != "none" else True)
     want = attention(q, k, v, attn_mask=explicit, implementation="eager").output
     for impl in sorted(ATTENTION_FUNCTIONS):
-        got = attention(q, k, v, attn_mask=mask, is_causal=True, chunk=chunk, implementation=impl).output
+        rules = [m for m in (mask, causal() & same_chunk(chunk)) if m is not None]
+        got = attention(q, k, v, attn_mask=rules, is_causal=True, implementation=impl).output
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9, msg=lambda m, i=impl: f"{i}: {m}")
 
 
 def test_chunk_and_window_are_refused_together_and_need_is_causal() -> None:
     with pytest.raises(ValueError, match=r"chunk=2 and window=3 are two ways to limit the keys"):
         causal_mask(4, chunk=2, window=3)
-    q = torch.randn(1, 1, 3, 4)
+    layer, x = MultiHeadAttention(4, 1), torch.randn(1, 3, 4)
     with pytest.raises(ValueError, match=r"chunk=2 narrows the causal mask, so it needs is_causal=True"):
-        attention(q, q, q, chunk=2)
+        layer(x, chunk=2)
     with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
-        attention(q, q, q, is_causal=True, chunk=0)
+        layer(x, is_causal=True, chunk=0)
+    with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
+        same_chunk(0)
 
 
 # --------------------------------------------------------------------------- packed documents and prefix LM
@@ -246,14 +254,15 @@ def test_every_implementation_takes_documents_and_prefix(T: int, extra: int, kin
     docs = torch.randint(0, 3, (2, S), generator=g).sort(dim=-1).values  # (B, S)
     prefix = torch.randint(0, S + 1, (2,), generator=g).tolist()
     sinks = torch.randn(4, generator=g, dtype=torch.float64)
-    cases = [({"documents": docs}, document_mask(docs, T) & causal_mask(T, S) & caller),
-             ({"prefix": prefix}, prefix_lm_mask(T, S, prefix=prefix) & caller)]
-    for extra_args, explicit in cases:
-        for s in (None, sinks):
-            want = attention(q, k, v, attn_mask=explicit, implementation="eager", sinks=s).output
+    cases = [(same_document(docs), True, document_mask(docs, T) & causal_mask(T, S) & caller),
+             (prefix_lm(prefix), False, prefix_lm_mask(T, S, prefix=prefix) & caller)]  # causal after its prefix
+    for rule, is_causal, explicit in cases:
+        for s in (None, Sinks(sinks)):
+            want = attention(q, k, v, attn_mask=explicit, implementation="eager", score_mods=s).output
             for impl in sorted(ATTENTION_FUNCTIONS):
-                got = attention(q, k, v, attn_mask=mask[kind], is_causal=True, implementation=impl, sinks=s,
-                                **extra_args).output
+                masks = [m for m in (mask[kind], rule) if m is not None]
+                got = attention(q, k, v, attn_mask=masks, is_causal=is_causal, implementation=impl,
+                                score_mods=s).output
                 torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9, msg=lambda m, i=impl: f"{i}: {m}")
 
 
@@ -277,14 +286,18 @@ def test_documents_decoded_with_a_cache_equal_the_full_forward() -> None:
 
 
 def test_prefix_and_documents_refuse_what_they_cannot_mean() -> None:
-    q = torch.randn(1, 1, 3, 4)
+    from lessons_src.attention import MultiHeadAttention
+
+    q, layer, x = torch.randn(1, 1, 3, 4), MultiHeadAttention(4, 1), torch.randn(1, 3, 4)
     with pytest.raises(ValueError, match=r"prefix=2 widens the causal mask .* needs is_causal=True"):
-        attention(q, q, q, prefix=2)
+        layer(x, prefix=2)
     with pytest.raises(ValueError, match=r"prefix=2 with window=2, chunk=None"):
-        attention(q, q, q, is_causal=True, prefix=2, window=2)
+        layer(x, is_causal=True, prefix=2, window=2)
     with pytest.raises(ValueError, match=r"prefix with documents: a prefix per packed document is not supported"):
-        attention(q, q, q, is_causal=True, prefix=2, documents=torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"documents must be \(S,\) = \(3,\) or \(B, S\) = \(1, 3\)"):
-        attention(q, q, q, is_causal=True, documents=torch.zeros(4, dtype=torch.long))
+        layer(x, is_causal=True, prefix=2, documents=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"prefix_lm widens the causal mask .*without is_causal=True"):
+        attention(q, q, q, is_causal=True, attn_mask=prefix_lm(2))  # the rule is causal after its prefix itself
+    with pytest.raises(ValueError, match=r"documents give 4 positions but there are S=3 keys"):
+        attention(q, q, q, is_causal=True, attn_mask=same_document(torch.zeros(4, dtype=torch.long)))
     with pytest.raises(ValueError, match=r"T=4 queries must be the last of the S=3 positions"):
         document_mask(torch.zeros(3, dtype=torch.long), T=4)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from lessons_src.attention import ATTENTION_FUNCTIONS, MultiHeadAttention, attention
 from lessons_src.flash import tiled_attention_function
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal_mask, sliding_window
 from lessons_src.mechanisms import (
     ElementwiseGate,
     HeadwiseGate,
@@ -35,7 +35,7 @@ from lessons_src.mechanisms import (
     WeightlessRMSNorm,
 )
 from lessons_src.rope import rope_cos_sin
-from lessons_src.score_mods import soft_cap
+from lessons_src.score_mods import Sinks, SoftCap, soft_cap
 
 transformers = pytest.importorskip("transformers")
 
@@ -338,8 +338,8 @@ def test_every_implementation_caps_and_sinks_as_the_definition(T_, S, H_K, kind,
         if impl == "sdpa" and softcap is not None:
             continue
         ins = [t.clone().requires_grad_() for t in (q, k, v)] + ([s.clone().requires_grad_()] if sinks else [])
-        out = attention(*ins[:3], attn_mask=mask[kind], is_causal=causal, implementation=impl, softcap=softcap,
-                        sinks=ins[3] if sinks else None).output
+        mods = ([] if softcap is None else [SoftCap(softcap)]) + ([Sinks(ins[3])] if sinks else [])
+        out = attention(*ins[:3], attn_mask=mask[kind], is_causal=causal, implementation=impl, score_mods=mods).output
         torch.testing.assert_close(out, want, **TOL64, msg=lambda m, i=impl: f"{i}: {m}")
         for n, (a, b) in enumerate(zip(torch.autograd.grad((out * up).sum(), ins), want_grads, strict=True)):
             torch.testing.assert_close(a, b, **TOL64, msg=lambda m, i=impl, n=n: f"{i} grad {'qkvs'[n]}: {m}")
@@ -364,8 +364,9 @@ def test_sink_gradients_pass_gradcheck(impl: str) -> None:
         if impl == "sdpa-as-a-key":  # a float mask that needs a gradient: the CPU flash kernel cannot take it
             float_keep = torch.zeros(3, 4, dtype=q.dtype).masked_fill(~keep, float("-inf")).requires_grad_()
             with mock.patch.object(sm, "sink_flash_cpu", side_effect=AssertionError("took the CPU flash path")):
-                return attention(q, k, v, attn_mask=float_keep, is_causal=True, implementation="sdpa", sinks=s).output
-        return attention(q, k, v, attn_mask=keep, is_causal=True, implementation=impl, sinks=s).output
+                return attention(q, k, v, attn_mask=float_keep, is_causal=True, implementation="sdpa",
+                                 score_mods=Sinks(s)).output
+        return attention(q, k, v, attn_mask=keep, is_causal=True, implementation=impl, score_mods=Sinks(s)).output
 
     assert torch.autograd.gradcheck(f, (q, k, v, s))
     assert (f(q, k, v, s)[:, :, 0] == 0).all()  # all its weight on the sink, whose value is zero
@@ -379,7 +380,7 @@ def test_tiled_caps_and_sinks_across_many_tiles() -> None:
     q = torch.randn(2, 4, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(2, 2, 9, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
     s = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
-    prep = prepare_mask(None, is_causal=True, shape=(2, 4, 7, 9), dtype=q.dtype, device=q.device, window=4)
+    prep = prepare_mask(sliding_window(4), is_causal=True, shape=(2, 4, 7, 9), dtype=q.dtype, device=q.device)
     got = tiled_attention_function(q, k, v, prep, scale=0.5, dropout_p=0.0, block_q=2, block_k=3,
                                    softcap=0.7, sinks=s).output
     want = eager_attention(q, k, v, prep, scale=0.5, dropout_p=0.0, softcap=0.7, sinks=s).output
@@ -395,7 +396,7 @@ def test_a_masked_key_never_comes_back_through_the_cap(impl: str) -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 3, 4, generator=g) for _ in range(3))
     keep = torch.tensor([[True, False, False], [True, True, False], [False, False, False]])  # last sees nothing
-    out = attention(q, k, v, attn_mask=keep, implementation=impl, softcap=0.1).output
+    out = attention(q, k, v, attn_mask=keep, implementation=impl, score_mods=SoftCap(0.1)).output
     want = _reference(q.double(), k.double(), v.double(), keep.expand(1, 1, 3, 3), 0.1, None)
     torch.testing.assert_close(out.double(), want, **TOL32)
     torch.testing.assert_close(out[0, 0, 0], v[0, 0, 0])  # only key 0 visible: its value exactly
@@ -406,7 +407,7 @@ def test_a_masked_key_never_comes_back_through_the_cap(impl: str) -> None:
 def test_sdpa_refuses_a_cap_by_name() -> None:
     q = torch.randn(1, 1, 2, 4)
     with pytest.raises(ValueError, match=r"implementation='sdpa' cannot soft-cap .* softcap=50.0.*'eager'.*'tiled'"):
-        attention(q, q, q, softcap=50.0)
+        attention(q, q, q, score_mods=SoftCap(50.0))
     with pytest.raises(ValueError, match=r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\)"):
         MultiHeadAttention(8, 2, softcap=50.0)
 

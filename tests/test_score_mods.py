@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lessons_src.attention import ATTENTION_FUNCTIONS, attention
-from lessons_src.score_mods import sdpa_with_sinks, sink_flash_cpu
+from lessons_src.score_mods import Sinks, sdpa_with_sinks, sink_flash_cpu
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,7 +74,7 @@ def test_every_layout_gives_the_contiguous_answer(dtype: torch.dtype, Ev: int) -
             for mask in (None, keep):
                 calls[f"{impl} causal={causal} mask={mask is not None}"] = (
                     lambda q, k, v, s, i=impl, c=causal, m=mask: attention(
-                        q, k, v, sinks=s, is_causal=c, attn_mask=m, implementation=i).output)
+                        q, k, v, score_mods=Sinks(s), is_causal=c, attn_mask=m, implementation=i).output)
     calls["sdpa_with_sinks"] = lambda q, k, v, s: sdpa_with_sinks(q, k, v, s, mask=keep, is_causal=True, scale=0.3)
     if Ev == E and dtype != torch.bfloat16:
         calls["sink_flash_cpu"] = lambda q, k, v, s: sink_flash_cpu(q, k, v, s, is_causal=False, mask=keep, scale=0.3)
@@ -95,8 +95,8 @@ def test_a_mask_in_any_layout_gives_the_contiguous_answer(layout: str) -> None:
     q, k, v, sinks = _inputs(torch.float64)
     keep = (torch.rand(1, H, T, S, generator=torch.Generator().manual_seed(4)) > 0.3).expand(B, H, T, S)
     for mask in (keep, torch.zeros(B, H, T, S, dtype=torch.float64).masked_fill(~keep, -math.inf)):
-        want = attention(q, k, v, sinks=sinks, attn_mask=mask.contiguous()).output
-        for fn in (lambda m: attention(q, k, v, sinks=sinks, attn_mask=m).output,
+        want = attention(q, k, v, score_mods=Sinks(sinks), attn_mask=mask.contiguous()).output
+        for fn in (lambda m: attention(q, k, v, score_mods=Sinks(sinks), attn_mask=m).output,
                    lambda m: sink_flash_cpu(q, k, v, sinks, is_causal=False, mask=m, scale=E**-0.5)):
             torch.testing.assert_close(fn(LAYOUTS[layout](mask)), want, atol=1e-12, rtol=1e-12)
 
@@ -116,7 +116,8 @@ def test_second_derivatives_through_the_sinks_are_exact(impl: str) -> None:
     up = torch.randn(B, H, T, E, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     for wrt in (3, 0, 1, 2):  # the sinks, then q, k and v
         results = []
-        for fn in (lambda *a: attention(*a[:3], sinks=a[3], is_causal=True, implementation=impl).output, _definition):
+        for fn in (lambda *a: attention(*a[:3], score_mods=Sinks(a[3]), is_causal=True, implementation=impl).output,
+                   _definition):
             ins = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
             (g,) = torch.autograd.grad((fn(*ins) * up).sum(), ins[wrt], create_graph=True)
             second = torch.autograd.grad((g * g).sum(), ins, allow_unused=True)  # d/d(all) of |grad|^2
@@ -134,7 +135,7 @@ def test_a_sink_at_minus_infinity_over_no_key_has_zero_gradient(impl: str) -> No
     keep = torch.ones(T, S, dtype=torch.bool)
     keep[2] = False  # query 2 sees nothing
     ins = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
-    out = attention(*ins[:3], sinks=ins[3], attn_mask=keep, implementation=impl).output
+    out = attention(*ins[:3], score_mods=Sinks(ins[3]), attn_mask=keep, implementation=impl).output
     assert (out[:, :, 2] == 0).all()
     grads = torch.autograd.grad(out.sum(), ins)
     for name, grad in zip("qkvs", grads, strict=True):

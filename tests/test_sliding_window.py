@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from lessons_src import MultiHeadAttention
 from lessons_src.attention import ATTENTION_FUNCTIONS, attention, prepare_mask
 from lessons_src.flash import block_kind, tile_plan, tiled_attention
-from lessons_src.masks import causal_mask, check_window
+from lessons_src.masks import causal_mask, check_window, sliding_window
 
 
 def reference_mask(T: int, S: int, window: int | None, sinks: int = 0) -> torch.Tensor:
@@ -63,7 +63,7 @@ def test_every_implementation_equals_sdpa_with_the_explicit_mask(
     k = torch.randn(2, K, S, 8, generator=g, dtype=torch.float64)
     v = torch.randn(2, K, S, 6, generator=g, dtype=torch.float64)
     want = sdpa_reference(q, k, v, reference_mask(T, S, window))
-    got = attention(q, k, v, is_causal=True, window=window, implementation=implementation).output
+    got = attention(q, k, v, attn_mask=sliding_window(window), implementation=implementation).output
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
 
 
@@ -75,7 +75,7 @@ def test_window_combines_with_a_padding_mask_and_gradients_agree() -> None:
     pad = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
     want = sdpa_reference(q, k, v, pad & reference_mask(6, 6, 2))
     for name in ATTENTION_FUNCTIONS:
-        got = attention(q, k, v, attn_mask=pad, is_causal=True, window=2, implementation=name).output
+        got = attention(q, k, v, attn_mask=[pad, sliding_window(2)], implementation=name).output
         torch.testing.assert_close(got, want)
         gq, gk = torch.autograd.grad(got.sum(), (q, k))
         rq, rk = torch.autograd.grad(want.sum(), (q, k), retain_graph=True)
@@ -123,10 +123,10 @@ def test_module_decodes_with_a_window_through_a_cache() -> None:
     (lambda: causal_mask(4, sinks=1), ValueError, r"sinks=1 only means something with a window"),
     (lambda: causal_mask(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
     (lambda: check_window(-3), ValueError, r"got window=-3"),
-    (lambda: attention(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), window=2),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), window=2),
      ValueError, r"window=2 narrows the causal mask, so it needs is_causal=True \(or pass an attn_mask\)"),
-    (lambda: prepare_mask(None, is_causal=True, shape=(1, 1, 2, 2), dtype=torch.float32, device=torch.device("cpu"),
-                          window=0), ValueError, r"window must be at least 1"),
+    (lambda: prepare_mask(sliding_window(0), is_causal=True, shape=(1, 1, 2, 2), dtype=torch.float32,
+                          device=torch.device("cpu")), ValueError, r"window must be at least 1"),
     (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), is_causal=True, window=-1), ValueError, r"got window=-1"),
     (lambda: tiled_attention(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4),
                              is_causal=True, window=True), TypeError, r"window must be an int or None; got True"),

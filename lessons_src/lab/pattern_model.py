@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, attention
 from ..kv_cache import ChunkedKVCache, KVCache, RollingKVCache
+from ..masks import MaskRule, causal, same_chunk, sliding_window
 from ..mechanisms import NoPETemperature, PerHeadRMSNorm, Rotary
 
 if TYPE_CHECKING:
@@ -243,6 +244,12 @@ class PatternConfig:
     num_layers: int | None = None
 
 
+def _limits(window: int | None, chunk: int | None) -> list[MaskRule]:
+    """The rules a sliding-window or chunked layer adds to its mask (lessons_src.masks)."""
+    return ([sliding_window(window)] if window is not None else []) + (
+        [causal() & same_chunk(chunk)] if chunk is not None else [])
+
+
 class _Attended(NamedTuple):
     """What a layer attended to in one step, for the layers that share it: keys, values and how they were masked."""
 
@@ -320,8 +327,8 @@ class SharedKVAttention(nn.Module):
             q, _ = self.qk_norm(q, None)  # the queries only: the keys were normed by their own layer
         if self.rope is not None:
             q, _ = self.rope(q, None, start=start)  # the queries' positions; the keys were rotated once already
-        out = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, window=window, chunk=chunk,
-                        scale=self.scale).output  # (B, H, T, E)
+        masks = [m for m in (attn_mask, *_limits(window, chunk)) if m is not None]
+        out = attention(q, k, v, attn_mask=masks, is_causal=is_causal, scale=self.scale).output  # (B, H, T, E)
         y: Tensor = self.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return y
 
@@ -384,8 +391,8 @@ class PatternBlock(nn.Module):
         else:  # a rolling or chunked cache: the keys it keeps, and its mask of who may see which
             step = cache.update(k, v)
             seen = _Attended(step.k, step.v, step.mask, False)
-        out = attention(q, seen.k, seen.v, attn_mask=seen.mask, is_causal=seen.is_causal, window=seen.window,
-                        chunk=seen.chunk, scale=a.scale).output  # (B, H, T, E)
+        masks = [m for m in (seen.mask, *_limits(seen.window, seen.chunk)) if m is not None]
+        out = attention(q, seen.k, seen.v, attn_mask=masks, is_causal=seen.is_causal, scale=a.scale).output
         return a.out_proj(out.transpose(1, 2).reshape(B, T, D)), seen  # (B, T, D)
 
 

@@ -22,7 +22,7 @@ from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
-from ...score_mods import soft_cap
+from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
 
 __all__ = [
@@ -130,7 +130,7 @@ def softcapped_softmax(scores: Tensor, mask: Tensor, cap: float) -> Tensor:
 
 
 def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: Tensor) -> Tensor:
-    return attention(q, k, v, attn_mask=mask, sinks=sinks, implementation="eager").output  # (B, H, T, E)
+    return attention(q, k, v, attn_mask=mask, score_mods=Sinks(sinks), implementation="eager").output  # (B, H, T, E)
 
 
 def qk_norm_scores(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
