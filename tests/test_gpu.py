@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import lessons_src.flash  # noqa: F401  (registers the "tiled" implementation)
 from lessons_src.attention import MultiHeadAttention, attention
 from lessons_src.kv_cache import KVCache, RollingKVCache
-from lessons_src.masks import causal_mask, padding_mask
+from lessons_src.masks import causal_mask, padding_mask, sliding_window
 from lessons_src.paged_cache import PagedKVCache, paged_attention
 
 DEVICE = "cuda"
@@ -40,7 +40,8 @@ def _inputs(case: str, dtype: torch.dtype, seed: int = 0):
     q, k, v = (torch.randn(2, n, L, 16, generator=g, dtype=torch.float64) for n, L in ((H, T), (K, S), (K, S)))
     extra = padding_mask(torch.tensor([S, S - 3])) if padded else None  # (2, 1, 1, S)
     keep = causal_mask(T, S, window=window) if extra is None else causal_mask(T, S) & extra  # (.., T, S)
-    return (q, k, v), keep, dict(attn_mask=extra, is_causal=True, window=window)
+    masks = [m for m in (extra, None if window is None else sliding_window(window)) if m is not None]
+    return (q, k, v), keep, dict(attn_mask=masks, is_causal=True)
 
 
 def _sdpa(q, k, v, keep):
@@ -68,8 +69,7 @@ def test_attention_on_gpu_is_as_accurate_as_sdpa(impl, case, dtype):
     ref = _sdpa(q, k, v, keep)  # float64, CPU
     low = [t.to(DEVICE, dtype) for t in (q, k, v)]
     sdpa_err = _err(_sdpa(*low, keep.to(DEVICE)), ref)
-    if kwargs["attn_mask"] is not None:
-        kwargs["attn_mask"] = kwargs["attn_mask"].to(DEVICE)
+    kwargs["attn_mask"] = [m.to(DEVICE) if isinstance(m, torch.Tensor) else m for m in kwargs["attn_mask"]]
     out = attention(*low, implementation=impl, **kwargs).output
     assert out.device.type == "cuda" and out.dtype == dtype
     _assert_within_sdpa(_err(out, ref), sdpa_err, dtype, f"{impl} {case}")

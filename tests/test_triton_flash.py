@@ -24,7 +24,8 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 import lessons_src.flash  # noqa: F401  (registers "tiled")
 from lessons_src import triton_flash
 from lessons_src.attention import attention
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal_mask, same_document, sliding_window
+from lessons_src.score_mods import Sinks, SoftCap
 from lessons_src.triton_flash import triton_attention
 
 # name: (B, H, K, T, S, E, Ev, causal, block_q, block_k). Odd lengths leave ragged last blocks; T < S is a chunk
@@ -159,11 +160,11 @@ def test_attention_interface_and_empty_sizes(device, dtype):
     ("kwargs", "message"),
     [
         ({"attn_mask": torch.ones(5, 5, dtype=torch.bool)}, r"take a mask besides is_causal \(got mask='a mask"),
-        ({"is_causal": True, "window": 2}, r"take a mask besides is_causal \(got mask='window=2'\)"),
-        ({"softcap": 30.0}, r"soft-cap the scores \(got softcap=30.0\)"),
-        ({"sinks": torch.zeros(2)}, r"add learned sinks \(got sinks given\)"),
+        ({"attn_mask": sliding_window(2)}, r"take a mask besides is_causal \(got mask='window=2'\)"),
+        ({"score_mods": SoftCap(30.0)}, r"soft-cap the scores \(got softcap=30.0\)"),
+        ({"score_mods": Sinks(torch.zeros(2))}, r"add learned sinks \(got sinks given\)"),
         ({"dropout_p": 0.1}, r"apply dropout \(got dropout=0.1\)"),
-        ({"documents": torch.tensor([0, 0, 1, 1, 1])}, r"take a mask besides is_causal"),
+        ({"attn_mask": same_document(torch.tensor([0, 0, 1, 1, 1]))}, r"take a mask besides is_causal"),
     ],
 )
 def test_refuses_what_the_kernels_do_not_have(kwargs, message):
