@@ -46,17 +46,10 @@ from torch import Tensor, nn
 from .masks import (
     MaskRule,
     and_masks,
-    causal,
     causal_mask,
-    check_chunk,
     check_mask,
-    check_window,
     combine_masks,
     mask_tensor,
-    prefix_lm,
-    same_chunk,
-    same_document,
-    sliding_window,
 )
 from .score_mods import Sinks, SoftCap, check_softcap, score_mod_arguments, sdpa_with_sinks, soft_cap
 
@@ -194,37 +187,6 @@ def _checked_tensor(mask: object, shape: tuple[int, int, int, int], dtype: torch
     if mask.device != device:
         raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
     return mask.to(dtype) if mask.dtype != torch.bool and mask.dtype != dtype else mask
-
-
-def _keyword_rules(is_causal: bool, *, window: object = None, chunk: object = None, documents: object = None,
-                   prefix: object = None) -> tuple[list[MaskRule], bool]:
-    """The layer's and the older entry points' mask keywords as rules, and the causal flag that goes with them.
-
-    ``window`` and ``chunk`` narrow the causal mask and ``prefix`` widens it, so each needs ``is_causal``; a prefix
-    LM is causal after its prefix by itself, so the flag it came with is dropped.
-    """
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
-    w, c = check_window(window, is_causal=is_causal), check_chunk(chunk, is_causal=is_causal)
-    if w is not None and c is not None:
-        raise ValueError(f"chunk={c} and window={w} are two ways to limit the keys; a layer uses one")
-    rules = [] if w is None else [sliding_window(w)]
-    if c is not None:
-        rules.append(causal() & same_chunk(c))
-    if documents is not None:
-        rules.append(same_document(documents))  # type: ignore[arg-type]
-    if prefix is None:
-        return rules, is_causal
-    if not is_causal:
-        raise ValueError(f"prefix={prefix!r} widens the causal mask (the prefix attends both ways), so it needs "
-                         "is_causal=True (or pass an attn_mask)")
-    if w is not None or c is not None:
-        raise ValueError(f"prefix={prefix!r} with window={w}, chunk={c}: a prefix LM sees its whole prefix; a layer "
-                         "uses one of them")
-    if documents is not None:
-        raise ValueError("prefix with documents: a prefix per packed document is not supported; build that mask "
-                         "yourself and pass it as attn_mask")
-    return [*rules, prefix_lm(prefix)], False  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- implementations
@@ -416,8 +378,8 @@ class Supports:
     """What an implementation can do, declared once where it is registered; :func:`attention` refuses the rest.
 
     Attributes:
-        mask: a mask besides the causal flag (a tensor or a rule, and ``window``, ``chunk``, ``documents``,
-            ``prefix``).
+        mask: a mask besides the causal flag (a tensor, or a rule other than ``causal()``, a sliding window
+            included).
         dropout: ``dropout_p > 0``.
         softcap: a soft-cap of the scores (``softcap=``, passed to the implementation only when set).
         sinks: learned sink logits (``sinks=``, likewise).
@@ -601,9 +563,9 @@ def _beyond_causal(mask: PreparedMask) -> str | None:
     return None if mask.window is None else f"window={mask.window}"
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None,
-                                 is_causal: bool = False, scale: float | None = None, dropout_p: float = 0.0,
-                                 window: int | None = None) -> tuple[Tensor, Tensor]:
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: MaskLike = None,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     """The explicit attention formula, returning the output and the weights.
 
     ``softmax(q k^T / sqrt(E) + mask) v``, spelled out (the ``"eager"`` implementation of
@@ -618,7 +580,6 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: 
         is_causal: hide future keys, bottom-right aligned (for ``T == S`` the usual lower triangle).
         scale: multiplier of the scores; default ``1 / sqrt(E)``.
         dropout_p: probability of zeroing a weight.
-        window: sliding window on top of ``is_causal`` (see :func:`attention`).
 
     Returns:
         ``(output, weights)``. A query that may attend to no key gets all-zero weights and a zero output
@@ -645,10 +606,8 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: 
             )
         lead = (1,) * (4 - ndim)
         q, k, v = (t.reshape(lead + tuple(t.shape)) for t in (q, k, v))
-    rules, is_causal = _keyword_rules(is_causal, window=window)
     out, weights, _ = attention(
-        q, k, v, attn_mask=[m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal, scale=scale,
-        dropout_p=dropout_p, implementation="eager",
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="eager"
     )
     assert weights is not None
     if 2 <= ndim < 4:
@@ -656,8 +615,8 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: 
     return out, weights
 
 
-def grouped_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = False,
-                      dropout_p: float = 0.0, scale: float | None = None, window: int | None = None) -> Tensor:
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: MaskLike = None, is_causal: bool = False,
+                      dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
     """``F.scaled_dot_product_attention`` for ``H`` query heads sharing ``K`` key/value heads.
 
     The ``"sdpa"`` implementation of :func:`attention` (see :func:`sdpa_attention` for how it stays on
@@ -671,10 +630,8 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | No
         >>> grouped_attention(q, kv, kv).shape
         torch.Size([1, 4, 1, 8])
     """
-    rules, is_causal = _keyword_rules(is_causal, window=window)
     return attention(
-        q, k, v, attn_mask=[m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal, scale=scale,
-        dropout_p=dropout_p, implementation="sdpa",
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, implementation="sdpa"
     ).output
 
 
@@ -889,16 +846,12 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         context: Tensor | None = ...,
         *,
-        attn_mask: Tensor | None = ...,
+        attn_mask: MaskLike = ...,
         is_causal: bool = ...,
         need_weights: Literal[False] = ...,
         cache: KVCache | None = ...,
         cache_position: int | None = ...,
         implementation: str | None = ...,
-        window: int | None = ...,
-        chunk: int | None = ...,
-        documents: Tensor | None = ...,
-        prefix: int | Tensor | Sequence[int] | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -907,16 +860,12 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         context: Tensor | None = ...,
         *,
-        attn_mask: Tensor | None = ...,
+        attn_mask: MaskLike = ...,
         is_causal: bool = ...,
         need_weights: Literal[True],
         cache: KVCache | None = ...,
         cache_position: int | None = ...,
         implementation: str | None = ...,
-        window: int | None = ...,
-        chunk: int | None = ...,
-        documents: Tensor | None = ...,
-        prefix: int | Tensor | Sequence[int] | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -924,23 +873,22 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         context: Tensor | None = None,
         *,
-        attn_mask: Tensor | None = None,
+        attn_mask: MaskLike = None,
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
         cache_position: int | None = None,
         implementation: str | None = None,
-        window: int | None = None,
-        chunk: int | None = None,
-        documents: Tensor | None = None,
-        prefix: int | Tensor | Sequence[int] | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
         Args:
             x: queries' input ``(B, T, D)``.
             context: keys' and values' input ``(B, S, D)``; ``None`` for self-attention (``S = T``).
-            attn_mask: bool (``True`` = may attend) or float (added), broadcastable to ``(B, H, T, S)``.
+            attn_mask: a mask as :func:`attention` takes it: a bool (``True`` = may attend) or float (added)
+                tensor broadcastable to ``(B, H, T, S)``, a rule of :mod:`lessons_src.masks` (``sliding_window(w)``,
+                ``causal() & same_chunk(c)``, ``same_document(ids)`` with one id per key position, cached ones
+                included, ``prefix_lm(p)``), or a list of them; a cache still keeps every position.
             is_causal: hide future keys, aligned bottom-right (see :func:`attention`); combines with
                 ``attn_mask``.
             need_weights: also return the attention weights ``(B, H, T, S)``; runs the ``"eager"``
@@ -956,10 +904,6 @@ class MultiHeadAttention(nn.Module):
                 without ``cache_position`` are refused rather than attending to a stale prompt.
             implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
                 (or ``"eager"`` with ``need_weights``).
-            window: sliding window, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
-            chunk: chunked attention, with ``is_causal`` (see :func:`attention`); a cache still keeps every position.
-            documents: packed sequences, a document id per key position, cached ones included (see :func:`attention`).
-            prefix: prefix LM, with ``is_causal`` (see :func:`attention`).
 
         Returns:
             ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
@@ -999,9 +943,7 @@ class MultiHeadAttention(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
         # checked before the cache is touched; the implementations get this one prepared mask
         shape = (B, self.num_heads, T, S)
-        rules, flag = _keyword_rules(is_causal, window=window, chunk=chunk, documents=documents, prefix=prefix)
-        masks = [m for m in (attn_mask, *rules) if m is not None]
-        mask = prepare_mask(masks, is_causal=flag, shape=shape, dtype=dtype, device=x.device)
+        mask = prepare_mask(attn_mask, is_causal=is_causal, shape=shape, dtype=dtype, device=x.device)
         q, k, v = self.project_qkv(x, context)  # (B, H, T, E), 2 x (B, K, S, E)
         dropout_p = self.dropout if self.training else 0.0
         start = 0 if cache is None else cache.length
@@ -1034,7 +976,7 @@ class MultiHeadAttention(nn.Module):
             return out, result.weights
         return out
 
-    def _check_cache(self, cache: KVCache, T: int, is_causal: bool, attn_mask: Tensor | None,
+    def _check_cache(self, cache: KVCache, T: int, is_causal: bool, attn_mask: MaskLike,
                      context: Tensor | None, cache_position: int | None) -> None:
         if "KVCache" not in {c.__name__ for c in type(cache).__mro__}:  # by name: no import of kv_cache.py
             raise TypeError(f"cache must be a KVCache (lessons_src.kv_cache), not a {type(cache).__name__}: a rolling "

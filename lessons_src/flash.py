@@ -48,7 +48,6 @@ from .attention import (
     Supports,
     _autocast_on,
     _check_qkv,
-    _keyword_rules,
     prepare_mask,
     register_attention,
 )
@@ -574,7 +573,6 @@ def tiled_attention(
     scale: float | None = None,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
-    window: int | None = None,
     rescale_threshold: float = 0.0,
 ) -> AttentionResult:
     """Attention one ``(block_q, block_k)`` tile at a time (FlashAttention-2), with the log-sum-exp.
@@ -590,7 +588,6 @@ def tiled_attention(
         scale: score multiplier, default ``1 / sqrt(E)``.
         block_q: queries per block (the last block may be shorter).
         block_k: keys per block (the last block may be shorter).
-        window: sliding window on top of ``is_causal``; tiles wholly before it are skipped too.
         rescale_threshold: FlashAttention-4's conditional rescaling: a row's running maximum is replaced only
             when a block raises it by more than this many powers of two (0: at every rise, as FlashAttention-2).
             The answer is the same; :func:`count_rescales` counts what it skips.
@@ -617,9 +614,8 @@ def tiled_attention(
     block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
     _check_qkv(q, k, v)
     B, H, T, E = q.shape
-    rules, is_causal = _keyword_rules(is_causal, window=window)
-    prepared = prepare_mask([m for m in (attn_mask, *rules) if m is not None], is_causal=is_causal,
-                            shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
+    prepared = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype,
+                            device=q.device)  # a sliding_window rule: its window's tiles skipped too
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if isinstance(rescale_threshold, bool) or not isinstance(rescale_threshold, int | float) or not (
         0 <= rescale_threshold <= 64

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lessons_src import MultiHeadAttention, causal_mask, grouped_attention, padding_mask, scaled_dot_product_attention
 from lessons_src.attention import ATTENTION_FUNCTIONS, ATTENTION_SUPPORTS, Supports, attention, register_attention
+from lessons_src.masks import sliding_window
 from lessons_src.score_mods import Sinks, SoftCap
 
 IMPLEMENTATIONS = sorted(ATTENTION_FUNCTIONS)
@@ -487,7 +488,8 @@ def test_module_compiles_with_the_default_backend() -> None:
         for window in (None, 3):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(6, window=window))  # (2, 4, 6, 4)
             want = F.linear(y.transpose(1, 2).reshape(2, 6, 16), mha.out_proj.weight.double()).float()
-            torch.testing.assert_close(compiled(x, is_causal=True, window=window), want)
+            rule = None if window is None else sliding_window(window)
+            torch.testing.assert_close(compiled(x, is_causal=True, attn_mask=rule), want)
 
 
 @pytest.mark.parametrize("impl", ["eager", "tiled"])

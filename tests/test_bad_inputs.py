@@ -465,12 +465,12 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("prefix_lm_mask", "value", lambda: prefix_lm_mask(4, 3, prefix=1), ValueError, r"a prefix LM needs 1 <= T <= S .*; got T=4, S=3"),
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=[0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints .*; got \[0.5\]"),  # type: ignore[list-item]
     ("prefix_lm_mask", "type", lambda: prefix_lm_mask(3, prefix=2.0), TypeError, r"prefix must be an int, or a 1-D list of ints"),  # type: ignore[arg-type]
-    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16), prefix=1), ValueError,
-     r"prefix=1 widens the causal mask .*, so it needs is_causal=True"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16), is_causal=True,
+     attn_mask=prefix_lm(1)), ValueError, r"prefix_lm widens the causal mask .*give it without is_causal=True"),
     ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, attn_mask=prefix_lm([1, 2, 3])),
      ValueError, r"prefix has 3 rows for a batch of B=2; give one per sequence or one for all"),
-    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), is_causal=True, prefix=1, chunk=2),
-     ValueError, r"prefix=1 with window=None, chunk=2: a prefix LM sees its whole prefix"),
+    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16),
+     attn_mask=prefix_lm(1) & causal() & same_chunk(2)), ValueError, r"prefix_lm widens the causal mask .*or a causal rule"),
     ("MaskRule", "type", lambda: MaskRule("x", 3), TypeError, r"fn must be a function \(b, h, q, kv\) -> bool tensor; got int"),  # type: ignore[arg-type]
     ("and_masks", "type", lambda: and_masks(causal(), torch.ones(2, 2)), TypeError, r"and_masks takes one or more MaskRule; got \['Tensor'\]"),  # type: ignore[arg-type]
     ("or_masks", "type", lambda: or_masks(), TypeError, r"or_masks takes one or more MaskRule; got none"),
@@ -503,10 +503,9 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"attn_mask has dtype torch.int64, which is not supported"),
     ("check_chunk", "type", lambda: check_chunk(2.0), TypeError, r"chunk must be an int or None; got 2.0 of type float"),
     ("causal_mask", "value", lambda: causal_mask(4, chunk=-1), ValueError, r"chunk must be at least 1 position"),
-    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16),
-     is_causal=True, chunk=2, window=2), ValueError, r"chunk=2 and window=2 are two ways to limit the keys"),
-    ("MultiHeadAttention.forward", "value", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 2, 16), chunk=2),
-     ValueError, r"chunk=2 narrows the causal mask, so it needs is_causal=True"),
+    ("MultiHeadAttention.forward", "type", lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16),
+     attn_mask=[causal(), "chunk"]), TypeError, r"attn_mask must be a torch.Tensor, a MaskRule, a list of them or None; got str"),
+    ("same_chunk", "value", lambda: same_chunk(0), ValueError, r"chunk must be at least 1 position \(Llama 4 uses 8192\); got chunk=0"),
     ("HeadwiseGate", "value", lambda: HeadwiseGate(16, 0), ValueError, r"num_heads must be at least 1; got num_heads=0"),
     ("ElementwiseGate", "type", lambda: ElementwiseGate(16, 4, "4"), TypeError, r"head_dim must be an int; got '4' of type str"),  # type: ignore[arg-type]
     ("mha_to_gqa", "value", lambda: mha_to_gqa(MultiHeadAttention(16, 4, sinks=True), 2), ValueError,

@@ -65,7 +65,7 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
     want = mha.out_proj(want.transpose(1, 2).reshape(1, 5, 8).float())
     with torch.device(META):
         out, weights = mha(x, is_causal=True, need_weights=True)
-        windowed = mha(x, is_causal=True, window=2)
+        windowed = mha(x, attn_mask=sliding_window(2))
     torch.testing.assert_close(out, want)
     assert weights.device.type == "cpu" and windowed.device.type == "cpu"
     assert torch.equal(weights[0, 0] > 0, causal_mask(5, device="cpu"))
@@ -201,7 +201,7 @@ def _on_meta() -> dict[str, object]:
         ],
         "attention.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
         "attention.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
-        "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, is_causal=True, window=2),
+        "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, attn_mask=mk.sliding_window(2)),
         "attention.scaled_dot_product_attention": lambda: at.scaled_dot_product_attention(
             _meta(2, 3, 8), _meta(2, 5, 8), _meta(2, 5, 8), is_causal=True
         ),
@@ -338,7 +338,8 @@ def _cpu_cases() -> dict[str, object]:
     def mha():
         torch.manual_seed(0)
         m, x = MultiHeadAttention(8, 4, num_kv_heads=2), torch.randn(1, 5, 8)
-        return lambda: [m(x, is_causal=True), m(x, is_causal=True, window=2), *m(x, is_causal=True, need_weights=True)]
+        return lambda: [m(x, is_causal=True), m(x, attn_mask=sliding_window(2)),
+                        *m(x, is_causal=True, need_weights=True)]
 
     def mechanisms():
         from lessons_src.mechanisms import HeadwiseGate, PerHeadRMSNorm, ProjectionRMSNorm, Rotary, ValueRMSNorm

@@ -24,6 +24,7 @@ from lessons_src.masks import (
     prefix_lm_mask,
     same_chunk,
     same_document,
+    sliding_window,
 )
 from lessons_src.score_mods import Sinks
 
@@ -172,13 +173,11 @@ def test_every_implementation_attends_within_chunks(T: int, extra: int, chunk: i
 def test_chunk_and_window_are_refused_together_and_need_is_causal() -> None:
     with pytest.raises(ValueError, match=r"chunk=2 and window=3 are two ways to limit the keys"):
         causal_mask(4, chunk=2, window=3)
-    layer, x = MultiHeadAttention(4, 1), torch.randn(1, 3, 4)
-    with pytest.raises(ValueError, match=r"chunk=2 narrows the causal mask, so it needs is_causal=True"):
-        layer(x, chunk=2)
-    with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
-        layer(x, is_causal=True, chunk=0)
     with pytest.raises(ValueError, match=r"chunk must be at least 1 position .*; got chunk=0"):
         same_chunk(0)
+    q = torch.randn(1, 1, 4, 4)  # a chunk rule alone is not causal: the layer's chunked attention is causal & chunk
+    assert not torch.allclose(attention(q, q, q, attn_mask=same_chunk(2)).output,
+                              attention(q, q, q, attn_mask=causal() & same_chunk(2)).output)
 
 
 # --------------------------------------------------------------------------- packed documents and prefix LM
@@ -269,32 +268,26 @@ def test_every_implementation_takes_documents_and_prefix(T: int, extra: int, kin
 def test_documents_decoded_with_a_cache_equal_the_full_forward() -> None:
     """T != S: the ids cover the cached keys and the new token; decoding the last token of a packed row with a cache
     gives the full forward's last row."""
-    from lessons_src.attention import MultiHeadAttention
     from lessons_src.kv_cache import KVCache
 
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
     x, docs = torch.randn(2, 6, 16), torch.tensor([[0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 2, 2]])
     with torch.no_grad():
-        full = mha(x, is_causal=True, documents=docs)
+        full = mha(x, is_causal=True, attn_mask=same_document(docs))
         cache = KVCache(batch_size=2, num_kv_heads=2, head_dim=4, max_len=8)
-        mha(x[:, :5], is_causal=True, cache=cache, documents=docs[:, :5])
-        last = mha(x[:, 5:], is_causal=True, cache=cache, documents=docs)
+        mha(x[:, :5], is_causal=True, cache=cache, attn_mask=same_document(docs[:, :5]))
+        last = mha(x[:, 5:], is_causal=True, cache=cache, attn_mask=same_document(docs))
         wrong = mha(x, is_causal=True)  # without the ids the last token sees the other documents
     torch.testing.assert_close(last, full[:, 5:])
     assert (wrong[:, 5:] - full[:, 5:]).abs().max() > 1e-3
 
 
 def test_prefix_and_documents_refuse_what_they_cannot_mean() -> None:
-    from lessons_src.attention import MultiHeadAttention
 
     q, layer, x = torch.randn(1, 1, 3, 4), MultiHeadAttention(4, 1), torch.randn(1, 3, 4)
-    with pytest.raises(ValueError, match=r"prefix=2 widens the causal mask .* needs is_causal=True"):
-        layer(x, prefix=2)
-    with pytest.raises(ValueError, match=r"prefix=2 with window=2, chunk=None"):
-        layer(x, is_causal=True, prefix=2, window=2)
-    with pytest.raises(ValueError, match=r"prefix with documents: a prefix per packed document is not supported"):
-        layer(x, is_causal=True, prefix=2, documents=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"prefix_lm widens the causal mask .*or a causal rule"):
+        layer(x, attn_mask=prefix_lm(2) & sliding_window(2))  # a window would hide the prefix again
     with pytest.raises(ValueError, match=r"prefix_lm widens the causal mask .*without is_causal=True"):
         attention(q, q, q, is_causal=True, attn_mask=prefix_lm(2))  # the rule is causal after its prefix itself
     with pytest.raises(ValueError, match=r"documents give 4 positions but there are S=3 keys"):

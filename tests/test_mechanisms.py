@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from lessons_src.attention import ATTENTION_FUNCTIONS, MultiHeadAttention, attention
 from lessons_src.flash import tiled_attention_function
-from lessons_src.masks import causal_mask, sliding_window
+from lessons_src.masks import causal, causal_mask, same_chunk, sliding_window
 from lessons_src.mechanisms import (
     ElementwiseGate,
     HeadwiseGate,
@@ -85,7 +85,7 @@ def _compare(ours: MultiHeadAttention, ref: torch.nn.Module, x: torch.Tensor, ca
              window: int | None = None) -> None:
     """Outputs and the gradients of ``x`` and of each ``(our parameter, its parameter)`` pair."""
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = ours(xa, is_causal=True, window=window), call_ref(xb)
+    got, want = ours(xa, is_causal=True, attn_mask=None if window is None else sliding_window(window)), call_ref(xb)
     torch.testing.assert_close(got, want, **tol)
     upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(2), dtype=got.dtype)
     mine = torch.autograd.grad((got * upstream).sum(), [xa, *(a for a, _ in pairs)])
@@ -507,7 +507,8 @@ def test_chunked_attention_is_llama4s(impl: str) -> None:
     assert mask is not None
     freqs_cis = Llama4TextRotaryEmbedding(cfg)(x, positions)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = ours(xa, is_causal=True, chunk=4), ref(xb, position_embeddings=freqs_cis, attention_mask=mask)[0]
+    got, want = ours(xa, attn_mask=causal() & same_chunk(4)), ref(xb, position_embeddings=freqs_cis,
+                                                                  attention_mask=mask)[0]
     torch.testing.assert_close(got, want, **TOL32)
     torch.testing.assert_close(*(torch.autograd.grad(o.square().sum(), i)[0] for o, i in ((got, xa), (want, xb))),
                                **TOL32)
@@ -524,10 +525,10 @@ def test_chunked_layer_decodes_with_a_full_cache_as_the_full_pass() -> None:
     x = torch.randn(1, 11, D)
     cache = KVCache(1, K, E, max_len=11)
     with torch.no_grad():
-        full = layer(x, is_causal=True, chunk=3)
+        full = layer(x, attn_mask=causal() & same_chunk(3))
         steps, t = [], 0
         for n in (2, 1, 4, 1, 3):  # blocks inside a chunk, on its boundary and across two
-            steps.append(layer(x[:, t : t + n], is_causal=True, chunk=3, cache=cache, cache_position=t))
+            steps.append(layer(x[:, t : t + n], attn_mask=causal() & same_chunk(3), cache=cache, cache_position=t))
             t += n
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
 
@@ -607,7 +608,8 @@ def test_gemma4_layer_is_gemma4s(layer_type: str) -> None:
     with torch.no_grad():
         want = call_ref(x)
         for mutant in (_gemma4_ours(ref, layer_type, v_norm=False), _gemma4_ours(ref, layer_type, scale=None)):
-            assert (mutant(x, is_causal=True, window=window) - want).abs().max() > 0.05, mutant.mechanisms
+            rule = None if window is None else sliding_window(window)
+            assert (mutant(x, is_causal=True, attn_mask=rule) - want).abs().max() > 0.05, mutant.mechanisms
 
 
 def test_proportional_rope_is_gemma4s() -> None:

@@ -26,7 +26,7 @@ from lessons_src.lab.pattern_model import (
     olmo3_pattern,
     share_kv,
 )
-from lessons_src.masks import causal_mask
+from lessons_src.masks import causal_mask, sliding_window
 from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
 
 HF_KIND = {"sliding_attention": "window", "full_attention": "global", "chunked_attention": "chunk"}
@@ -275,7 +275,7 @@ def test_a_sharing_layer_is_gemma4s(layer: int) -> None:
     cache = KVCache(B, K, E, T, dtype=torch.float64)
     with torch.no_grad():
         producer(x_source, position_embeddings=(cos, sin), attention_mask=mask, shared_kv_states=shared)
-        mine(x_source, is_causal=True, window=window, cache=cache)
+        mine(x_source, is_causal=True, attn_mask=None if window is None else sliding_window(window), cache=cache)
     k, v = cache.k, cache.v  # (B, K, T, E): normed, rotated and cached once, by the producer
     torch.testing.assert_close((k, v), shared[kind], atol=1e-5, rtol=1e-5)
 

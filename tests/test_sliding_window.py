@@ -98,7 +98,7 @@ def test_tiled_skips_the_tiles_before_the_window() -> None:
 def test_tiled_with_a_window_equals_the_mask_with_small_blocks() -> None:
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 13, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    got = tiled_attention(q, k, v, is_causal=True, window=3, block_q=2, block_k=3).output
+    got = tiled_attention(q, k, v, attn_mask=sliding_window(3), block_q=2, block_k=3).output
     torch.testing.assert_close(got, sdpa_reference(q, k, v, reference_mask(13, 13, 3)))
 
 
@@ -109,10 +109,10 @@ def test_module_decodes_with_a_window_through_a_cache() -> None:
     mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
     x = torch.randn(1, 9, 16)
     with torch.no_grad():
-        full = mha(x, is_causal=True, window=3)
+        full = mha(x, attn_mask=sliding_window(3))
         cache = KVCache(1, 2, 4, 9)
-        steps = [mha(x[:, :5], is_causal=True, window=3, cache=cache)]
-        steps += [mha(x[:, t : t + 1], is_causal=True, window=3, cache=cache) for t in range(5, 9)]
+        steps = [mha(x[:, :5], attn_mask=sliding_window(3), cache=cache)]
+        steps += [mha(x[:, t : t + 1], attn_mask=sliding_window(3), cache=cache) for t in range(5, 9)]
     torch.testing.assert_close(torch.cat(steps, 1), full)
     assert not torch.allclose(full, mha(x, is_causal=True))  # the window changed something
 
@@ -123,13 +123,11 @@ def test_module_decodes_with_a_window_through_a_cache() -> None:
     (lambda: causal_mask(4, sinks=1), ValueError, r"sinks=1 only means something with a window"),
     (lambda: causal_mask(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
     (lambda: check_window(-3), ValueError, r"got window=-3"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), window=2),
-     ValueError, r"window=2 narrows the causal mask, so it needs is_causal=True \(or pass an attn_mask\)"),
+    (lambda: sliding_window(2.0), TypeError, r"window must be an int or None; got 2.0"),
     (lambda: prepare_mask(sliding_window(0), is_causal=True, shape=(1, 1, 2, 2), dtype=torch.float32,
                           device=torch.device("cpu")), ValueError, r"window must be at least 1"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), is_causal=True, window=-1), ValueError, r"got window=-1"),
-    (lambda: tiled_attention(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4),
-                             is_causal=True, window=True), TypeError, r"window must be an int or None; got True"),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), attn_mask=sliding_window(-1)), ValueError, r"got window=-1"),
+    (lambda: sliding_window(True), TypeError, r"window must be an int or None; got True"),
 ])
 def test_bad_windows_get_clear_errors(call, error, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=match):
