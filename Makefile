@@ -16,12 +16,22 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export NO_MKDOCS_2_WARNING := 1
 # The lessons' blocks and the tests run tiny tensors, for which a second intra-op thread costs more CPU than it
-# saves, and `make test` runs two steps at a time on two cores: its steps, the builds and the writer's loop run
-# one thread per process (a strict build took 109 CPU-s and 155 s with it, 131 CPU-s and 177 s without, side by
-# side with other work). `make bench` and `make train` keep their own settings.
+# saves (it mostly spins), and `make test` runs two steps at a time on two cores: its steps, the builds and the
+# writer's loop run one thread per process. `make bench` and `make train` keep their own settings.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: deps help serve build postbuild build-properdocs canary-zensical lab-address build-again test test-gpu test-triton bench-gpu test-reproducible test-steps test-build test-browser test-browser-live test-browser-widgets test-unit-processes test-unit test-lint test-site-check lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model bench-long-context bench-flex bench-sparse exercises clean distclean lock train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate parallel
+# Every target names an action, not a file. Set-up, the site and the learner's and writer's tools:
+.PHONY: help deps serve build postbuild lab-address exercises lock clean distclean
+# make test, its steps (run two at a time), and the suites they run, each also usable alone:
+.PHONY: test test-steps test-build test-lint test-browser test-unit test-site-check test-browser-live \
+	test-browser-widgets test-unit-processes
+.PHONY: lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets
+# Outside make test: the reproducibility build, the Triton kernels, the GPU, the other generators:
+.PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
+# Measurements and training, run by hand:
+.PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
+	bench-long-context bench-flex bench-sparse parallel
+.PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -92,9 +102,9 @@ canary-zensical: .venv-zensical/.installed $(DEPS) $(NODE_DEPS) ## Build the sit
 		--out docs/_data/generators/zensical.json
 
 # Reproducible builds: a second, independent strict build (every block run again) compared with site/ byte for
-# byte by tests/site/test_reproducible.py. It is a second full build (about 105 CPU-s), so it runs outside `make
-# test`'s 10-minute budget, after it: `.ci/run` and the workflow run it next, as they run `make test-triton`. Alone
-# (no SITE_AGAIN), the test builds the second site itself.
+# byte by tests/site/test_reproducible.py. A second full build would double the build's share of `make test`'s
+# budget, so it runs after it: `.ci/run` and the workflow run it next, then `make test-triton`. Alone (no
+# SITE_AGAIN), the test builds the second site itself.
 SITE_AGAIN := .cache/site-again
 REPRODUCIBLE_TESTS := tests/site/test_reproducible.py
 build-again: $(DEPS) $(NODE_DEPS)
@@ -151,7 +161,7 @@ browser-widgets: $(DEPS) $(NODE_DEPS)
 # and the multi-process unit tests go last. Each step's output is printed when it ends, with when it started
 # and ended; the first failure stops `make test` (the steps already running finish). The second build that
 # checks the site is reproducible is not a step: `make test-reproducible`, after `make test` in CI.
-test: $(DEPS) $(NODE_DEPS) ## Lint, unit tests, strict build, site and browser checks; CI runs it, then test-reproducible and test-triton (budget: 10 min)
+test: $(DEPS) $(NODE_DEPS) ## Lint, unit tests, strict build, site and browser checks; CI runs it first (budget: 10 min on 2 cores)
 	@rm -rf $(CHECKS)
 	@$(ONE_THREAD) MAKE_TEST_START=$$(date +%s) $(MAKE) --no-print-directory -j2 --output-sync=target test-steps
 
@@ -183,8 +193,8 @@ test-gpu: ## The core on a CUDA GPU in float32, float16 and bfloat16 against flo
 	@python3 -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
 	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py tests/test_triton_flash.py
 
-# Triton (the [triton] extra: a 188 MB wheel, about 600 MB installed) goes into a folder of its own, not .venv, so
-# `make test` never imports it. Its interpreter runs the kernels on CPU tensors; CI runs this after `make test`.
+# Triton (the [triton] extra, a large install) goes into a folder of its own, not .venv, so `make test` never
+# imports it and `make serve` never waits for it. Its interpreter runs the kernels on CPU tensors, so CI needs no GPU.
 TRITON_SITE := .cache/triton-site
 $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	rm -rf $(TRITON_SITE)
@@ -222,49 +232,49 @@ bench-site: $(DEPS) $(NODE_DEPS) ## Build time and Lighthouse (mobile, median of
 bench-live-model: $(DEPS) $(NODE_DEPS) ## Time the live model page in Chromium (forward pass, head toggle; after build)
 	$(BIN)/python tools/bench/bench_live_model.py
 
-bench-mha-ways: $(DEPS) ## Only the common ways of writing MHA (Raschka's setup), eager and compiled (~20 min)
+bench-mha-ways: $(DEPS) ## Only the common ways of writing MHA (Raschka's setup), eager and compiled (the longest bench)
 	$(BIN)/python tools/bench/bench_mha_ways.py
 
-bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (minutes per call; ~18 GiB peak, eager forward+backward)
+bench-flash: $(DEPS) ## Only tiled attention vs eager and SDPA at T=8192 (eager keeps the T x T weights for backward: much memory)
 	$(BIN)/python tools/bench/bench_flash.py
 
-bench-mechanisms: $(DEPS) ## Only today's mechanisms (QK-norm, gates, sinks, cap) against plain MHA (~3 min)
+bench-mechanisms: $(DEPS) ## Only today's mechanisms (QK-norm, gates, sinks, cap) against plain MHA
 	$(BIN)/python tools/bench/bench_mechanisms.py
 
-bench-patterns: $(DEPS) ## Only layer patterns (window, chunk, shared KV) against all-global decoding, 1K-32K cached (~1 min)
+bench-patterns: $(DEPS) ## Only layer patterns (window, chunk, shared KV) against all-global decoding, 1K-32K cached
 	$(BIN)/python tools/bench/bench_patterns.py
 
 bench-flex: $(DEPS) ## Only compiled FlexAttention vs SDPA with the dense mask, four masks, T = 1K-8K (compiles each)
 	$(BIN)/python tools/bench/bench_flex.py
 
-bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S = 8192: a decoding step, a prefill (~2 min)
+bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S = 8192: a decoding step, a prefill
 	$(BIN)/python tools/bench/bench_sparse.py
 
-bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding (~3 min)
+bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding
 	$(BIN)/python tools/bench/bench_long_context.py
 
-train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU, a few minutes)
+train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artifacts/ (seeded, CPU)
 	$(BIN)/python tools/train/train_induction.py
 
-train-check: $(DEPS) ## Retrain the induction model from its seed in a temporary folder: the same heads as committed? (a minute)
+train-check: $(DEPS) ## Retrain the induction model from its seed in a temporary folder: the same heads as committed?
 	FULL_RETRAIN=1 $(PYTEST) tests/test_toy_models.py -k retraining
 
-train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with head snapshots, into lessons_src/lab/artifacts/ (seeded, 1 thread, ~10 CPU min)
+train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with head snapshots, into lessons_src/lab/artifacts/ (seeded, 1 thread)
 	$(BIN)/python tools/train/train_text.py
 
-train-qk-norm: $(DEPS) ## Retrain the text model with and without QK-norm, 3 learning rates x 2 seeds (600 steps each, 2 at a time, ~30 min)
+train-qk-norm: $(DEPS) ## Retrain the text model with and without QK-norm, 3 learning rates x 2 seeds (600 steps each, 2 at a time)
 	$(BIN)/python tools/train/train_qk_norm.py
 
-train-indexer: $(DEPS) ## Fit a lightning indexer to each layer of the frozen text model; loss and weight kept against k (seeded, ~3 CPU min)
+train-indexer: $(DEPS) ## Fit a lightning indexer to each layer of the frozen text model; loss and weight kept against k (seeded)
 	$(BIN)/python tools/train/train_indexer.py
 
-train-hybrids: $(DEPS) ## Train all-linear, 3:1 hybrid and all-attention models on the copy task; accuracy against distance (seeded, 1 thread, each under 10 CPU min)
+train-hybrids: $(DEPS) ## Train all-linear, 3:1 hybrid and all-attention models on the copy task; accuracy against distance (seeded, 1 thread)
 	$(BIN)/python tools/train/train_hybrids.py
 
-train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded, minutes)
+train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded)
 	$(BIN)/python tools/train/train_one_vs_many.py
 
-ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/ (seconds)
+ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/
 	$(BIN)/python tools/train/ablate_minilm.py
 
 parallel: $(DEPS) ## Tensor-parallel, Ulysses and ring attention in 2 and 4 local processes (gloo), checked and counted

@@ -27,8 +27,8 @@ the page, that a prose edit runs no block, and that a key of the block's source 
 
 The outputs are stored under ``$SITE_DEV_CACHE/<fingerprint>/``, each written whole (renamed into place); when
 a serve starts or the inputs change, the folders of all but the four fingerprints used last are deleted.
-What no key can see: state one page's blocks leave for another's (a block must set its own seed, as the
-README asks), and the hooks' own code (MkDocs loads the hooks once per ``mkdocs serve``: restart it).
+What no key can see: state one page's blocks leave for another's (a block must set its own seed, as
+CONTRIBUTING.md asks), and the hooks' own code (MkDocs loads the hooks once per ``mkdocs serve``: restart it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One head vs many at the same d_model (``make heads-sweep``): train h = 1, 2, 4, 8 on the neighbour-pair task.
+"""One head vs many at the same d_model (``make train-heads``): train h = 1, 2, 4, 8 on the neighbour-pair task.
 
 Every model has one block (our MultiHeadAttention, bidirectional, then a ReLU MLP) with the same
 d_model, so the same number of parameters; only how d_model is split into heads differs. Each head count
