@@ -15,10 +15,10 @@ Why pieces and not flags: each change has its own weights, and the models disagr
 (Gemma's norms multiply by ``1 + w``, OLMo's normalise the whole projection, Llama 4 Scout's have no weight);
 a piece carries its details with it, the plain layer's code stays what it was (an absent piece is
 ``None`` and costs one ``if``), and a reader copies only the pieces a model uses. The two changes that
-act *inside* the softmax, the soft-cap and the sinks, are not pieces: they are arguments of
-:func:`lessons_src.attention.attention` (``softcap=``, ``sinks=``; their code is in
-:mod:`lessons_src.score_mods`) so that every implementation (``"sdpa"``, ``"eager"``, ``"tiled"``) honours
-them; the layer passes them on (``softcap=50.0``, and ``sinks=True`` for a learned logit per head).
+act *inside* the softmax, the soft-cap and the sinks, are not pieces of the layer: they are the score
+changes :func:`lessons_src.attention.attention` takes (``score_mods=[SoftCap(c), Sinks(logits)]``; their code
+is in :mod:`lessons_src.score_mods`), which each implementation declares it supports; the layer is given them
+as ``softcap=50.0`` and ``sinks=True`` (a learned logit per head).
 
 Where they live: this file needs only ``rope.py``, and ``attention.py`` never imports it (a layer calls the
 piece it is given: ``qk_norm(q, k)``, ``v_norm(v)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``

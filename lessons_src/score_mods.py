@@ -1,7 +1,8 @@
 """The two changes of 2024-26 that act *inside* the softmax: the soft-cap and the learned sinks.
 
-Every implementation of :func:`lessons_src.attention.attention` honours them (``softcap=``, ``sinks=``), so
-they are checked here once and their fiddly parts live here, beside each other:
+:func:`lessons_src.attention.attention` takes them as pieces, ``score_mods=[SoftCap(c), Sinks(logits)]``, and
+hands each implementation that declares them ``softcap=`` and ``sinks=``; they are checked here once and their
+fiddly parts live here, beside each other:
 
 * **soft-cap** (Gemma 2): the scaled scores pass through ``c * tanh(s / c)`` (:func:`soft_cap`), which keeps
   every finite score inside ``(-c, c)``. It comes *before* the mask: a cap applied to a hidden key's ``-inf`` would
