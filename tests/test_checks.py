@@ -127,6 +127,17 @@ def test_one_large_value_does_not_hide_a_wrong_small_one():
         close("grads", wrong, grads)
 
 
+def test_close_reports_the_relative_difference_where_rtol_bounds_it(capsys):
+    """An entry near zero may differ by much of itself and still pass on atol: "rel" is taken where rtol sets the
+    bound, so a page never prints a large "rel" beside "yes" (a reader took "rel 4.5e-02 ... yes" for a
+    contradiction)."""
+    close("x", torch.tensor([1.0, 1.2e-7], dtype=torch.float64), torch.tensor([1.0, 1e-7], dtype=torch.float64))
+    out = capsys.readouterr().out
+    assert "rel 0.0e+00" in out and "rel 2.0e-01" not in out, out
+    close("x", torch.tensor([1.0 + 5e-6, 1.2e-7], dtype=torch.float64), torch.tensor([1.0, 1e-7], dtype=torch.float64))
+    assert "rel 5.0e-06" in capsys.readouterr().out  # the entry rtol bounds
+
+
 def test_close_prints_the_largest_relative_error(capsys):
     close("x", torch.tensor([1.0, 2.0 + 4e-6]), torch.tensor([1.0, 2.0]), rtol=1e-5, atol=0)
     out = capsys.readouterr().out

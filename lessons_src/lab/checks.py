@@ -141,8 +141,10 @@ def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: flo
         atol: absolute tolerance, for entries near zero; when values are large, derive it from their scale
             (``atol=1e-6 * want.abs().max()``, say) and print it.
 
-    It prints the largest absolute difference and the largest relative one (over entries where ``want`` is
-    not zero) and returns nothing, so a notebook cell that ends with it shows only the printed lines.
+    It prints the largest absolute difference and the largest relative one, over the entries whose bound
+    ``rtol`` sets (``rtol * |want| >= atol``: near zero ``atol`` does, and a large relative difference there
+    would read as a contradiction of "yes"), and returns nothing, so a notebook cell that ends with it shows
+    only the printed lines.
 
     Raises:
         CheckFailed: the structures or shapes differ, nothing is compared, the non-finite entries differ, or an
@@ -177,9 +179,9 @@ def close(what: str, got: object, want: object, *, rtol: float = 1e-5, atol: flo
                               f"{w64[at].item():.6g}: |diff| {diff[at].item():.2e} > {allowed[at].item():.2e} "
                               f"(atol {atol:g} + rtol {rtol:g} × |want|)")
         worst = max(worst, diff.max().item())
-        nonzero = finite & (w64 != 0)
-        if nonzero.any():
-            rel = max(rel, (diff[nonzero] / w64[nonzero].abs()).max().item())
+        relative = finite & (w64 != 0) & (rtol * w64.abs() >= atol)  # where rtol, not atol, sets the bound
+        if relative.any():
+            rel = max(rel, (diff[relative] / w64[relative].abs()).max().item())
     detail = f"max |diff| {worst:.1e}, rel {rel:.1e}\nallowed {atol:g} + {rtol:g}·|want|"
     if nonfinite:
         detail += f"\n{nonfinite} inf/NaN in the same places"
