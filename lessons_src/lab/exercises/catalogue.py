@@ -403,8 +403,7 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "sink_attention", "Attention with a learned sink",
-            Link("lessons/reading-a-real-model.md", "where-the-other-pieces-go",
-                 "Reading a real model's attention: where the other pieces go"),
+            Link("lessons/sinks-and-gates.md", "a-sink-you-can-learn", "Sinks you can learn, and gates: a sink"),
             ("Masked scores as usual, `(B, H, T, S)`; head `h`'s sink logit is one more column: "
              "`sinks[:, None, None].expand(B, H, T, 1)`.",
              "Concatenate it after the keys' columns and take the softmax over all `S + 1`.",
