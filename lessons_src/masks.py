@@ -291,53 +291,63 @@ def prefix_lm(prefix: int | Tensor | Sequence[int], *, device: torch.device | st
     """A prefix LM: causal, and every query sees the first ``prefix`` keys (``kv <= q`` or ``kv < prefix[b]``).
 
     ``prefix``: one length for the batch or one per sequence, ``0 .. S``; the queries are the last ``T <= S``
-    positions. ``device``: where the mask will be built, for lengths given as ints (a tensor stays where it is).
+    positions. Lengths given as ints go wherever the mask is built (``device`` only says where to keep them
+    until then); a tensor must already be on the mask's device.
     """
-    one = not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool)
-    if one:
-        P = _length("prefix", prefix)
+    if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool):
+        P = _length("prefix", prefix)  # one int for the batch: no tensor, no device
 
         def no_longer(B: int, T: int, S: int, device: torch.device) -> None:
             if P > S:
                 raise ValueError(f"prefix={P} is longer than the S={S} keys; use 0 .. {S}")
 
-        checks: tuple[Check, ...] = (no_longer,)
-        lengths = torch.full((1,), P, device=device)
-    else:
-        t = _int_tensor(prefix, device)  # type: ignore[arg-type]
-        if t is None or t.ndim != 1 or t.numel() == 0:
-            raise TypeError(f"prefix must be an int, or a 1-D list of ints (one per sequence); got {prefix!r}")
-        lengths = t
-        checks = (_in_range("prefix length", t, 0), _per_sequence("prefix", t.numel()))
-    checks += (_on_device("prefix lengths", lengths),)
-
-    def queries_in_keys(B: int, T: int, S: int, device: torch.device) -> None:
-        if not 1 <= T <= S:
-            raise ValueError(f"a prefix LM needs 1 <= T <= S (the queries are the last T of S positions); "
-                             f"got T={T}, S={S}")
+        return MaskRule("prefix_lm", lambda b, h, q, kv: (kv <= q) | (kv < P), (_queries_in_keys, no_longer),
+                        widens_causal=True)
+    t = _int_tensor(prefix, device)  # type: ignore[arg-type]
+    if t is None or t.ndim != 1 or t.numel() == 0:
+        raise TypeError(f"prefix must be an int, or a 1-D list of ints (one per sequence); got {prefix!r}")
+    lengths = _per_row(t, given=isinstance(prefix, Tensor))
 
     def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        return (kv <= q) | (kv < lengths[b if lengths.numel() > 1 else torch.zeros_like(b)])
+        return (kv <= q) | (kv < lengths(b, kv))
 
-    return MaskRule("prefix_lm", rule, (queries_in_keys, *checks), widens_causal=True)
+    checks: tuple[Check, ...] = (_queries_in_keys, _in_range("prefix length", t, 0), _per_sequence("prefix", t.numel()))
+    if isinstance(prefix, Tensor):
+        checks += (_on_device("prefix lengths", t),)
+    return MaskRule("prefix_lm", rule, checks, widens_causal=True)
+
+
+def _queries_in_keys(B: int, T: int, S: int, device: torch.device) -> None:
+    if not 1 <= T <= S:
+        raise ValueError(f"a prefix LM needs 1 <= T <= S (the queries are the last T of S positions); "
+                         f"got T={T}, S={S}")
+
+
+def _per_row(t: Tensor, *, given: bool) -> Callable[[Tensor, Tensor], Tensor]:
+    """``t[b]`` (one length for all rows when ``t`` has one), on ``kv``'s device when the package made ``t`` from
+    ints; a tensor the caller gave is used where it is (its rule checks the device)."""
+    def lengths(b: Tensor, kv: Tensor) -> Tensor:
+        on = t if given else t.to(kv.device)
+        return on[b if t.numel() > 1 else torch.zeros_like(b)]
+    return lengths
 
 
 def padding(lengths: Tensor | Sequence[int], *, device: torch.device | str | None = None) -> MaskRule:
     """Sequence ``b`` keeps only its first ``lengths[b]`` keys: ``kv < lengths[b]`` (each from 1 to ``S``).
 
-    ``device``: where the mask will be built, for lengths given as a list (a tensor stays where it is).
+    Lengths given as a list go wherever the mask is built (``device`` only says where to keep them until then); a
+    tensor must already be on the mask's device.
     """
     t = _int_tensor(lengths, device)
     if t is None:
         raise TypeError(f"lengths must be integers; got {lengths!r}")
     if t.ndim != 1 or t.numel() == 0:
         raise ValueError(f"lengths must be a non-empty 1-D list of sequence lengths; got shape {tuple(t.shape)}")
-
-    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        return kv < t[b]
-
-    checks = (_in_range("length", t, 1), _per_sequence("lengths", t.numel()), _on_device("lengths", t))
-    return MaskRule("padding", rule, checks)
+    row = _per_row(t, given=isinstance(lengths, Tensor))
+    checks: tuple[Check, ...] = (_in_range("length", t, 1), _per_sequence("lengths", t.numel()))
+    if isinstance(lengths, Tensor):
+        checks += (_on_device("lengths", t),)
+    return MaskRule("padding", lambda b, h, q, kv: kv < row(b, kv), checks)
 
 
 def mask_tensor(rule: MaskRule, T: int, S: int | None = None, *, B: int = 1, H: int = 1,

@@ -19,6 +19,8 @@ from lessons_src.masks import (
     chunk_mask,
     combine_masks,
     document_mask,
+    mask_tensor,
+    padding,
     padding_mask,
     prefix_lm,
     prefix_lm_mask,
@@ -294,3 +296,15 @@ def test_prefix_and_documents_refuse_what_they_cannot_mean() -> None:
         attention(q, q, q, is_causal=True, attn_mask=same_document(torch.zeros(4, dtype=torch.long)))
     with pytest.raises(ValueError, match=r"T=4 queries must be the last of the S=3 positions"):
         document_mask(torch.zeros(3, dtype=torch.long), T=4)
+
+
+def test_lengths_given_as_ints_follow_the_mask_to_its_device() -> None:
+    """An int prefix or a list of lengths has no device: the rule works wherever the mask is built (the queries'
+    device), as `attention(..., prefix=2)` did; a tensor the caller placed elsewhere is still refused by name."""
+    for rule in (prefix_lm(2), prefix_lm([1, 2]), padding([2, 3])):
+        keep = mask_tensor(rule, 3, 4, B=2, device="meta")
+        assert keep.device.type == "meta" and keep.shape[-2:] == (3, 4)
+    with pytest.raises(ValueError, match=r"lengths are on cpu but the mask is built on meta"):
+        mask_tensor(padding(torch.tensor([2, 3])), 1, 4, B=2, device="meta")
+    torch.testing.assert_close(mask_tensor(prefix_lm([1, 2]), 3, 4, B=2)[:, 0],
+                               prefix_lm_mask(3, 4, prefix=[1, 2])[:, 0])
