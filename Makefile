@@ -112,7 +112,7 @@ build-again: $(DEPS) $(NODE_DEPS)
 	$(ONE_THREAD) $(BIN)/mkdocs build --strict --quiet --site-dir $(SITE_AGAIN)
 test-reproducible: build-again ## Build the site again and compare it with site/ byte for byte (after make build; CI runs it after make test)
 	@[ -f site/index.html ] || { echo "test-reproducible compares with site/: run make build first" >&2; exit 2; }
-	SITE_AGAIN=$(SITE_AGAIN) $(PYTEST) $(REPRODUCIBLE_TESTS) --list-checks $(CHECKS)/reproducible.txt
+	SITE_AGAIN=$(SITE_AGAIN) $(PYTEST) $(REPRODUCIBLE_TESTS) --list-checks=$(CHECKS)/reproducible.txt
 
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
 	$(BIN)/ruff check lessons_src tests tools
@@ -125,22 +125,22 @@ CHECKS := .cache/checks
 PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 
 unit: $(DEPS) ## Unit tests of lessons_src
-	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks $(CHECKS)/unit.txt
+	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks=$(CHECKS)/unit.txt
 
 # `make test` runs the unit tests in two steps: the multi-process ones (they start 2 and 4 Python processes joined
 # by gloo) last, after the site checks, the rest before them.
 UNIT_PROCESSES := tests/test_parallel.py
 unit-rest: $(DEPS)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser $(addprefix --ignore=,$(UNIT_PROCESSES)) \
-		--list-checks $(CHECKS)/unit.txt
+		--list-checks=$(CHECKS)/unit.txt
 unit-processes: $(DEPS)
-	$(PYTEST) $(UNIT_PROCESSES) --list-checks $(CHECKS)/unit-processes.txt
+	$(PYTEST) $(UNIT_PROCESSES) --list-checks=$(CHECKS)/unit-processes.txt
 
 site-check: $(DEPS) $(NODE_DEPS) ## Checks on the built site/: links, snippets, claims, pages (run after build; make test-reproducible: the second build)
-	$(PYTEST) -n 2 tests/site $(addprefix --ignore=,$(REPRODUCIBLE_TESTS)) --list-checks $(CHECKS)/site.txt
+	$(PYTEST) -n 2 tests/site $(addprefix --ignore=,$(REPRODUCIBLE_TESTS)) --list-checks=$(CHECKS)/site.txt
 
 browser: $(DEPS) $(NODE_DEPS) ## Real-browser tests of site/ in Debian's Chromium: pages, axe-core, widgets (after build)
-	$(PYTEST) tests/browser --list-checks $(CHECKS)/browser.txt
+	$(PYTEST) tests/browser --list-checks=$(CHECKS)/browser.txt
 
 # `make test` runs the browser tests in three parts: the pages' checks, then the live models' tests, in one slot;
 # the widgets' tests (they open pages of their own, not the shared view) in the other.
@@ -148,11 +148,11 @@ LIVE_BROWSER_TESTS := tests/browser/test_live_model.py tests/browser/test_live_t
 WIDGET_BROWSER_TESTS := tests/browser/test_widgets.py
 browser-pages: $(DEPS) $(NODE_DEPS)
 	$(PYTEST) tests/browser $(addprefix --ignore=,$(LIVE_BROWSER_TESTS) $(WIDGET_BROWSER_TESTS)) \
-		--list-checks $(CHECKS)/browser.txt
+		--list-checks=$(CHECKS)/browser.txt
 browser-live: $(DEPS) $(NODE_DEPS)
-	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks $(CHECKS)/browser-live.txt
+	$(PYTEST) $(LIVE_BROWSER_TESTS) --list-checks=$(CHECKS)/browser-live.txt
 browser-widgets: $(DEPS) $(NODE_DEPS)
-	$(PYTEST) $(WIDGET_BROWSER_TESTS) --list-checks $(CHECKS)/browser-widgets.txt
+	$(PYTEST) $(WIDGET_BROWSER_TESTS) --list-checks=$(CHECKS)/browser-widgets.txt
 
 # `make test` keeps both cores busy: it runs these steps two at a time (make -j2), each as soon as what it
 # reads exists and a slot is free, in the order listed: the strict build beside lint and the unit tests (they need
@@ -202,7 +202,7 @@ $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	touch $@
 test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
 	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
-		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" --list-checks $(CHECKS)/triton.txt
+		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" --list-checks=$(CHECKS)/triton.txt
 
 # Like test-gpu: the GPU machine's own python3, with its CUDA torch and Triton.
 bench-gpu: ## On a CUDA GPU: the Triton kernel vs SDPA's FlashAttention and the tiled loop, T = 1K-16K (writes docs/_data/bench/gpu.json)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -669,7 +669,7 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights, in training mode only.
         implementation: the attention function :meth:`forward` runs by default, a name in
             :data:`ATTENTION_FUNCTIONS` (``"sdpa"``: the fused kernel). Every implementation accepts the
-            same inputs and gives the same answer; ``need_weights=True`` runs ``"eager"``, which returns them.
+            same inputs and gives the same answer; :meth:`with_weights` runs ``"eager"``, which returns the weights.
         qk_norm: a QK-norm piece from :mod:`lessons_src.mechanisms` (``PerHeadRMSNorm``,
             ``ProjectionRMSNorm``, ``WeightlessRMSNorm``): ``(q, k) -> (q, k)``, before ``rope``.
         v_norm: a value norm (``ValueRMSNorm``, Gemma 4): ``v -> v``, before the values are cached.
@@ -840,34 +840,6 @@ class MultiHeadAttention(nn.Module):
         H, K = self.num_heads, self.num_kv_heads
         return self._split_heads(q, H), self._split_heads(k, K), self._split_heads(v, K)
 
-    @overload
-    def forward(
-        self,
-        x: Tensor,
-        context: Tensor | None = ...,
-        *,
-        attn_mask: MaskLike = ...,
-        is_causal: bool = ...,
-        need_weights: Literal[False] = ...,
-        cache: KVCache | None = ...,
-        cache_position: int | None = ...,
-        implementation: str | None = ...,
-    ) -> Tensor: ...
-
-    @overload
-    def forward(
-        self,
-        x: Tensor,
-        context: Tensor | None = ...,
-        *,
-        attn_mask: MaskLike = ...,
-        is_causal: bool = ...,
-        need_weights: Literal[True],
-        cache: KVCache | None = ...,
-        cache_position: int | None = ...,
-        implementation: str | None = ...,
-    ) -> tuple[Tensor, Tensor]: ...
-
     def forward(
         self,
         x: Tensor,
@@ -875,11 +847,10 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: MaskLike = None,
         is_causal: bool = False,
-        need_weights: bool = False,
         cache: KVCache | None = None,
         cache_position: int | None = None,
         implementation: str | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    ) -> Tensor:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
         Args:
@@ -891,8 +862,6 @@ class MultiHeadAttention(nn.Module):
                 included, ``prefix_lm(p)``), or a list of them; a cache still keeps every position.
             is_causal: hide future keys, aligned bottom-right (see :func:`attention`); combines with
                 ``attn_mask``.
-            need_weights: also return the attention weights ``(B, H, T, S)``; runs the ``"eager"``
-                implementation, which builds them (the answer is the same).
             cache: a :class:`lessons_src.kv_cache.KVCache` for incremental self-attention decoding, for
                 inference only (under ``torch.no_grad()``): the new keys and values are appended and
                 ``x`` attends to everything cached (``S`` = cached + ``T``). Prefill a prompt into an
@@ -902,20 +871,22 @@ class MultiHeadAttention(nn.Module):
                 tokens to a non-empty cache (a prompt in chunks); it must equal ``cache.length``. A new
                 prompt needs ``cache.reset()`` first: several tokens arriving at a non-empty cache
                 without ``cache_position`` are refused rather than attending to a stale prompt.
-            implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``
-                (or ``"eager"`` with ``need_weights``).
+            implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``.
 
         Returns:
-            ``output`` ``(B, T, D)``, or ``(output, weights)`` with ``need_weights=True``.
+            ``output`` ``(B, T, D)``. :meth:`with_weights` also returns the attention weights.
 
         Raises:
             ValueError: if ``x`` or ``context`` is not 3-D, their batch or width is wrong, their dtype or
                 device differs from the module's (outside autocast), the mask's dtype, device or shape is
                 not accepted, ``cache`` is combined with ``context``, a cached prompt is not causal, a
                 multi-token input meets a non-empty cache without ``cache_position``, or the cache does
-                not fit (see :meth:`lessons_src.kv_cache.KVCache.update`); if the implementation
-                does not return weights but ``need_weights`` is set.
+                not fit (see :meth:`lessons_src.kv_cache.KVCache.update`).
             TypeError: if ``cache`` is not a :class:`lessons_src.kv_cache.KVCache` (checked before it is touched).
+
+        Positions: the new tokens sit at ``cache.length ..`` (``0 ..`` without a cache), one position list for
+        every row. Positions given per row and per token (a padded batch) will enter as one more keyword,
+        ``positions`` ``(B, T)``, handed to ``rope`` in place of ``start``: an argument, not a second signature.
 
         Example:
             >>> from lessons_src.kv_cache import KVCache
@@ -927,10 +898,40 @@ class MultiHeadAttention(nn.Module):
             >>> y.shape, cache.length
             (torch.Size([1, 1, 16]), 6)
         """
+        impl = self.implementation if implementation is None else implementation
+        return self._attend(x, context, attn_mask, is_causal, cache, cache_position, impl, weights=False)[0]
+
+    def with_weights(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        attn_mask: MaskLike = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        cache_position: int | None = None,
+        implementation: str = "eager",
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`forward`, also returning the attention weights ``(B, H, T, S)``: what a head looked at.
+
+        The arguments are :meth:`forward`'s. The weights exist only where an implementation builds them:
+        ``"eager"`` does (the default here; the output equals the fused kernel's); another is refused by
+        name unless it was registered with ``Supports(weights=True)``.
+
+        Example:
+            >>> out, w = MultiHeadAttention(8, 2).with_weights(torch.randn(1, 5, 8), is_causal=True)
+            >>> tuple(out.shape), tuple(w.shape), bool(w[0, 0, 0, 1:].eq(0).all())
+            ((1, 5, 8), (1, 2, 5, 5), True)
+        """
+        out, weights = self._attend(x, context, attn_mask, is_causal, cache, cache_position, implementation,
+                                    weights=True)
+        assert weights is not None  # check_supports refused an implementation without weights
+        return out, weights
+
+    def _attend(self, x: Tensor, context: Tensor | None, attn_mask: MaskLike, is_causal: bool,
+                cache: KVCache | None, cache_position: int | None, impl: str, *,
+                weights: bool) -> tuple[Tensor, Tensor | None]:
         self._check_inputs(x, context)
-        if not isinstance(need_weights, bool):
-            raise TypeError(f"need_weights must be True or False; got {need_weights!r}")
-        impl = implementation or ("eager" if need_weights else self.implementation)
         _check_implementation(impl)
         B, T, _ = x.shape
         if cache is not None:
@@ -962,7 +963,7 @@ class MultiHeadAttention(nn.Module):
             if mask.mask is not None and mask.mask.dtype != torch.bool and mask.mask.dtype != q.dtype:
                 mask = replace(mask, mask=mask.mask.to(q.dtype))
             scale = 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
-            check_supports(impl, mask=_beyond_causal(mask), dropout=dropout_p, weights=need_weights, **mods)
+            check_supports(impl, mask=_beyond_causal(mask), dropout=dropout_p, weights=weights, **mods)
             result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=scale, dropout_p=dropout_p, **mods)
         except BaseException:
             if cache is not None:
@@ -970,11 +971,7 @@ class MultiHeadAttention(nn.Module):
             raise
         heads = result.output if self.gate is None else self.gate(x, result.output)  # (B, H, T, E)
         y = heads.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
-        out: Tensor = self.out_proj(y)  # (B, T, D)
-        if need_weights:
-            assert result.weights is not None
-            return out, result.weights
-        return out
+        return self.out_proj(y), result.weights  # (B, T, D), (B, H, T, S) or None
 
     def _check_cache(self, cache: KVCache, T: int, is_causal: bool, attn_mask: MaskLike,
                      context: Tensor | None, cache_position: int | None) -> None:

@@ -51,7 +51,7 @@ from .attention import (
     prepare_mask,
     register_attention,
 )
-from .masks import check_window
+from .masks import by_distance, causal, check_window, sliding_window
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -250,6 +250,40 @@ def count_rescales(x: Tensor, *, block_size: int, threshold: float) -> RescaleCo
 # --------------------------------------------------------------------------- which tiles to compute
 
 
+class _Tiles:
+    """Which keys each query sees, for the causal rule or a sliding window, read from the rule itself.
+
+    Both depend only on the distance ``j - i`` between a key and a query index
+    (:func:`lessons_src.masks.by_distance`); a tile spans a run of distances, so it is hidden entirely when
+    no distance in its run is visible, and visible entirely when all are. Counts come from running sums.
+    """
+
+    def __init__(self, T: int, S: int, causal_: bool, window: int | None, device: torch.device | None = None):
+        self.T = T
+        self.table: Tensor | None = None  # None: nothing hidden
+        if causal_:
+            rule = causal() if window is None else sliding_window(window)
+            table = by_distance(rule, T, S)  # T + S - 1 bools: visible at distance d, entry d + T - 1
+            self.seen = [0]  # seen[e]: how many of the entries below e are visible
+            for visible in table:
+                self.seen.append(self.seen[-1] + visible)
+            self.table = torch.tensor(table, device=device)
+
+    def kind(self, i0: int, i1: int, j0: int, j1: int) -> BlockKind:
+        if self.table is None:
+            return "full"
+        first, last = j0 - (i1 - 1) + self.T - 1, (j1 - 1) - i0 + self.T - 1  # the tile's distances, as entries
+        visible = self.seen[last + 1] - self.seen[first]
+        return "skip" if visible == 0 else "full" if visible == last - first + 1 else "partial"
+
+    def visible(self, i0: int, i1: int, j0: int, j1: int) -> Tensor:
+        """``(i1 - i0, j1 - j0)`` bool: which of the tile's keys each of its queries sees."""
+        assert self.table is not None
+        i = torch.arange(i0, i1, device=self.table.device)[:, None]
+        j = torch.arange(j0, j1, device=self.table.device)[None, :]
+        return self.table[j - i + self.T - 1]
+
+
 def block_kind(
     i0: int, i1: int, j0: int, j1: int, T: int, S: int, *, causal: bool, window: int | None = None
 ) -> BlockKind:
@@ -259,8 +293,9 @@ def block_kind(
     hidden entirely (``"skip"``: never computed) when its first key is after what its last query sees,
     and visible entirely (``"full"``: no mask needed) when its last key is within what its first query
     sees; otherwise ``"partial"`` (the causal mask is built for the tile). Without ``causal``, ``"full"``.
-    A sliding ``window`` also hides key ``j`` from query ``i`` when ``j <= i + S - T - window``: a tile
-    whose last key is that old even for its first query is skipped too.
+    A sliding ``window`` also hides the keys older than the last ``window`` positions: a tile whose last key
+    is that old even for its first query is skipped too. The rule is read from
+    :func:`lessons_src.masks.sliding_window` (or ``causal``), not written again here.
 
     Example:
         >>> [block_kind(0, 2, j, j + 2, 4, 4, causal=True) for j in (0, 2)]
@@ -269,15 +304,7 @@ def block_kind(
         ['skip', 'skip', 'partial', 'partial']
     """
     window = check_window(window)
-    if not causal:
-        return "full"
-    if j0 > (i1 - 1) + S - T:
-        return "skip"  # after the diagonal
-    if window is not None and (j1 - 1) <= i0 + S - T - window:
-        return "skip"  # before the window
-    if (j1 - 1) <= i0 + S - T and (window is None or j0 > (i1 - 1) + S - T - window):
-        return "full"
-    return "partial"
+    return _Tiles(T, S, causal, window).kind(i0, i1, j0, j1)
 
 
 def tile_plan(
@@ -295,10 +322,10 @@ def tile_plan(
     T, S = _index("T", T), _index("S", S)
     if T < 0 or S < 0:
         raise ValueError(f"T and S are numbers of positions, at least 0; got T={T}, S={S}")
-    window = check_window(window)
+    tiles = _Tiles(T, S, causal, check_window(window))
     return [
         [
-            block_kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S), T, S, causal=causal, window=window)
+            tiles.kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S))
             for j0 in range(0, S, block_k)
         ]
         for i0 in range(0, T, block_q)
@@ -325,9 +352,9 @@ def _tile_scores(
     k_j: Tensor,
     mask: Tensor | None,
     kind: BlockKind,
-    span: tuple[int, int, int, int, int, int],
+    span: tuple[int, int, int, int],
     scale: float,
-    window: int | None = None,
+    tiles: _Tiles,
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled (capped) and masked scores of one tile, the ``n_rep`` query heads of each KV head stacked on the rows.
@@ -339,7 +366,7 @@ def _tile_scores(
         q_i: ``(B, K, n_rep * tq, E)``; k_j: ``(B, K, tk, E)``; mask: ``(b, H or 1, T or 1, S or 1)``;
         output: ``(B, K, n_rep * tq, tk)``, and the tanh of the same shape.
     """
-    i0, i1, j0, j1, T, S = span
+    i0, i1, j0, j1 = span
     B, K, rows, _ = q_i.shape
     tq, tk = i1 - i0, j1 - j0
     n_rep = rows // tq
@@ -356,12 +383,7 @@ def _tile_scores(
         m = m.reshape(m.shape[0], K, n_rep, *m.shape[2:]) if m.shape[1] > 1 else m[:, :, None]  # 5-D
         s5 = s5.masked_fill(~m, _NEG_INF) if m.dtype == torch.bool else s5 + m.to(s5.dtype)
     if kind == "partial":
-        i = torch.arange(i0, i1, device=s.device)[:, None]
-        j = torch.arange(j0, j1, device=s.device)[None, :]
-        hidden = j > i + S - T  # (tq, tk) causal part, bottom-right
-        if window is not None:
-            hidden = hidden | (j <= i + S - T - window)  # older than the window
-        s5 = s5.masked_fill(hidden, _NEG_INF)
+        s5 = s5.masked_fill(~tiles.visible(i0, i1, j0, j1), _NEG_INF)  # (tq, tk): the causal rule (and window)
     return s5.reshape(B, K, n_rep * tq, tk), tanh
 
 
@@ -390,6 +412,7 @@ def _forward(
     out = torch.zeros(B, K, n_rep, T, Ev, dtype=q.dtype, device=q.device)  # a query that sees nothing: 0
     lse = torch.full((B, K, n_rep, T), _NEG_INF, dtype=cd, device=q.device)
     qg = q.view(B, K, n_rep, T, E)  # head h is KV head h // n_rep, no copy of k or v
+    tiles = _Tiles(T, S, causal, window, q.device)
     for i0 in range(0, T, block_q):
         i1 = min(i0 + block_q, T)
         tq = i1 - i0
@@ -402,11 +425,11 @@ def _forward(
         acc = torch.zeros(B, K, n_rep * tq, Ev, dtype=cd, device=q.device)  # running sum of exp(s - m) v
         for j0 in range(0, S, block_k):
             j1 = min(j0 + block_k, S)
-            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal, window=window)
+            kind = tiles.kind(i0, i1, j0, j1)
             if kind == "skip":
                 continue  # hidden by the causal mask (or before the window): never computed
             k_j = k[:, :, j0:j1].to(cd)  # (B, K, tk, E)
-            s, _ = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window, softcap)
+            s, _ = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1), scale, tiles, softcap)
             m_new = torch.maximum(m, s.amax(dim=-1))
             if rescale_threshold > 0:  # keep a stale max that is close enough: its weights stay <= 2**threshold
                 m_new = torch.where(_rises_within(m, m_new, rescale_threshold), m, m_new)
@@ -463,18 +486,19 @@ def _backward(
     dk = torch.zeros(B, K, S, E, dtype=cd, device=q.device)
     dv = torch.zeros(B, K, S, Ev, dtype=cd, device=q.device)
     d_mask = torch.zeros(mask.shape, dtype=cd, device=q.device) if mask is not None and mask_grad else None
+    tiles = _Tiles(T, S, causal, window, q.device)
     for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j and dV_j stay local
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, :, j0:j1].to(cd), v[:, :, j0:j1].to(cd)  # (B, K, tk, E), (B, K, tk, Ev)
         for i0 in range(0, T, block_q):
             i1 = min(i0 + block_q, T)
             tq, tk = i1 - i0, j1 - j0
-            kind = block_kind(i0, i1, j0, j1, T, S, causal=causal, window=window)
+            kind = tiles.kind(i0, i1, j0, j1)
             if kind == "skip":
                 continue
             q_i = qg[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, E)
             do_i = dog[:, :, :, i0:i1].to(cd).reshape(B, K, n_rep * tq, Ev)
-            s, tanh = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1, T, S), scale, window, softcap)
+            s, tanh = _tile_scores(q_i, k_j, mask, kind, (i0, i1, j0, j1), scale, tiles, softcap)
             p = torch.exp(s - lseg[:, :, :, i0:i1].reshape(B, K, n_rep * tq)[..., None])  # the weights, again
             dv[:, :, j0:j1] += p.transpose(-2, -1) @ do_i  # sums over the n_rep heads of the group too
             dp = do_i @ v_j.transpose(-2, -1)  # (B, K, n_rep * tq, tk)

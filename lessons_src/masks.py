@@ -89,6 +89,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MaskRule",
     "and_masks",
+    "by_distance",
     "causal",
     "causal_mask",
     "check_chunk",
@@ -399,6 +400,31 @@ def mask_mod(rule: MaskRule, T: int, S: int | None = None) -> MaskFn:
 
     at_positions.__name__ = rule.name
     return at_positions
+
+
+def by_distance(rule: MaskRule, T: int, S: int | None = None) -> list[bool]:
+    """A causal-family rule as a table over the index distance ``d = kv_idx - q_idx``: entry ``d + T - 1``, for
+    ``d`` from ``-(T - 1)`` to ``S - 1``, says whether a key ``d`` indices after a query is visible to it.
+
+    The causal rule and a sliding window without kept first tokens (the rules that declare ``causal``) depend on
+    nothing but that distance, so ``T + S - 1`` entries describe the whole ``T x S`` mask: a tiled loop reads which
+    of its tiles are hidden, whole or partly visible from them without writing the rule again
+    (:func:`lessons_src.flash.block_kind`). The rule is evaluated on Python ints (it only compares), so the
+    table is a constant even inside ``torch.compile``.
+
+    Example:
+        >>> [int(v) for v in by_distance(sliding_window(2), 3)]  # d = -2 .. 2
+        [0, 1, 1, 0, 0]
+    """
+    if not isinstance(rule, MaskRule):
+        raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
+    if not rule.causal:
+        raise ValueError(f"{rule.name} does not depend on the distance alone; by_distance takes the rules that "
+                         "declare causal (causal(), sliding_window(w) without sinks)")
+    T = _length("T", T)
+    S = T if S is None else _length("S", S)
+    visible = mask_mod(rule, T, S)
+    return [bool(visible(0, 0, T - 1, kv)) for kv in range(S + T - 1)]  # type: ignore[arg-type]  # from the last query
 
 
 # --------------------------------------------------------------------------- tensor builders, one per rule

@@ -90,13 +90,13 @@ def test_is_causal_equals_explicit_bottom_right_mask(cross: bool) -> None:
     S = 7 if cross else 4
     a = mha(x, ctx, is_causal=True)
     b = mha(x, ctx, attn_mask=causal_mask(4, S))
-    c, w = mha(x, ctx, is_causal=True, need_weights=True)
+    c, w = mha.with_weights(x, ctx, is_causal=True)
     torch.testing.assert_close(a, b)
     torch.testing.assert_close(a, c)
     assert (w.tril(S - 4) == w).all()  # nothing above the bottom-right diagonal
     # combining is_causal with a padding mask keeps both
     pm = padding_mask([S, S - 1], S)
-    d, w2 = mha(x, ctx, attn_mask=pm, is_causal=True, need_weights=True)
+    d, w2 = mha.with_weights(x, ctx, attn_mask=pm, is_causal=True)
     torch.testing.assert_close(d, mha(x, ctx, attn_mask=pm & causal_mask(4, S)))
     assert (w2[1, ..., S - 1] == 0).all()
 
@@ -116,12 +116,12 @@ def test_dropout_only_in_training_and_gradients_flow() -> None:
     torch.manual_seed(5)
     mha = MultiHeadAttention(16, 4, dropout=0.5)
     x = torch.randn(2, 8, 16, requires_grad=True)
-    out, w = mha(x, need_weights=True)
+    out, w = mha.with_weights(x)
     assert (w == 0).any()  # some weights dropped in training mode
     out.sum().backward()
     assert x.grad is not None and mha.qkv_proj.weight.grad is not None
     mha.eval()
-    _, w_eval = mha(x, need_weights=True)
+    _, w_eval = mha.with_weights(x)
     assert not (w_eval == 0).any()
 
 

@@ -165,7 +165,7 @@ def test_gradcheck_fp64_with_fully_masked_rows(impl: str, kind: str) -> None:
 
 
 def test_float_minus_inf_mask_on_explicit_path_gives_finite_gradients() -> None:
-    """Defect 1: left padding + causal + need_weights made every gradient NaN (softmax of a -inf row)."""
+    """Defect 1: left padding + causal + weights made every gradient NaN (softmax of a -inf row)."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4)
     x = torch.randn(2, 5, 16, requires_grad=True)
@@ -175,8 +175,8 @@ def test_float_minus_inf_mask_on_explicit_path_gives_finite_gradients() -> None:
     for need_weights in (True, False):
         x.grad = None
         mha.zero_grad()
-        out = mha(x, attn_mask=pad, is_causal=True, need_weights=need_weights)
-        out = out[0] if need_weights else out
+        out = mha.with_weights(x, attn_mask=pad, is_causal=True)[0] if need_weights else mha(
+            x, attn_mask=pad, is_causal=True)
         out.sum().backward()
         assert torch.isfinite(x.grad).all()
         assert all(torch.isfinite(p.grad).all() for p in mha.parameters())
@@ -184,7 +184,7 @@ def test_float_minus_inf_mask_on_explicit_path_gives_finite_gradients() -> None:
         y = mha.project_qkv(x)[0]
         assert y.shape[0] == 2
     fast = mha(x, attn_mask=pad, is_causal=True)
-    slow, w = mha(x, attn_mask=pad, is_causal=True, need_weights=True)
+    slow, w = mha.with_weights(x, attn_mask=pad, is_causal=True)
     torch.testing.assert_close(fast, slow)
     assert (w[1, :, :2] == 0).all()
 
@@ -209,8 +209,7 @@ def test_a_1d_key_mask_works_on_every_path(need_weights: bool, K: int) -> None:
     mha = MultiHeadAttention(16, 4, num_kv_heads=K).eval()
     x = torch.randn(2, 5, 16)
     keep = torch.tensor([True, True, False, True, True])
-    out = mha(x, attn_mask=keep, need_weights=need_weights)
-    out = out[0] if need_weights else out
+    out = mha.with_weights(x, attn_mask=keep)[0] if need_weights else mha(x, attn_mask=keep)
     torch.testing.assert_close(out, mha(x, attn_mask=keep.expand(2, 1, 5, 5)))
 
 
@@ -222,7 +221,7 @@ def test_bf16_autocast_float_mask_on_every_path() -> None:
     bias = torch.randn(5, 5)  # float32, the queries are bf16 under autocast
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast = mha(x, attn_mask=bias)
-        slow, _ = mha(x, attn_mask=bias, need_weights=True)
+        slow, _ = mha.with_weights(x, attn_mask=bias)
     exact = mha(x, attn_mask=bias)
     torch.testing.assert_close(fast.float(), slow.float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(fast.float(), exact, atol=5e-2, rtol=5e-2)
@@ -401,8 +400,7 @@ def test_module_is_causal_with_more_queries_than_keys(need_weights: bool) -> Non
     torch.manual_seed(5)
     mha = MultiHeadAttention(8, 2).double().eval()
     x, ctx = torch.randn(1, 5, 8, dtype=torch.float64), torch.randn(1, 3, 8, dtype=torch.float64)
-    out = mha(x, ctx, is_causal=True, need_weights=need_weights)
-    out = out[0] if need_weights else out
+    out = mha.with_weights(x, ctx, is_causal=True)[0] if need_weights else mha(x, ctx, is_causal=True)
     # the first T - S = 2 queries see nothing: their attention output is 0, so only out_proj's bias remains
     torch.testing.assert_close(out[:, :2], torch.zeros(1, 2, 8, dtype=torch.float64))
 
@@ -526,7 +524,7 @@ def test_a_registered_backend_is_refused_what_it_did_not_declare() -> None:
                                              r"'eager', 'sdpa'"):
             attention(q, q, q, score_mods=Sinks(torch.zeros(2)), implementation="plain-for-test")
         with pytest.raises(ValueError, match=r"cannot return the attention weights .*use one that can: 'eager'"):
-            MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights=True, implementation="plain-for-test")
+            MultiHeadAttention(8, 2).with_weights(torch.randn(1, 3, 8), implementation="plain-for-test")
     finally:
         ATTENTION_FUNCTIONS.pop("plain-for-test")
         ATTENTION_SUPPORTS.pop("plain-for-test")

@@ -39,6 +39,7 @@ from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_to
 from lessons_src.masks import (
     MaskRule,
     and_masks,
+    by_distance,
     causal,
     check_chunk,
     check_mask,
@@ -181,13 +182,15 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"x's last dim must be d_model=16; got shape \(1, 5, 8\)"),
     ("MultiHeadAttention.forward", "shape", lambda: MHA(torch.randn(2, 5, 16), torch.randn(3, 4, 16)), ValueError,
      r"context batch size 3 does not match x's batch size 2"),
-    ("MultiHeadAttention.forward", "type", lambda: MHA([[1.0]]), TypeError, r"x must be a torch.Tensor; got list"),  # type: ignore[call-overload]
+    ("MultiHeadAttention.forward", "type", lambda: MHA([[1.0]]), TypeError, r"x must be a torch.Tensor; got list"),  # type: ignore[arg-type]
     ("MultiHeadAttention.forward", "dtype", lambda: MHA(torch.randn(1, 5, 16).double()), ValueError,
      r"x has dtype torch.float64 but the module's weights are torch.float32"),
     ("MultiHeadAttention.forward", "device", lambda: MHA(torch.randn(1, 5, 16, device=META)), ValueError,
      r"x is on meta but the module is on cpu"),
-    ("MultiHeadAttention.forward", "type", lambda: MHA(torch.randn(1, 5, 16), need_weights="yes"), TypeError,  # type: ignore[call-overload]
-     r"need_weights must be True or False; got 'yes'"),
+    ("MultiHeadAttention.with_weights", "value", lambda: MHA.with_weights(torch.randn(1, 5, 16), implementation="sdpa"),
+     ValueError, r"implementation='sdpa' cannot return the attention weights .*use one that can: 'eager'"),
+    ("MultiHeadAttention.with_weights", "value", lambda: MHA.with_weights(torch.randn(1, 5, 16), implementation="fast"),
+     ValueError, r"unknown attention implementation 'fast'; choose one of"),
     ("MultiHeadAttention.forward", "value", _no_grad(lambda: MHA(torch.randn(1, 1, 16), torch.randn(1, 2, 16),
      cache=KVCache(1, 2, 4, 4))), ValueError, r"cache is for self-attention decoding; pass context=None"),
     ("MultiHeadAttention.forward", "value", _no_grad(lambda: MHA(torch.randn(1, 2, 16), is_causal=True,
@@ -488,6 +491,9 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("prefix_lm", "type", lambda: prefix_lm([0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints \(one per sequence\); got \[0.5\]"),  # type: ignore[list-item]
     ("mask_tensor", "type", lambda: mask_tensor(torch.ones(2, 2), 2), TypeError, r"rule must be a MaskRule .*; got Tensor"),  # type: ignore[arg-type]
     ("mask_mod", "value", lambda: mask_mod(causal(), -1), ValueError, r"T must be at least 0; got T=-1"),
+    ("by_distance", "value", lambda: by_distance(causal() & same_chunk(2), 4), ValueError, r"causal & same_chunk\(2\) does not depend on the distance alone"),
+    ("by_distance", "type", lambda: by_distance("causal", 4), TypeError, r"rule must be a MaskRule .*; got str"),  # type: ignore[arg-type]
+    ("by_distance", "value", lambda: by_distance(causal(), 4, -2), ValueError, r"S must be at least 0; got S=-2"),
     ("soft_cap_mod", "value", lambda: soft_cap_mod(-1.0), ValueError, r"softcap must be positive and finite .*; got softcap=-1.0"),
     ("block_mask", "value", lambda: block_mask(causal(), 4, block_size=0), ValueError, r"block_size must be at least 1; got block_size=0"),
     ("block_mask", "type", lambda: block_mask(torch.ones(4, 4), 4), TypeError, r"mask must be a MaskRule or a mask_mod function; got Tensor"),  # type: ignore[arg-type]

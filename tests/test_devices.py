@@ -64,7 +64,7 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)  # T == S
     want = mha.out_proj(want.transpose(1, 2).reshape(1, 5, 8).float())
     with torch.device(META):
-        out, weights = mha(x, is_causal=True, need_weights=True)
+        out, weights = mha.with_weights(x, is_causal=True)
         windowed = mha(x, attn_mask=sliding_window(2))
     torch.testing.assert_close(out, want)
     assert weights.device.type == "cpu" and windowed.device.type == "cpu"
@@ -167,7 +167,7 @@ def _on_meta() -> dict[str, object]:
                          score_mods=[sm.Sinks(_meta(4)), *([] if impl == "sdpa" else [sm.SoftCap(5.0)])])
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
         ],
-        "attention.MultiHeadAttention": lambda: [_mha_meta()(_meta(1, 5, 8), is_causal=True, need_weights=True)],
+        "attention.MultiHeadAttention": lambda: [_mha_meta().with_weights(_meta(1, 5, 8), is_causal=True)],
         "score_mods.soft_cap": lambda: sm.soft_cap(_meta(2, 3), 5.0),
         "score_mods.check_sinks": lambda: sm.check_sinks(_meta(4), 4, torch.float32, META),
         "score_mods.check_score_mods": lambda: [*sm.check_score_mods(5.0, _meta(4), 4, torch.float32, META).values()],
@@ -285,6 +285,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "score_mods.SoftCap": "holds a checked number",
     "masks.check_window": "checks an int",
     "masks.check_chunk": "checks an int",
+    "masks.by_distance": "a list of Python bools",
     "score_mods.check_softcap": "checks a number",
     "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
     "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
@@ -292,8 +293,8 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "paged_cache.block_runs": "arithmetic on a list of ints",
     "flash.BLOCK_Q": "an int",
     "flash.BLOCK_K": "an int",
-    "flash.block_kind": "arithmetic on ints",
-    "flash.tile_plan": "arithmetic on ints",
+    "flash.block_kind": "reads a CPU index table",
+    "flash.tile_plan": "reads a CPU index table",
     "ring.RingStep": "a record of ints and strings",
     "ring.RingResult": "a record of the ranks' tensors",
     "ring.sequence_chunks": "arithmetic on ints",
@@ -339,7 +340,7 @@ def _cpu_cases() -> dict[str, object]:
         torch.manual_seed(0)
         m, x = MultiHeadAttention(8, 4, num_kv_heads=2), torch.randn(1, 5, 8)
         return lambda: [m(x, is_causal=True), m(x, attn_mask=sliding_window(2)),
-                        *m(x, is_causal=True, need_weights=True)]
+                        *m.with_weights(x, is_causal=True)]
 
     def mechanisms():
         from lessons_src.mechanisms import HeadwiseGate, PerHeadRMSNorm, ProjectionRMSNorm, Rotary, ValueRMSNorm

@@ -112,7 +112,7 @@ def test_module_and_caches_on_gpu(dtype):
         keep = causal_mask(12, window=window)
         ref, base = merged(mha, _sdpa(q, k, v, keep)), merged(gpu, _sdpa(ql, kl, vl, keep.to(DEVICE)))
         rule = None if window is None else sliding_window(window)
-        out, w = gpu(xl, is_causal=True, attn_mask=rule, need_weights=True)
+        out, w = gpu.with_weights(xl, is_causal=True, attn_mask=rule)
         assert w.device.type == "cuda" and torch.equal((w[0, 0] > 0).cpu(), keep)
         _assert_within_sdpa(_err(out, ref), _err(base, ref), dtype, f"MultiHeadAttention window={window}")
     cache = KVCache(2, 2, 8, 12, dtype=dtype, device=DEVICE)

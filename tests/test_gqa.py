@@ -68,7 +68,7 @@ def test_gqa_equals_mha_with_repeated_kv_weights(K: int, mask: str, cross: bool)
         kw["attn_mask"] = torch.randn(H, 5, S, dtype=torch.float64)
     ref = mha(x, ctx, **kw)
     torch.testing.assert_close(gqa(x, ctx, **kw), ref)
-    out, w_ = gqa(x, ctx, need_weights=True, **kw)
+    out, w_ = gqa.with_weights(x, ctx, **kw)
     torch.testing.assert_close(out, ref)
     assert w_.shape == (3, H, 5, S)
 

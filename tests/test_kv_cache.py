@@ -36,10 +36,10 @@ def test_cached_decoding_with_weights_and_padding() -> None:
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     keep = torch.ones(2, 1, 1, 6, dtype=torch.bool)
     keep[1, ..., 0] = False  # sequence 2 hides its first token from everyone
-    full, w_full = layer(x, is_causal=True, attn_mask=keep, need_weights=True)
+    full, w_full = layer.with_weights(x, is_causal=True, attn_mask=keep)
     cache = KVCache(2, 2, 4, max_len=6, dtype=torch.float64)
     layer(x[:, :4], is_causal=True, attn_mask=keep[..., :4], cache=cache)
-    out, w = layer(x[:, 4:], is_causal=True, attn_mask=keep, cache=cache, need_weights=True, cache_position=4)
+    out, w = layer.with_weights(x[:, 4:], is_causal=True, attn_mask=keep, cache=cache, cache_position=4)
     torch.testing.assert_close(out, full[:, 4:])
     torch.testing.assert_close(w, w_full[:, :, 4:])
 
@@ -141,7 +141,7 @@ def test_forward_refuses_a_cache_that_is_not_a_kv_cache_before_touching_it(cache
     }[cache_kind]
     before = {n: t.clone() for n, t in getattr(cache, "__dict__", {}).items() if isinstance(t, torch.Tensor)}
     with torch.no_grad(), pytest.raises(TypeError, match=rf"cache must be a KVCache .*, not a {type(cache).__name__}"):
-        mha(torch.randn(1, 4, 16), is_causal=True, cache=cache)  # type: ignore[call-overload]
+        mha(torch.randn(1, 4, 16), is_causal=True, cache=cache)  # type: ignore[arg-type]
     assert getattr(cache, "length", 0) == 0
     for name, t in before.items():
         assert torch.equal(getattr(cache, name), t), f"{name} was written by the refused step"

@@ -30,8 +30,8 @@ def test_it_example_two_heads_each_hold_one_relation() -> None:
     ex = it_example()
     assert ex.tokens == TOKENS and ex.x.shape == (1, len(TOKENS), len(FEATURES))
     with torch.no_grad():
-        _, w2 = ex.two_heads(ex.x, need_weights=True)
-        _, w1 = ex.one_head(ex.x, need_weights=True)
+        _, w2 = ex.two_heads.with_weights(ex.x)
+        _, w1 = ex.one_head.with_weights(ex.x)
     animal, tired = TOKENS.index("animal"), TOKENS.index("tired")
     assert w2[0, 0, ex.it].argmax() == animal and w2[0, 1, ex.it].argmax() == tired
     assert w2[0, 0, ex.it, animal] > 0.9 and w2[0, 1, ex.it, tired] > 0.9
@@ -55,7 +55,7 @@ def test_it_example_matches_torch_attention() -> None:
 def test_single_head_never_gives_both_more_than_half(strength: float) -> None:
     ex = it_example(strength)
     with torch.no_grad():
-        _, w = ex.one_head(ex.x, need_weights=True)
+        _, w = ex.one_head.with_weights(ex.x)
     row = w[0, 0, ex.it]
     assert row[TOKENS.index("animal")] + row[TOKENS.index("tired")] <= 1.0 + 1e-6
     assert row[TOKENS.index("animal")] <= 0.5

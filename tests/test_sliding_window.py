@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from lessons_src import MultiHeadAttention
 from lessons_src.attention import ATTENTION_FUNCTIONS, attention, prepare_mask
 from lessons_src.flash import block_kind, tile_plan, tiled_attention
-from lessons_src.masks import causal_mask, check_window, sliding_window
+from lessons_src.masks import by_distance, causal, causal_mask, check_window, sliding_window
 
 
 def reference_mask(T: int, S: int, window: int | None, sinks: int = 0) -> torch.Tensor:
@@ -93,6 +93,21 @@ def test_tiled_skips_the_tiles_before_the_window() -> None:
     computed = sum(kind != "skip" for row in plan for kind in row)
     assert computed == 8 + 7  # the diagonal and the one just before it: linear in T, not quadratic
     assert block_kind(8, 12, 0, 4, 32, 32, causal=True, window=4) == "skip"
+
+
+@pytest.mark.parametrize(("T", "S"), [(5, 9), (9, 9), (9, 5), (1, 6)])
+@pytest.mark.parametrize("window", [None, 1, 2, 3, 7])
+def test_every_tile_kind_is_what_the_mask_says(T: int, S: int, window: int | None) -> None:
+    """The tile plan (read from the rule by distance) against the definition, tile by tile, for T <, = and > S."""
+    visible = reference_mask(T, S, window)
+    rule = causal() if window is None else sliding_window(window)
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    assert torch.equal(torch.tensor(by_distance(rule, T, S))[j - i + T - 1], visible)
+    for bq, bk in ((1, 2), (3, 4), (4, 3), (9, 9)):
+        for r, row in enumerate(tile_plan(T, S, bq, bk, causal=True, window=window)):
+            for c, kind in enumerate(row):
+                tile = visible[r * bq : (r + 1) * bq, c * bk : (c + 1) * bk]
+                assert kind == ("skip" if not tile.any() else "full" if tile.all() else "partial"), (bq, bk, r, c)
 
 
 def test_tiled_with_a_window_equals_the_mask_with_small_blocks() -> None:

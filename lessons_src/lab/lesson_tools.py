@@ -143,7 +143,7 @@ def it_example(strength: float = 5.0) -> ItExample:
 
     Example:
         >>> ex = it_example()
-        >>> _, w = ex.two_heads(ex.x, need_weights=True)
+        >>> _, w = ex.two_heads.with_weights(ex.x)
         >>> ex.tokens[int(w[0, 0, ex.it].argmax())], ex.tokens[int(w[0, 1, ex.it].argmax())]
         ('animal', 'tired')
     """
@@ -304,7 +304,7 @@ def attention_flops(d_model: int, num_heads: int, T: int, *, batch: int = 1) -> 
         T: sequence length (self-attention, so ``S = T``).
         batch: batch size ``B``.
 
-    The explicit path (``need_weights=True``) is counted: its matmuls are plain ``mm``/``bmm`` calls
+    The explicit path (``mha.with_weights(x)``) is counted: its matmuls are plain ``mm``/``bmm`` calls
     that the counter knows. (In torch 2.x the counter has no formula for the fused CPU attention
     kernel, so the fast path would be under-counted.)
 
@@ -320,7 +320,7 @@ def attention_flops(d_model: int, num_heads: int, T: int, *, batch: int = 1) -> 
     x = torch.zeros(batch, T, d_model)
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
-        mha(x, need_weights=True)
+        mha.with_weights(x)
     counts = {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
     proj = sum(n for op, n in counts.items() if op.endswith(".mm") or op.endswith(".addmm"))
     attn = sum(n for op, n in counts.items() if op.endswith(".bmm"))

@@ -190,7 +190,7 @@ class EncoderBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        a, weights = self.attention(x, attn_mask=attn_mask, need_weights=True)  # (B, T, D), (B, H, T, T)
+        a, weights = self.attention.with_weights(x, attn_mask=attn_mask)  # (B, T, D), (B, H, T, T)
         x = self.attn_norm(x + a)  # (B, T, D)
         x = self.ffn_norm(x + self.ffn_out(F.gelu(self.ffn_in(x))))  # (B, T, D)
         return x, weights

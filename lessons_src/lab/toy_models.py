@@ -133,9 +133,9 @@ class TinyTransformer(nn.Module):
             )
         x = self.embed(tokens) + self.pos_embed(torch.arange(T, device=tokens.device))  # (B, T, D)
         weights = []
-        for i, attn in enumerate(self.attns):
+        for i, attn in enumerate(self.attentions):
             if need_weights:
-                a, w = attn(x, is_causal=self.cfg.causal, need_weights=True)  # (B, T, D), (B, H, T, T)
+                a, w = attn.with_weights(x, is_causal=self.cfg.causal)  # (B, T, D), (B, H, T, T)
                 weights.append(w)
             else:
                 a = attn(x, is_causal=self.cfg.causal)  # (B, T, D)

@@ -84,8 +84,8 @@ def test_why_weights_table_matches_the_example() -> None:
     text = page_text("why-multiple-heads", "three-rescues")
     ex = it_example()
     with torch.no_grad():
-        _, w2 = ex.two_heads(ex.x, need_weights=True)
-        _, w1 = ex.one_head(ex.x, need_weights=True)
+        _, w2 = ex.two_heads.with_weights(ex.x)
+        _, w1 = ex.one_head.with_weights(ex.x)
     a, t = TOKENS.index("animal"), TOKENS.index("tired")
     one, ref, att = w1[0, 0, ex.it], w2[0, 0, ex.it], w2[0, 1, ex.it]
     # fmt_table's narrow form (the page fits a phone): each row's name on its own line, its numbers on the next

@@ -83,7 +83,7 @@ def variants(t: int) -> dict[str, Callable[[Tensor], Tensor]]:
     return {
         "floor": floor,
         "ours": lambda x: ours(x, is_causal=True),
-        "ours_need_weights": lambda x: ours(x, is_causal=True, need_weights=True)[0],
+        "ours_need_weights": lambda x: ours.with_weights(x, is_causal=True)[0],
         "torch_mha_default": lambda x: ref(x, x, x, attn_mask=blocked, is_causal=True)[0],
         "torch_mha_float_mask": lambda x: ref(x, x, x, attn_mask=float_mask, need_weights=False)[0],
         "textbook": textbook,
