@@ -1,39 +1,39 @@
 """lessons_src: multi-head attention and its inference variants, small enough to read and copy.
 
 The package has two layers. The **core** is what a reader copies into a project; each file needs only
-``torch`` and at most three sibling files:
+``torch`` and a few sibling files (``docs/reference/code/index.md`` lists them; a test copies each file with
+them alone). In reading order, by role:
 
-====================  ==========================================================================
-``attention.py``      ``scaled_dot_product_attention`` (explicit), ``MultiHeadAttention`` (MHA, GQA,
-                      MQA), ``grouped_attention``, ``repeat_kv``
-``score_mods.py``     the soft-cap and learned sinks every implementation of ``attention`` takes
-``masks.py``          the one mask convention (bool ``True`` = may attend), causal and padding masks
-``kv_cache.py``       ``KVCache``, MLA's ``LatentCache`` and the sliding-window ``RollingKVCache``
-``paged_cache.py``    ``PagedKVCache`` (block pool, block tables) and ``paged_attention``
-``mla.py``            ``MultiHeadLatentAttention`` (DeepSeek-V2), naive and absorbed
-``rope.py``           rotary position embedding
-``mechanisms.py``     QK-norm, rotary positions and output gates, as pieces ``MultiHeadAttention`` is given
-``convert.py``        MHA -> GQA checkpoint conversion
-``flash.py``          online softmax and tiled (FlashAttention-2) attention, registered as ``"tiled"``
-``parallel.py``       attention across processes: tensor parallelism by heads, Ulysses
-``ring.py``           ring attention (sequence split, key/value blocks passed round), forward and backward
-``interop.py``        ``nn.MultiheadAttention`` weights and masks, at the edge
-====================  ==========================================================================
+======================  ========================================================================
+the interface           ``functional.py`` (``attention()``, its backends by name, ``explicit_attention``,
+                        ``repeat_kv``); ``layer.py`` (``MultiHeadAttention``: MHA, GQA, MQA);
+                        ``_checks.py`` (the argument checks every file shares)
+masks and scores        ``masks.py`` (every mask rule once, and the one mask preparation);
+                        ``score_mods.py`` (the soft-cap and learned sinks)
+implementations         ``flash.py`` (``"tiled"``, FlashAttention-2 in PyTorch); ``triton_flash.py``
+                        (``"triton"``); ``flex.py`` (FlexAttention's block masks)
+variants and caches     ``kv_cache.py``, ``paged_cache.py``, ``mla.py``, ``mechanisms.py``,
+                        ``sparse_selection.py``, ``delta_rule.py``, ``convert.py``
+positions               ``rope.py``
+across devices          ``parallel.py``, ``ring.py``
+adapters                ``interop.py`` (``nn.MultiheadAttention``'s weights and masks)
+======================  ========================================================================
 
 The **lab** subpackage (:mod:`lessons_src.lab`) is the lessons' apparatus, built on the core and never
 imported by it: worked examples, counters, MiniLM, head scores, the trained toy models, plotting and the
 published configurations, with the artifacts and data it loads shipped inside it.
 
->>> from lessons_src import MultiHeadAttention
+>>> from lessons_src import MultiHeadAttention, attention
 >>> MultiHeadAttention(d_model=768, num_heads=12).head_dim
 64
 """
 
-from .attention import MultiHeadAttention, grouped_attention, repeat_kv, scaled_dot_product_attention
 from .convert import mha_to_gqa
 from .flash import online_softmax, tiled_attention
+from .functional import attention, explicit_attention, repeat_kv
 from .interop import from_torch, masks_from_torch
 from .kv_cache import KVCache, LatentCache
+from .layer import MultiHeadAttention
 from .masks import causal_mask, padding_mask
 from .mla import MultiHeadLatentAttention
 from .rope import apply_rope
@@ -45,15 +45,15 @@ __all__ = [
     "MultiHeadLatentAttention",
     "__version__",
     "apply_rope",
+    "attention",
     "causal_mask",
+    "explicit_attention",
     "from_torch",
-    "grouped_attention",
     "masks_from_torch",
     "mha_to_gqa",
     "online_softmax",
     "padding_mask",
     "repeat_kv",
-    "scaled_dot_product_attention",
     "tiled_attention",
 ]
 __version__ = "0.2.0"

@@ -22,7 +22,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .attention import MultiHeadAttention, _divisors
+from ._checks import divisors
+from .layer import MultiHeadAttention
 
 __all__ = ["expand_kv_heads", "mha_to_gqa", "pool_kv_heads"]
 
@@ -37,7 +38,7 @@ def _check_counts(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(
             f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
-            f"valid num_kv_heads for num_heads={num_heads} are {_divisors(num_heads)}"
+            f"valid num_kv_heads for num_heads={num_heads} are {divisors(num_heads)}"
         )
     return num_heads, num_kv_heads
 
@@ -98,7 +99,7 @@ def mha_to_gqa(mha: MultiHeadAttention, num_kv_heads: int, method: Method = "mea
     """A grouped-query copy of a multi-head layer, its KV heads pooled per group (queries and ``W_O`` kept).
 
     Args:
-        mha: a :class:`lessons_src.attention.MultiHeadAttention` with ``num_kv_heads == num_heads``.
+        mha: a :class:`lessons_src.layer.MultiHeadAttention` with ``num_kv_heads == num_heads``.
         num_kv_heads: ``K`` for the new layer; must divide ``mha.num_heads``.
         method: see :func:`pool_kv_heads`.
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._checks import size
+
 __all__ = ["delta_rule_chunked", "delta_rule_recurrent"]
 
 
@@ -122,9 +124,7 @@ def delta_rule_chunked(
     Raises:
         ValueError: as :func:`delta_rule_recurrent`, and if ``chunk_size`` is not a positive int.
     """
-    if isinstance(chunk_size, bool) or not hasattr(chunk_size, "__index__") or chunk_size.__index__() < 1:
-        raise ValueError(f"chunk_size must be a positive int (tokens per chunk, 64 in the models); got {chunk_size!r}")
-    chunk_size = int(chunk_size.__index__())  # numpy integers too
+    chunk_size = size("chunk_size", chunk_size, hint="tokens per chunk, 64 in the models")
     _check(q, k, v, g, beta, state)
     B, H, T, Dk = q.shape
     Dv, f32, dtype = v.shape[-1], torch.float32, v.dtype

@@ -10,13 +10,13 @@ been summed so far whenever a larger maximum turns up.
 This file is that algorithm, written to be read: :func:`tiled_attention` (forward: the output and each
 query's log-sum-exp) and its backward pass, which recomputes each tile from the saved log-sum-exp instead
 of storing the weights (FlashAttention-2's backward), as a ``torch.autograd.Function``. It is registered
-as the ``"tiled"`` implementation of :func:`lessons_src.attention.attention`, so it accepts the same masks
+as the ``"tiled"`` implementation of :func:`lessons_src.functional.attention`, so it accepts the same masks
 (bool or float, any broadcastable shape), bottom-right ``is_causal``, grouped-query heads (without
 repeating keys and values) and dtypes as the others, and gives the same answer. With a sliding
 ``window`` it skips the tiles that lie wholly before the window as well as those after the diagonal, so
 its work grows with ``T * window`` instead of ``T * S``.
 
-It honours the two changes to the softmax that :func:`lessons_src.attention.attention` takes: a ``softcap``
+It honours the two changes to the softmax that :func:`lessons_src.functional.attention` takes: a ``softcap``
 is applied to each tile's scaled scores before its mask (and its derivative, ``1 - tanh^2``, in the backward
 pass), and ``sinks`` start each query's online softmax: the running maximum starts at the sink logit and the
 running sum at ``exp(0) = 1``, with nothing added to the output, so the log-sum-exp includes the sink and
@@ -42,16 +42,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from .attention import (
-    AttentionResult,
-    PreparedMask,
-    Supports,
-    _autocast_on,
-    _check_qkv,
-    prepare_mask,
-    register_attention,
-)
-from .masks import by_distance, causal, check_window, sliding_window
+from ._checks import autocast_on, check_qkv, integer, size
+from .functional import AttentionResult, Supports, register_attention
+from .masks import PreparedMask, by_distance, causal, check_window, prepare_mask, sliding_window
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -80,18 +73,7 @@ _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634  # a rise of d in natural units is d * log2(e) powers of two
 
 
-def _index(name: str, value: object, what: str = "an int") -> int:
-    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be {what}; got {value!r} of type {type(value).__name__}")
-    return int(value.__index__())
-
-
-def _block_size(name: str, value: object) -> int:
-    n = _index(name, value, "a positive int")
-    if n < 1:
-        raise ValueError(f"{name} must be a positive int (a number of positions per block); got {name}={n}")
-    return n
+_PER_BLOCK = "a number of positions per block"  # what a block size counts, for its error
 
 
 # --------------------------------------------------------------------------- online softmax
@@ -130,7 +112,7 @@ def softmax_statistics(x: Tensor, *, block_size: int = 1) -> Iterator[tuple[Tens
         >>> [(m.item(), round(l.item(), 3)) for m, l in softmax_statistics(x)]
         [(1.0, 1.0), (3.0, 1.135), (3.0, 1.503)]
     """
-    block_size = _block_size("block_size", block_size)
+    block_size = size("block_size", block_size, hint=_PER_BLOCK)
     m = torch.full(x.shape[:-1], _NEG_INF, dtype=x.dtype, device=x.device)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # the papers' name
     for start in range(0, x.shape[-1], block_size):
@@ -161,7 +143,7 @@ def online_softmax(x: Tensor, *, block_size: int = 1) -> Tensor:
     """
     _check_scores(x)
     if x.shape[-1] == 0:
-        _block_size("block_size", block_size)
+        size("block_size", block_size, hint=_PER_BLOCK)
         return x.clone()
     m = l = x  # overwritten: the last statistics
     for m, l in softmax_statistics(x, block_size=block_size):  # noqa: B007
@@ -228,7 +210,7 @@ def count_rescales(x: Tensor, *, block_size: int, threshold: float) -> RescaleCo
         RescaleCount(steps=3, rises=2, rescales=1)
     """
     _check_scores(x)
-    block_size = _block_size("block_size", block_size)
+    block_size = size("block_size", block_size, hint=_PER_BLOCK)
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not threshold >= 0:
         raise ValueError(f"threshold must be a number >= 0 (powers of two); got {threshold!r}")
     m = torch.full(x.shape[:-1], _NEG_INF, dtype=torch.float64, device=x.device)  # the running max, as kept
@@ -318,8 +300,8 @@ def tile_plan(
         >>> tile_plan(6, 6, 2, 2, causal=True, window=2)[2]
         ['skip', 'partial', 'partial']
     """
-    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
-    T, S = _index("T", T), _index("S", S)
+    block_q, block_k = size("block_q", block_q, hint=_PER_BLOCK), size("block_k", block_k, hint=_PER_BLOCK)
+    T, S = integer("T", T), integer("S", S)
     if T < 0 or S < 0:
         raise ValueError(f"T and S are numbers of positions, at least 0; got T={T}, S={S}")
     tiles = _Tiles(T, S, causal, check_window(window))
@@ -534,7 +516,7 @@ class TiledAttention(torch.autograd.Function):
         sinks: Tensor | None = None, rescale_threshold: float = 0.0,
     ) -> tuple[Tensor, Tensor]:
         args = (q, k, v, mask, causal, scale, block_q, block_k, window, softcap, sinks, rescale_threshold)
-        if _autocast_on(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
+        if autocast_on(q.device.type):  # the tiles keep the dtype chosen here, not autocast's
             with torch.autocast(q.device.type, enabled=False):
                 out, lse = _forward(*args)
         else:
@@ -550,7 +532,7 @@ class TiledAttention(torch.autograd.Function):
         causal, scale, block_q, block_k, window, softcap = ctx.config
         args = (q, k, v, mask, causal, scale, block_q, block_k, out, lse, d_out, d_lse, ctx.mask_grad, window,
                 softcap, sinks)
-        if _autocast_on(q.device.type):
+        if autocast_on(q.device.type):
             with torch.autocast(q.device.type, enabled=False):
                 dq, dk, dv, d_mask, d_sinks = _backward(*args)
         else:
@@ -566,7 +548,7 @@ def tiled_attention_function(
     block_q: int = BLOCK_Q, block_k: int = BLOCK_K, softcap: float | None = None, sinks: Tensor | None = None,
     rescale_threshold: float = 0.0,
 ) -> AttentionResult:
-    """The ``"tiled"`` implementation of :func:`lessons_src.attention.attention` (inputs already checked).
+    """The ``"tiled"`` implementation of :func:`lessons_src.functional.attention` (inputs already checked).
 
     Returns the output and the log-sum-exp (``AttentionResult.lse``, the sink included); no weights (they
     are never built).
@@ -575,7 +557,7 @@ def tiled_attention_function(
         ValueError: if ``dropout_p > 0`` (dropout inside the tiles is not implemented here) or a block
             size is not a positive int.
     """
-    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
+    block_q, block_k = size("block_q", block_q, hint=_PER_BLOCK), size("block_k", block_k, hint=_PER_BLOCK)
     if dropout_p > 0.0:
         raise ValueError(
             f"the 'tiled' implementation does not implement dropout; got dropout_p={dropout_p}. "
@@ -617,7 +599,7 @@ def tiled_attention(
             The answer is the same; :func:`count_rescales` counts what it skips.
 
     Returns:
-        :class:`lessons_src.attention.AttentionResult` ``(output, None, lse)``: ``lse[b, h, t]`` is the
+        :class:`lessons_src.functional.AttentionResult` ``(output, None, lse)``: ``lse[b, h, t]`` is the
         log-sum-exp of query ``t``'s scaled, masked scores (``-inf`` for a query that sees nothing;
         float32 for half-precision inputs).
 
@@ -635,8 +617,8 @@ def tiled_attention(
         >>> out.shape, lse.shape
         (torch.Size([1, 4, 5, 8]), torch.Size([1, 4, 5]))
     """
-    block_q, block_k = _block_size("block_q", block_q), _block_size("block_k", block_k)
-    _check_qkv(q, k, v)
+    block_q, block_k = size("block_q", block_q, hint=_PER_BLOCK), size("block_k", block_k, hint=_PER_BLOCK)
+    check_qkv(q, k, v)
     B, H, T, E = q.shape
     prepared = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype,
                             device=q.device)  # a sliding_window rule: its window's tiles skipped too

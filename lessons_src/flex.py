@@ -47,8 +47,9 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
-from .masks import MaskRule, _length, mask_mod  # _length: an int size, or an error naming it
-from .score_mods import _cap, check_sinks, check_softcap  # _cap: the soft-cap's formula, checked here once
+from ._checks import size
+from .masks import MaskRule, mask_mod
+from .score_mods import check_sinks, check_softcap, soft_cap
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,7 +74,7 @@ def soft_cap_mod(cap: float) -> ScoreMod:
         raise TypeError("soft_cap_mod needs a cap, a positive number; got None")
 
     def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return _cap(score, c)
+        return soft_cap(score, c)  # checking a float traces to nothing
 
     return capped
 
@@ -97,15 +98,15 @@ def block_mask(mask: MaskRule | MaskMod, T: int, S: int | None = None, *, B: int
         >>> bm.kv_num_blocks.flatten().tolist(), bm.full_kv_num_blocks.flatten().tolist()  # partial, full tiles
         ([1, 1], [0, 1])
     """
-    T = _length("T", T, 1)
-    S = T if S is None else _length("S", S, 1)
-    size = _length("block_size", block_size, 1)
+    T = size("T", T)
+    S = T if S is None else size("S", S)
+    block = size("block_size", block_size)
     if isinstance(mask, MaskRule):
-        mask.check(1 if B is None else _length("B", B, 1), T, S, device)
+        mask.check(1 if B is None else size("B", B), T, S, device)
         mask = mask_mod(mask, T, S)
     elif not callable(mask):
         raise TypeError(f"mask must be a MaskRule or a mask_mod function; got {type(mask).__name__}")
-    return create_block_mask(mask, B, H, T, S, device=device, BLOCK_SIZE=size)
+    return create_block_mask(mask, B, H, T, S, device=device, BLOCK_SIZE=block)
 
 
 def block_sparsity(mask: BlockMask) -> float:

@@ -7,7 +7,7 @@ separate ``key_padding_mask``, while this package (like ``F.scaled_dot_product_a
 positions that *may* be attended with ``True`` and takes one mask. This file is the one place where
 that polarity flips; nothing else in the package knows about ``nn.MultiheadAttention``.
 
-Copy it with ``attention.py`` and ``masks.py``.
+Copy it with ``layer.py`` and what that needs.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .layer import MultiHeadAttention
 from .masks import combine_masks
 
 __all__ = ["from_torch", "masks_from_torch"]
 
 
 def from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
-    """Build an equivalent :class:`~lessons_src.attention.MultiHeadAttention`, copying the weights.
+    """Build an equivalent :class:`~lessons_src.layer.MultiHeadAttention`, copying the weights.
 
     ``batch_first`` does not matter for the weights; feed the new module ``(B, T, D)`` tensors and
     translate masks with :func:`masks_from_torch`. The new module is on the same device and dtype, and

@@ -11,8 +11,8 @@ then grown by one or more new tokens per decoding step.
   ``C`` and one RoPE key of size ``R`` per token, shared by all heads, stored side by side as
   ``(B, S, C + R)``. Bytes per token per layer: ``(C + R) * bytes_per_element``.
 * :class:`RollingKVCache` is a fixed-size cache for sliding-window attention: the last ``window``
-  tokens, plus optionally the first ``sinks`` tokens (StreamingLLM's attention sinks). Its memory stops
-  growing at ``sinks + window`` positions, however long the sequence.
+  tokens, plus optionally the first ``sink_tokens`` tokens (StreamingLLM's attention sinks). Its memory stops
+  growing at ``sink_tokens + window`` positions, however long the sequence.
 * :class:`ChunkedKVCache` is the cache for chunked attention (Llama 4): a query sees only the keys of its own
   chunk of ``chunk`` positions, so the cache keeps the current chunk and empties when the next one starts.
 
@@ -35,6 +35,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._checks import size
+from .masks import sliding_window
+
 __all__ = [
     "ChunkedKVCache",
     "KVCache",
@@ -54,7 +57,7 @@ def kv_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype, v_h
         4096
     """
     v_head_dim = head_dim if v_head_dim is None else v_head_dim
-    _count("num_kv_heads", num_kv_heads), _count("head_dim", head_dim), _count("v_head_dim", v_head_dim)
+    size("num_kv_heads", num_kv_heads), size("head_dim", head_dim), size("v_head_dim", v_head_dim)
     return num_kv_heads * (head_dim + v_head_dim) * _element_size(dtype)
 
 
@@ -65,17 +68,8 @@ def latent_bytes_per_token(kv_latent_dim: int, rope_dim: int, dtype: torch.dtype
         >>> latent_bytes_per_token(kv_latent_dim=512, rope_dim=64, dtype=torch.bfloat16)  # DeepSeek-V2
         1152
     """
-    _count("kv_latent_dim", kv_latent_dim), _count("rope_dim", rope_dim)
+    size("kv_latent_dim", kv_latent_dim), size("rope_dim", rope_dim)
     return (kv_latent_dim + rope_dim) * _element_size(dtype)
-
-
-def _count(name: str, n: object) -> int:
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"{name} must be an int; got {n!r} of type {type(n).__name__}")
-    value = int(n.__index__())
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={value}")
-    return value
 
 
 def _float_dtype(dtype: object) -> torch.dtype:
@@ -94,15 +88,8 @@ def _element_size(dtype: object) -> int:
 
 
 def _sizes(sizes: dict[str, object]) -> dict[str, int]:
-    """Check that every size is an int of at least 1; raise naming the ones that are not."""
-    not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not hasattr(n, "__index__")}
-    if not_int:
-        raise TypeError(f"cache sizes must be ints; got {not_int}")
-    out = {name: int(n.__index__()) for name, n in sizes.items()}  # type: ignore[attr-defined]
-    bad = {name: n for name, n in out.items() if n < 1}
-    if bad:
-        raise ValueError(f"cache sizes must be at least 1; got {bad}")
-    return out
+    """Every size checked by :func:`lessons_src._checks.size`: an int of at least 1, or an error naming it."""
+    return {name: size(name, n) for name, n in sizes.items()}
 
 
 def _check_new(name: str, t: Tensor, expected: tuple[int | None, ...], names: str, buf: Tensor) -> None:
@@ -325,7 +312,7 @@ class RollingUpdate(NamedTuple):
 
 
 class RollingKVCache:
-    """A fixed-size KV cache for sliding-window attention: the last ``window`` tokens and ``sinks`` first ones.
+    """A fixed-size KV cache for sliding-window attention: the last ``window`` tokens and ``sink_tokens`` first ones.
 
     A sliding window of ``W`` lets a query see ``W`` keys, its own included (Hugging Face's count, in
     ``transformers``' ``sliding_window_overlay``: key ``j`` when ``j > p - W``), so no key more than ``W - 1``
@@ -333,14 +320,14 @@ class RollingKVCache:
     ``p mod W``, overwriting the key that just left the window. The Mistral 7B paper (section 2) counts its
     window differently: position ``i`` attends to ``i - W .. i``, ``W + 1`` keys, as its reference
     implementation's ``triu(mask, diagonal=-W)`` does; its ``W`` (Mistral 7B: 4,096) is ``window=W + 1``
-    here, and a cache of that many slots. ``sinks = n`` also keeps the first
+    here, and a cache of that many slots. ``sink_tokens = n`` also keeps the first
     ``n`` tokens for good (Xiao et al.'s attention sinks: many heads park attention on the first tokens,
-    and evicting them hurts a window-only cache). So the cache holds ``sinks + window`` positions at most,
+    and evicting them hurts a window-only cache). So the cache holds ``sink_tokens + window`` positions at most,
     and decoding costs the same per token at position 1,000 or 1,000,000.
 
     Keys are cached **after** RoPE, each rotated by its **original** position, and a query at position
     ``p`` is rotated by ``p``. Attention is then exactly what a full forward pass computes with
-    ``causal_mask(..., window=W, sinks=n)`` (the tests check it), and the order of the slots does not
+    ``causal_mask(..., window=W, sink_tokens=n)`` (the tests check it), and the order of the slots does not
     matter: a rotated key carries its position with it. StreamingLLM does something else: it caches keys
     *before* RoPE and, at every step, rotates them by their position *inside the cache* (sinks at
     ``0..n-1``, the window right after), so the distance from a query to the sinks stays small. That keeps
@@ -355,22 +342,22 @@ class RollingKVCache:
         num_kv_heads: ``K``.
         head_dim: ``E``.
         window: ``W``, positions each query sees, its own included (``>= 1``; the Mistral paper's ``W`` + 1).
-        sinks: first positions kept for good (``>= 0``).
+        sink_tokens: first positions kept for good (``>= 0``).
         v_head_dim: ``Ev`` (default ``E``).
         dtype: element type.
         device: where to allocate.
 
     Shapes:
-        k: ``(B, K, sinks + window, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)``.
+        k: ``(B, K, sink_tokens + window, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)``.
 
     For inference only, like :class:`KVCache`.
 
     Raises:
         TypeError: if a size is not an int.
-        ValueError: if ``window`` or another size is below 1, ``sinks`` is negative, and in :meth:`update`.
+        ValueError: if ``window`` or another size is below 1, ``sink_tokens`` is negative, and in :meth:`update`.
 
     Example:
-        >>> cache = RollingKVCache(batch_size=1, num_kv_heads=1, head_dim=2, window=3, sinks=1)
+        >>> cache = RollingKVCache(batch_size=1, num_kv_heads=1, head_dim=2, window=3, sink_tokens=1)
         >>> for _ in range(6):
         ...     step = cache.update(torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
         >>> sorted(step.positions.tolist()), step.mask is None  # token 5 sees 0 (a sink) and 3, 4, 5
@@ -384,7 +371,7 @@ class RollingKVCache:
         head_dim: int,
         window: int,
         *,
-        sinks: int = 0,
+        sink_tokens: int = 0,
         v_head_dim: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -396,23 +383,21 @@ class RollingKVCache:
         sizes = _sizes({"batch_size": batch_size, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
                         "window": window, "v_head_dim": v_head_dim})
         batch_size, num_kv_heads, head_dim, window, v_head_dim = sizes.values()
-        if isinstance(sinks, bool) or not hasattr(sinks, "__index__"):
-            raise TypeError(f"sinks must be an int; got {sinks!r} of type {type(sinks).__name__}")
-        sinks = int(sinks.__index__())
-        if sinks < 0:
-            raise ValueError(f"sinks must be at least 0 (0: a window-only cache); got sinks={sinks}")
+        sink_tokens = size("sink_tokens", sink_tokens, 0, hint="0: a window-only cache")
         self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
         self.head_dim, self.v_head_dim = head_dim, v_head_dim
-        self.window, self.sinks = window, sinks
-        self.max_len = sinks + window  # slots
+        self.window, self.sink_tokens = window, sink_tokens
+        self.max_len = sink_tokens + window  # slots
+        self.rule = sliding_window(window, sink_tokens=sink_tokens)  # which keys a new token sees
         self.length = 0  # tokens seen so far: the next token's position
         self.k = torch.zeros(batch_size, num_kv_heads, self.max_len, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros(batch_size, num_kv_heads, self.max_len, v_head_dim, dtype=dtype, device=device)
         self.positions = torch.full((self.max_len,), -1, dtype=torch.long, device=device)  # -1: empty slot
 
     def slot(self, position: int) -> int:
-        """The slot that holds ``position``: its own for a sink, else ``sinks + (position - sinks) mod window``."""
-        return position if position < self.sinks else self.sinks + (position - self.sinks) % self.window
+        """The slot that holds ``position``: its own for a kept first token, else ``n + (position - n) mod window``."""
+        n = self.sink_tokens
+        return position if position < n else n + (position - n) % self.window
 
     def update(self, k: Tensor, v: Tensor) -> RollingUpdate:
         """Add ``T`` new tokens (keys already rotated by their positions ``length .. length + T - 1``).
@@ -449,8 +434,9 @@ class RollingKVCache:
         k_all = torch.cat([self.k[:, :, kept], k], dim=2)  # (B, K, S, E)
         v_all = torch.cat([self.v[:, :, kept], v], dim=2)  # (B, K, S, Ev)
         p, j = new_pos[:, None], pos[None, :]  # query and key positions
-        mask = (j <= p) & ((j > p - self.window) | (j < self.sinks))  # (T, S): causal, window, sinks
-        survive = (new_pos < self.sinks) | (new_pos >= end - self.window)  # the new tokens the cache keeps
+        zero = p.new_zeros(())
+        mask = self.rule(zero, zero, p, j)  # (T, S): the window rule of masks.py, on positions
+        survive = (new_pos < self.sink_tokens) | (new_pos >= end - self.window)  # the new tokens the cache keeps
         slots = torch.tensor([self.slot(int(q)) for q in new_pos[survive]], dtype=torch.long, device=pos.device)
         self.k[:, :, slots], self.v[:, :, slots] = k[:, :, survive], v[:, :, survive]
         self.positions[slots] = new_pos[survive]
@@ -464,7 +450,7 @@ class RollingKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the filled slots, measured from the tensors (at most ``sinks + window`` positions)."""
+        """Bytes held by the filled slots, measured from the tensors (at most ``sink_tokens + window`` positions)."""
         used = int((self.positions >= 0).sum())
         k, v = self.k[:, :, :1], self.v[:, :, :1]  # one slot
         per_position = k.numel() * k.element_size() + v.numel() * v.element_size()

@@ -18,10 +18,10 @@ decoded after ``S - T`` cached ones) the last query sees every key::
 wrong for decoding with a cache, so this package never passes ``is_causal=True`` to it when ``T != S``.
 
 A **sliding window** of ``W`` keeps only the last ``W`` positions up to and including the query's own
-(``i + S - T - W < j <= i + S - T``), aligned bottom-right like the causal mask; ``sinks=n`` keeps the
+(``i + S - T - W < j <= i + S - T``), aligned bottom-right like the causal mask; ``sink_tokens=n`` keeps the
 first ``n`` keys visible as well (StreamingLLM's attention sinks)::
 
-    causal_mask(5, window=2, sinks=1)   key j ->  0 1 2 3 4
+    causal_mask(5, window=2, sink_tokens=1)   key j ->  0 1 2 3 4
                                         query 0   1 . . . .
                                         query 1   1 1 . . .
                                         query 2   1 1 1 . .
@@ -75,10 +75,13 @@ References:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from ._checks import flag, size
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -88,6 +91,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MaskRule",
+    "PreparedMask",
     "and_masks",
     "by_distance",
     "causal",
@@ -105,6 +109,7 @@ __all__ = [
     "padding_mask",
     "prefix_lm",
     "prefix_lm_mask",
+    "prepare_mask",
     "same_chunk",
     "same_document",
     "sliding_window",
@@ -170,6 +175,10 @@ class MaskRule:
         return self.name
 
 
+if TYPE_CHECKING:
+    MaskLike = Tensor | MaskRule | Sequence[Tensor | MaskRule] | None  # what attention(attn_mask=...) takes
+
+
 def _combine(op: str, rules: tuple[MaskRule, ...]) -> MaskRule:
     bad = [type(r).__name__ for r in rules if not isinstance(r, MaskRule)]
     if not rules or bad:
@@ -205,16 +214,16 @@ def causal() -> MaskRule:
     return MaskRule("causal", lambda b, h, q, kv: kv <= q, causal=True)
 
 
-def sliding_window(window: int, *, sinks: int = 0) -> MaskRule:
-    """Causal, and only the last ``window`` positions up to the query's own, plus the first ``sinks`` keys.
+def sliding_window(window: int, *, sink_tokens: int = 0) -> MaskRule:
+    """Causal, and only the last ``window`` positions up to the query's own, plus the first ``sink_tokens`` keys.
 
-    ``q - window < kv <= q``, or ``kv < sinks`` (StreamingLLM's kept first tokens), causally.
+    ``q - window < kv <= q``, or ``kv < sink_tokens`` (StreamingLLM's kept first tokens), causally.
     """
     w = check_window(window)
     if w is None:
         raise TypeError("sliding_window needs a window, an int of at least 1; got None")
-    n = _length("sinks", sinks)
-    name = f"sliding_window({w})" if n == 0 else f"sliding_window({w}, sinks={n})"
+    n = size("sink_tokens", sink_tokens, 0)
+    name = f"sliding_window({w})" if n == 0 else f"sliding_window({w}, sink_tokens={n})"
     return MaskRule(name, lambda b, h, q, kv: (kv <= q) & ((kv > q - w) | (kv < n)), causal=n == 0,
                     window=w if n == 0 else None)
 
@@ -296,7 +305,7 @@ def prefix_lm(prefix: int | Tensor | Sequence[int], *, device: torch.device | st
     until then); a tensor must already be on the mask's device.
     """
     if not isinstance(prefix, Tensor) and hasattr(prefix, "__index__") and not isinstance(prefix, bool):
-        P = _length("prefix", prefix)  # one int for the batch: no tensor, no device
+        P = size("prefix", prefix, 0)  # one int for the batch: no tensor, no device
 
         def no_longer(B: int, T: int, S: int, device: torch.device) -> None:
             if P > S:
@@ -369,9 +378,9 @@ def mask_tensor(rule: MaskRule, T: int, S: int | None = None, *, B: int = 1, H: 
     """
     if not isinstance(rule, MaskRule):
         raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
-    T = _length("T", T)
-    S = T if S is None else _length("S", S)
-    B, H = _length("B", B, 1), _length("H", H, 1)
+    T = size("T", T, 0)
+    S = T if S is None else size("S", S, 0)
+    B, H = size("B", B), size("H", H)
     rule.check(B, T, S, device)
     b = torch.arange(B, device=device).view(B, 1, 1, 1)
     h = torch.arange(H, device=device).view(1, H, 1, 1)
@@ -392,8 +401,8 @@ def mask_mod(rule: MaskRule, T: int, S: int | None = None) -> MaskFn:
     """
     if not isinstance(rule, MaskRule):
         raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
-    T = _length("T", T)
-    offset = (T if S is None else _length("S", S)) - T
+    T = size("T", T, 0)
+    offset = (T if S is None else size("S", S, 0)) - T
 
     def at_positions(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return rule(b, h, q_idx + offset, kv_idx)
@@ -420,11 +429,114 @@ def by_distance(rule: MaskRule, T: int, S: int | None = None) -> list[bool]:
         raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
     if not rule.causal:
         raise ValueError(f"{rule.name} does not depend on the distance alone; by_distance takes the rules that "
-                         "declare causal (causal(), sliding_window(w) without sinks)")
-    T = _length("T", T)
-    S = T if S is None else _length("S", S)
+                         "declare causal (causal(), sliding_window(w) without sink_tokens)")
+    T = size("T", T, 0)
+    S = T if S is None else size("S", S, 0)
     visible = mask_mod(rule, T, S)
     return [bool(visible(0, 0, T - 1, kv)) for kv in range(S + T - 1)]  # type: ignore[arg-type]  # from the last query
+
+
+# --------------------------------------------------------------------------- one mask preparation, for every backend
+
+
+@dataclass(frozen=True)
+class PreparedMask:
+    """What every attention implementation is told about masking, checked once by :func:`prepare_mask`.
+
+    Attributes:
+        mask: the caller's mask as a 4-D tensor broadcastable to ``(B, H, T, S)``: bool (``True`` = may
+            attend) or float in the queries' dtype (added to the scores); ``None`` for no mask.
+        causal: whether the bottom-right causal mask applies too (key ``j`` visible to query ``i`` when
+            ``j <= i + S - T``); ``False`` when it would hide nothing (one query, or no causal flag).
+        T: query positions.
+        S: key positions.
+        window: with ``causal``, each query sees only the last ``window`` positions (``None``: all).
+        device: the queries' (and the mask's) device, where :meth:`combined` builds the causal mask.
+    """
+
+    mask: Tensor | None
+    causal: bool
+    T: int
+    S: int
+    window: int | None = None
+    device: torch.device | None = None
+
+    def __post_init__(self) -> None:
+        if self.mask is not None and not isinstance(self.mask, Tensor):
+            raise TypeError(f"mask must be a tensor or None (prepare_mask makes one); got {type(self.mask).__name__}")
+
+    def beyond_causal(self) -> str | None:
+        """What of this mask a backend that takes only the causal flag could not do, in words, or ``None``."""
+        if self.mask is not None:
+            return "a mask besides the causal rule"
+        return None if self.window is None else f"window={self.window}"
+
+    def combined(self) -> Tensor | None:
+        """The whole mask as one tensor (the caller's mask and the causal mask), or ``None``."""
+        if not self.causal:
+            return self.mask
+        causal = causal_mask(self.T, self.S, window=self.window, device=self.device)  # (T, S) bool
+        if self.mask is None:
+            return causal
+        dtype = self.mask.dtype if self.mask.dtype != torch.bool else torch.float32
+        return combine_masks(self.mask, causal, dtype)
+
+
+def prepare_mask(attn_mask: MaskLike, *, is_causal: bool, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                 device: torch.device) -> PreparedMask:
+    """Check a mask once, for every implementation: shape, dtype and device, and the causal flag.
+
+    Args:
+        attn_mask: ``None``; a bool (``True`` = may attend) or float (added) tensor broadcastable to ``shape``,
+            with at most 4 dims (a 1-D ``(S,)`` mask is a key mask shared by every query); a
+            :class:`lessons_src.masks.MaskRule`; or a list of them, all of which apply. A rule that declares
+            itself causal (``causal()``, ``sliding_window(w)``) becomes the causal flag and window that fast
+            paths read (SDPA's own causal kernel, the tiles the tiled loop skips); any other becomes a bool tensor.
+        is_causal: also hide future keys, aligned bottom-right; combined with the masks.
+        shape: the scores' shape ``(B, H, T, S)``.
+        dtype: the queries' dtype; a float mask is converted to it (as autocast converts the queries).
+        device: the queries' device; a tensor mask must be on it.
+
+    Raises:
+        ValueError: naming the mask's shape, dtype or device, what a rule refuses, or a rule that widens the
+            causal mask (a prefix LM) given with a causal flag or rule.
+        TypeError: if ``is_causal`` is not a bool, or a mask is neither a tensor nor a rule.
+    """
+    flag("is_causal", is_causal)
+    items = list(attn_mask) if isinstance(attn_mask, list | tuple) else [] if attn_mask is None else [attn_mask]
+    B, H, T, S = shape
+    causal, window, rest = _causal_part(items, is_causal)
+    masks = [_checked_tensor(item, shape, dtype, device) for item in items if not isinstance(item, MaskRule)]
+    if rest:
+        masks.append(mask_tensor(and_masks(*rest), T, S, B=B, H=H, device=device))  # (B or 1, H or 1, T, S)
+    mask = None
+    for m in masks:  # 4-D: SDPA's kernels need it
+        mask = combine_masks(mask, m.reshape((1,) * (4 - m.ndim) + tuple(m.shape)), dtype)
+    return PreparedMask(mask, causal and (T > 1 or window is not None), T, S, window=window, device=device)
+
+
+def _causal_part(items: list[object], is_causal: bool) -> tuple[bool, int | None, list[MaskRule]]:
+    """The causal flag and window the rules declare (with ``is_causal``), and the rules left to materialise."""
+    rules = [part for item in items if isinstance(item, MaskRule) for part in item.parts]
+    causal = is_causal or any(r.causal for r in rules)
+    windows = [r.window for r in rules if r.causal and r.window is not None]
+    widening = [r.name for r in rules if r.widens_causal]
+    if widening and causal:
+        raise ValueError(f"{widening[0]} widens the causal mask (its prefix attends both ways); give it without "
+                         "is_causal=True or a causal rule, it is causal after its prefix itself")
+    return causal, min(windows) if windows else None, [r for r in rules if not r.causal]
+
+
+def _checked_tensor(mask: object, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                    device: torch.device) -> Tensor:
+    """A mask tensor checked against the scores (shape, dtype, device), a float one in the queries' dtype."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor, a MaskRule, a list of them or None; got "
+                        f"{type(mask).__name__}")
+    check_mask(mask, shape, dtype)
+    if mask.device != device:
+        raise ValueError(f"attn_mask is on {mask.device} but the queries are on {device}; move the mask there")
+    return mask.to(dtype) if mask.dtype != torch.bool and mask.dtype != dtype else mask
 
 
 # --------------------------------------------------------------------------- tensor builders, one per rule
@@ -435,7 +547,7 @@ def causal_mask(
     S: int | None = None,
     *,
     window: int | None = None,
-    sinks: int = 0,
+    sink_tokens: int = 0,
     chunk: int | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -443,13 +555,13 @@ def causal_mask(
 
     The queries are the last ``T`` of ``S`` positions. With ``T > S`` (more queries than keys) the first
     ``T - S`` queries see nothing; attention gives them a zero output. With a ``window``, a query sees
-    only the last ``window`` of those keys (itself included), plus the first ``sinks`` keys.
+    only the last ``window`` of those keys (itself included), plus the first ``sink_tokens`` keys.
 
     Args:
         T: number of query positions (``>= 0``).
         S: number of key positions (``>= 0``; defaults to ``T``).
         window: keep key ``j`` only when ``j > i + S - T - window`` (``None``: no window; ``>= 1``).
-        sinks: with a window, also keep keys ``0 .. sinks - 1`` (causally); ``>= 0``.
+        sink_tokens: with a window, also keep keys ``0 .. sink_tokens - 1`` (causally); ``>= 0``.
         chunk: keep key ``j`` only in the query's chunk, ``j // chunk == (i + S - T) // chunk`` (``None``: no
             chunks; ``>= 1``; not with a window).
         device: where to build the mask.
@@ -461,9 +573,9 @@ def causal_mask(
         output: ``(T, S)``
 
     Raises:
-        TypeError: if ``T``, ``S``, ``window`` or ``sinks`` is not an int.
-        ValueError: if ``T``, ``S`` or ``sinks`` is negative, ``window`` or ``chunk`` is below 1, ``sinks`` is
-            given without a window, or a chunk with a window.
+        TypeError: if ``T``, ``S``, ``window`` or ``sink_tokens`` is not an int.
+        ValueError: if ``T``, ``S`` or ``sink_tokens`` is negative, ``window`` or ``chunk`` is below 1,
+            ``sink_tokens`` is given without a window, or a chunk with a window.
 
     Example:
         >>> causal_mask(2, 3).int().tolist()
@@ -471,16 +583,17 @@ def causal_mask(
         >>> causal_mask(2, 3, window=2).int().tolist()
         [[1, 1, 0], [0, 1, 1]]
     """
-    T = _length("T", T)
-    S = T if S is None else _length("S", S)
+    T = size("T", T, 0)
+    S = T if S is None else size("S", S, 0)
     window = check_window(window)
     chunk = check_chunk(chunk)
-    sinks = _length("sinks", sinks)
-    if sinks and window is None:
-        raise ValueError(f"sinks={sinks} only means something with a window (without one every key is kept)")
+    sink_tokens = size("sink_tokens", sink_tokens, 0)
+    if sink_tokens and window is None:
+        raise ValueError(f"sink_tokens={sink_tokens} only means something with a window (without one every key is "
+                         "kept)")
     if chunk is not None and window is not None:
         raise ValueError(f"chunk={chunk} and window={window} are two ways to limit the keys; a layer uses one")
-    rule = causal() if window is None else sliding_window(window, sinks=sinks)
+    rule = causal() if window is None else sliding_window(window, sink_tokens=sink_tokens)
     if chunk is not None:
         rule = rule & same_chunk(chunk)
     return mask_tensor(rule, T, S, device=device)[0, 0]  # (T, S)
@@ -626,17 +739,6 @@ def prefix_lm_mask(
     return keep[0, 0] if one else keep  # (T, S) or (B, 1, T, S)
 
 
-def _length(name: str, value: object, minimum: int = 0) -> int:
-    """``value`` as an int of at least ``minimum``, or a ``TypeError``/``ValueError`` naming it (``8.0`` is not a
-    length)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    n = int(value.__index__())
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
-    return n
-
-
 def padding_mask(
     lengths: Tensor | Sequence[int], S: int | None = None, *, device: torch.device | str | None = None
 ) -> Tensor:
@@ -666,7 +768,7 @@ def padding_mask(
         device = lengths.device
     rule = padding(lengths, device=device)
     B = lengths.numel() if isinstance(lengths, Tensor) else len(lengths)
-    S = max(int(n) for n in lengths) if S is None else _length("S", S)
+    S = max(int(n) for n in lengths) if S is None else size("S", S, 0)
     return mask_tensor(rule, 1, S, B=B, device=device)  # (B, 1, 1, S)
 
 

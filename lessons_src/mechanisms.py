@@ -1,85 +1,18 @@
 """Today's changes around attention, as pieces a layer is given by name: QK-norm, value norm, positions, gates.
 
-The open models of 2025-26 keep multi-head attention and change a few things around it. Each change here
-is a small ``nn.Module`` that :class:`lessons_src.attention.MultiHeadAttention` is *given*, so a layer
-says what it uses instead of switching flags on::
+Each change of the open models of 2025-26 is a small ``nn.Module`` that :class:`lessons_src.layer.MultiHeadAttention`
+is *given* (an absent piece is ``None``), so a layer says what it uses instead of switching flags on::
 
     MultiHeadAttention(d_model, num_heads, qk_norm=PerHeadRMSNorm(head_dim), rope=Rotary(head_dim),
                        gate=ElementwiseGate(d_model, num_heads, head_dim), sinks=True)
 
-Gemma 4's layer, the last of these models here, is ``qk_norm=PerHeadRMSNorm(head_dim)``, ``v_norm=ValueRMSNorm()``,
-``rope=Rotary(head_dim)`` (a window layer) or ``Rotary.proportional(head_dim, 0.25, base=1e6)`` (a global one),
-and ``scale=1.0`` (the scores are not divided by ``sqrt(E)``: the norms' learned weights set their size).
+The layer applies them in one order: project; QK-norm, then RoPE (or a NoPE layer's temperature); the value
+norm; scale; the soft-cap and the sinks (score changes of :mod:`lessons_src.score_mods`, not pieces); mask;
+softmax; values; the output gate; ``W_O``. Why each step sits where it does, and where ``transformers``, the
+papers and the official code differ (the tests compare with ``transformers``), is on the lesson "Reading a
+real model" (``docs/lessons/reading-a-real-model.md``).
 
-Why pieces and not flags: each change has its own weights, and the models disagree on the details
-(Gemma's norms multiply by ``1 + w``, OLMo's normalise the whole projection, Llama 4 Scout's have no weight);
-a piece carries its details with it, the plain layer's code stays what it was (an absent piece is
-``None`` and costs one ``if``), and a reader copies only the pieces a model uses. The two changes that
-act *inside* the softmax, the soft-cap and the sinks, are not pieces of the layer: they are the score
-changes :func:`lessons_src.attention.attention` takes (``score_mods=[SoftCap(c), Sinks(logits)]``; their code
-is in :mod:`lessons_src.score_mods`), which each implementation declares it supports; the layer is given them
-as ``softcap=50.0`` and ``sinks=True`` (a learned logit per head).
-
-Where they live: this file needs only ``rope.py``, and ``attention.py`` never imports it (a layer calls the
-piece it is given: ``qk_norm(q, k)``, ``v_norm(v)``, ``rope(q, k, start=...)``, ``gate(x, y)``, and asks it to ``check``
-the layer's sizes), so a reader who copies ``attention.py`` copies none of these pieces unless a model needs
-them.
-
-The order, from the layer's input ``x`` to its output (each step with the model that fixes it):
-
-1. project ``x`` to ``q, k, v`` (one matmul);
-2. **QK-norm** on ``q`` and ``k`` (:class:`PerHeadRMSNorm`: Qwen3, Gemma 3, Qwen3-Next;
-   :class:`ProjectionRMSNorm`: OLMo 2 and 3; :class:`WeightlessRMSNorm`: Llama 4 Scout), then **RoPE**
-   (:class:`Rotary`). A norm with a weight must come before the rotation: the weight scales feature
-   ``i``, and the rotation mixes feature ``i`` with feature ``i + R/2``, so the two do not commute.
-   Llama 4 Scout normalises *after* RoPE, and its norm has no weight: a rotation keeps every vector's length,
-   so before or after gives the same vector, and the layer applies all three kinds in one place. The position
-   piece may rotate part of each head (partial RoPE, Qwen3-Next: :meth:`Rotary.partial`), use scaled
-   frequencies (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`), or, on a
-   layer without positions (NoPE), scale the queries by position (:class:`NoPETemperature`, Llama 4), or turn
-   only the fast pairs of a full-width RoPE (:meth:`Rotary.proportional`, Gemma 4's global layers); the
-   **value norm** (:class:`ValueRMSNorm`, Gemma 4) divides each head's value by its RMS, with no weight;
-3. **scale** the scores ``q k^T`` by ``1/sqrt(E)``, or by the layer's ``scale=`` (Gemma 4: 1; Gemma 2 27B:
-   ``query_pre_attn_scalar ** -0.5``); then
-4. **cap** them, ``c tanh(s / c)`` (Gemma 2): on the *scaled* scores, since ``c`` (50) is set for them;
-5. **mask**: after the cap, because a cap applied to ``-inf`` gives ``-c``, a finite score, and a hidden
-   key would come back;
-6. **softmax with the sink** (gpt-oss): the sink logit is one more column, after the mask so that no mask
-   hides it (a query that sees no key puts all its weight on the sink and gets zero);
-7. weight the **values** (the sink has none);
-8. **gate** each head's output, ``sigmoid(x W_g)`` (Qiu et al.; Qwen3-Next): computed from the layer's
-   input, applied before ``W_O`` because ``W_O`` mixes the heads; a gate after it would be one gate for all;
-9. ``W_O``.
-
-Where ``transformers``, the papers and the official code differ, the course follows the model's own code as
-``transformers`` ships it (the tests compare with it), and says so:
-
-* dtype: the norms compute in float32 for half-precision inputs and multiply by the weight before casting
-  back (Gemma, OLMo, Qwen3-Next; Qwen3's module casts before the weight, one rounding apart);
-* Llama 4's "L2 norm" divides by the root-mean-square, not the length (:class:`WeightlessRMSNorm`), in
-  ``transformers`` and in Meta's code alike; Scout has it, Maverick does not (``use_qk_norm`` false in its
-  ``config.json``; ``modeling_llama4.py`` notes that the 128-expert model skips it); its NoPE layers have no
-  norm and scale queries by position instead ("temperature tuning", :class:`NoPETemperature`, given as the
-  layer's ``rope=`` piece);
-* Qwen3-Next's gate weights are rows of ``q_proj``, interleaved per head (``[q_h; g_h]``); the paper's gate
-  is its own projection of the layer's input. The function is the same; here it is its own ``nn.Linear``
-  (:class:`ElementwiseGate`), and the test moves the rows. The paper's headwise gate ships in no pinned
-  model: its test is the formula;
-* Gemma 2 scales by ``query_pre_attn_scalar ** -0.5``, which is ``1/sqrt(head_dim)`` for the 2B and 9B
-  models (the layer's default) but not for the 27B (``d_model / num_heads = 144`` where ``head_dim`` is
-  128: the layer's ``scale=144 ** -0.5``); ``transformers`` runs the cap in eager attention only, as
-  ``"sdpa"`` refuses it here;
-* Gemma 4 (``transformers``' ``Gemma4TextAttention``) norms queries and keys with a weight ``w`` starting at 1
-  (Gemma 3's multiplier was ``1 + w``), norms values with none, and scales the scores by 1. Its norms round
-  every input to float32 and back, a float64 one too; here float64 stays float64. Its global layers may
-  have another ``head_dim`` (512 against 256), which a :class:`~lessons_src.attention.MultiHeadAttention`
-  (``head_dim = d_model / num_heads``) cannot express, and, with ``attention_k_eq_v``, values taken from
-  the key projection (before the key's norm and RoPE, then the value norm), which no piece here does. Its
-  KV-sharing layers build no key or value projection and no key or value norm: a layer that reuses another's
-  keys norms its queries only (:class:`PerHeadRMSNorm` with ``keys=False``; every piece here takes ``k=None``
-  and gives ``None`` back, for such a layer);
-* gpt-oss's module shifts the logits by their row maximum (with the sink) before the softmax, which changes
-  nothing but the rounding, and leaves its sinks uninitialised (``torch.empty``); here they start at zero.
+Needs ``rope.py`` and ``_checks.py``.
 
 References:
     Qwen Team, "Qwen3 Technical Report", 2025 (arXiv:2505.09388): per-head QK-norm.
@@ -104,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import size
 from .rope import RopeScaling, apply_rope, proportional_scaling, rope_cos_sin
 
 __all__ = [
@@ -143,15 +77,6 @@ def _eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
         raise ValueError(f"eps must be a number at least 0 (1e-6 is usual); got eps={eps!r}")
     return float(eps)
-
-
-def _width(name: str, value: object) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    n = int(value.__index__())
-    if n < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={n}")
-    return n
 
 
 def _fits(piece: nn.Module, wanted: dict[str, int], layer: dict[str, int]) -> None:
@@ -195,7 +120,7 @@ class PerHeadRMSNorm(nn.Module):
 
     def __init__(self, head_dim: int, *, eps: float = 1e-6, offset: float = 0.0, keys: bool = True) -> None:
         super().__init__()
-        self.head_dim, self.eps, self.offset = _width("head_dim", head_dim), _eps(eps), float(offset)
+        self.head_dim, self.eps, self.offset = size("head_dim", head_dim), _eps(eps), float(offset)
         if not isinstance(keys, bool):
             raise TypeError(f"keys must be True or False (False: a layer that reuses another's keys); got {keys!r}")
         self.q_weight = nn.Parameter(torch.full((self.head_dim,), 1.0 - self.offset))  # (E,)
@@ -245,8 +170,8 @@ class ProjectionRMSNorm(nn.Module):
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, *, eps: float = 1e-6) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads = _width("num_heads", num_heads), _width("num_kv_heads", num_kv_heads)
-        self.head_dim, self.eps = _width("head_dim", head_dim), _eps(eps)
+        self.num_heads, self.num_kv_heads = size("num_heads", num_heads), size("num_kv_heads", num_kv_heads)
+        self.head_dim, self.eps = size("head_dim", head_dim), _eps(eps)
         self.q_weight = nn.Parameter(torch.ones(self.num_heads * self.head_dim))  # (H * E,), the projection's order
         self.k_weight = nn.Parameter(torch.ones(self.num_kv_heads * self.head_dim))  # (K * E,)
 
@@ -364,7 +289,7 @@ class Rotary(nn.Module):
 
     def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None) -> None:
         super().__init__()
-        self.dim, self.base, self.scaling = _width("dim", dim), float(base), scaling
+        self.dim, self.base, self.scaling = size("dim", dim), float(base), scaling
         at = None if scaling is None else scaling.inv_freq.device
         rope_cos_sin(torch.arange(1, device=at), self.dim, base=self.base, scaling=scaling)  # checks dim and scaling
 
@@ -381,7 +306,7 @@ class Rotary(nn.Module):
             >>> Rotary.partial(16, 0.25)
             Rotary(dim=4, base=10000.0)
         """
-        head_dim = _width("head_dim", head_dim)
+        head_dim = size("head_dim", head_dim)
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
             raise ValueError(f"fraction must be a number in (0, 1] (Qwen3-Next: 0.25); got fraction={fraction!r}")
         dim = fraction * head_dim
@@ -458,7 +383,7 @@ class NoPETemperature(nn.Module):
 
     def __init__(self, *, floor_scale: int = 8192, attn_scale: float = 0.1) -> None:
         super().__init__()
-        self.floor_scale = _width("floor_scale", floor_scale)
+        self.floor_scale = size("floor_scale", floor_scale)
         if isinstance(attn_scale, bool) or not isinstance(attn_scale, int | float) or not 0 <= attn_scale < math.inf:
             raise ValueError(f"attn_scale must be a finite number at least 0 (Llama 4: 0.1); "
                              f"got attn_scale={attn_scale!r}")
@@ -501,7 +426,7 @@ class HeadwiseGate(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = False) -> None:
         super().__init__()
-        self.d_model, self.num_heads = _width("d_model", d_model), _width("num_heads", num_heads)
+        self.d_model, self.num_heads = size("d_model", d_model), size("num_heads", num_heads)
         self.proj = nn.Linear(self.d_model, self.num_heads, bias=bias)  # (H, D)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
@@ -533,8 +458,8 @@ class ElementwiseGate(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, head_dim: int, *, bias: bool = False) -> None:
         super().__init__()
-        self.d_model, self.num_heads = _width("d_model", d_model), _width("num_heads", num_heads)
-        self.head_dim = _width("head_dim", head_dim)
+        self.d_model, self.num_heads = size("d_model", d_model), size("num_heads", num_heads)
+        self.head_dim = size("head_dim", head_dim)
         self.proj = nn.Linear(self.d_model, self.num_heads * self.head_dim, bias=bias)  # (H * E, D)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:

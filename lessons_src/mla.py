@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import size
 from .masks import causal_mask
 from .rope import apply_rope, rope_cos_sin
 
@@ -102,13 +103,7 @@ class MultiHeadLatentAttention(nn.Module):
         }
         optional = {"head_dim": head_dim, "v_head_dim": v_head_dim, "q_latent_dim": q_latent_dim}
         sizes |= {name: n for name, n in optional.items() if n is not None}
-        not_int = {name: n for name, n in sizes.items() if isinstance(n, bool) or not hasattr(n, "__index__")}
-        if not_int:  # numpy integers pass, bool and float do not
-            raise TypeError(f"sizes must be ints; got {not_int}")
-        ints = {name: int(n.__index__()) for name, n in sizes.items()}  # type: ignore[attr-defined]
-        bad = {name: n for name, n in ints.items() if n < 1}
-        if bad:
-            raise ValueError(f"sizes must be at least 1; got {bad}")
+        ints = {name: size(name, n) for name, n in sizes.items()}  # numpy integers pass, bool and float do not
         d_model, num_heads, kv_latent_dim, rope_dim = (ints[n] for n in ("d_model", "num_heads", "kv_latent_dim",
                                                                          "rope_dim"))
         head_dim, v_head_dim, q_latent_dim = (ints.get(n) for n in ("head_dim", "v_head_dim", "q_latent_dim"))

@@ -38,23 +38,11 @@ import math
 import torch
 from torch import Tensor
 
+from ._checks import integer, size
+
 __all__ = ["PagedKVCache", "block_runs", "paged_attention"]
 
 _NEG_INF = float("-inf")
-
-
-def _int(name: str, value: object) -> int:
-    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    return int(value.__index__())
-
-
-def _positive(name: str, value: object) -> int:
-    n = _int(name, value)
-    if n < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={n}")
-    return n
 
 
 class PagedKVCache:
@@ -102,9 +90,9 @@ class PagedKVCache:
         device: torch.device | str | None = None,
     ) -> None:
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
-        num_blocks, num_kv_heads = _positive("num_blocks", num_blocks), _positive("num_kv_heads", num_kv_heads)
-        head_dim, v_head_dim = _positive("head_dim", head_dim), _positive("v_head_dim", v_head_dim)
-        block_size = _int("block_size", block_size)
+        num_blocks, num_kv_heads = size("num_blocks", num_blocks), size("num_kv_heads", num_kv_heads)
+        head_dim, v_head_dim = size("head_dim", head_dim), size("v_head_dim", v_head_dim)
+        block_size = integer("block_size", block_size)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype such as torch.float32; got {dtype!r}")
         if not dtype.is_floating_point:
@@ -379,7 +367,7 @@ def paged_attention(
         >>> paged_attention(torch.randn(2, 2, 1, 4), cache, [0, 1]).shape
         torch.Size([2, 2, 1, 4])
     """
-    min_run = _positive("min_run", min_run)
+    min_run = size("min_run", min_run)
     if not isinstance(q, Tensor) or q.ndim != 4:
         raise ValueError(f"q must be (B, H, T, E); got shape {tuple(getattr(q, 'shape', ()))}")
     B, H, T, E = q.shape

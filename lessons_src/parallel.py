@@ -21,7 +21,7 @@ Ring attention, the third way (the sequence split, the keys and values passed ro
 
 Multi-head latent attention splits by heads too, with its down-projections and latent cache replicated
 on every rank; that split is ``lessons_src.lab.parallel_runs.shard_mla`` (kept out of this file, which
-needs only ``attention.py``).
+needs only ``functional.py``).
 
 Every collective goes through one small :class:`Collectives` object, so a subclass can count the bytes
 each call moves (``lessons_src.lab.launch.CountingCollectives`` does).
@@ -42,10 +42,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, _size, attention, repeat_kv
+from ._checks import size
+from .functional import attention, repeat_kv
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .layer import MultiHeadAttention
 
 __all__ = [
     "Collectives",
@@ -237,7 +240,7 @@ def valid_tp_degrees(num_heads: int, num_kv_heads: int) -> list[int]:
         >>> valid_tp_degrees(12, 12)
         [1, 2, 3, 4, 6, 12]
     """
-    H, K = _size("num_heads", num_heads, 1), _size("num_kv_heads", num_kv_heads, 1)
+    H, K = size("num_heads", num_heads), size("num_kv_heads", num_kv_heads)
     if H % K:
         raise ValueError(f"num_heads={H} is not a multiple of num_kv_heads={K}")
     return [p for p in range(1, H + 1) if H % p == 0 and (K % p == 0 or p % K == 0)]
@@ -250,7 +253,7 @@ def tp_plan(num_heads: int, num_kv_heads: int, degree: int) -> TPPlan:
         >>> tp_plan(32, 8, 16)
         TPPlan(degree=16, query_heads_per_rank=2, kv_heads_per_rank=1, kv_copies=2)
     """
-    P = _size("degree", degree, 1)
+    P = size("degree", degree)
     valid = valid_tp_degrees(num_heads, num_kv_heads)
     if P not in valid:
         raise ValueError(
@@ -265,7 +268,7 @@ def tp_plan(num_heads: int, num_kv_heads: int, degree: int) -> TPPlan:
 
 
 class TensorParallelAttention(nn.Module):
-    """One rank's share of a :class:`lessons_src.attention.MultiHeadAttention`: its whole heads.
+    """One rank's share of a :class:`lessons_src.layer.MultiHeadAttention`: its whole heads.
 
     ``qkv_proj`` holds the rows of ``[W_Q; W_K; W_V]`` for this rank's query and KV heads
     (:attr:`qkv_rows` says which rows of the full matrix); ``out_proj`` holds the matching columns of
@@ -303,8 +306,8 @@ class TensorParallelAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        D, H = _size("d_model", d_model, 1), _size("num_heads", num_heads, 1)
-        K = H if num_kv_heads is None else _size("num_kv_heads", num_kv_heads, 1)
+        D, H = size("d_model", d_model), size("num_heads", num_heads)
+        K = H if num_kv_heads is None else size("num_kv_heads", num_kv_heads)
         if D % H:
             raise ValueError(f"d_model={D} is not divisible by num_heads={H}")
         if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
@@ -354,7 +357,7 @@ class TensorParallelAttention(nn.Module):
 
         Args:
             x: ``(B, T, D)``, identical on every rank.
-            attn_mask: as for :func:`lessons_src.attention.attention`, with a head dim of 1 or ``H``
+            attn_mask: as for :func:`lessons_src.functional.attention`, with a head dim of 1 or ``H``
                 (a per-head mask, ``(H, T, S)`` or ``(B, H, T, S)``, is cut to this rank's heads).
             is_causal: bottom-right causal mask.
             implementation: a registered attention implementation.

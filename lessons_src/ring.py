@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
+from ._checks import check_qkv, integer, size
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -49,53 +51,10 @@ Order = Literal["contiguous", "zigzag"]
 _NEG_INF = float("-inf")
 
 
-def _index(name: str, value: object) -> int:
-    """``value`` as an int if ``operator.index`` takes it (numpy integers too), refusing bool and float."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    return int(value.__index__())
-
-
-def _int(name: str, value: object, minimum: int) -> int:
-    """:func:`_index`, at least ``minimum``."""
-    n = _index(name, value)
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {name}={n}")
-    return n
-
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-
-
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: object) -> None:
-    """The checks of :func:`lessons_src.attention.attention`, with its messages (a copy: this file imports no
-    sibling; ``tests/test_ring.py`` runs one table of bad inputs through both), then the ring's own rule:
-    queries and keys cover the same positions."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            "q, k, v must be 4-D: q (B, H, T, E), k (B, K, S, E), v (B, K, S, Ev); "
-            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
-        raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"k and v must agree on (B, K, S); got k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q and k must have the same batch size; got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same head size E; got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    H, K = q.shape[1], k.shape[1]
-    if K < 1 or H % K != 0:
-        raise ValueError(
-            f"q has {H} heads, which is not a multiple of the {K} key/value heads of k; "
-            f"KV-head counts that divide {H} are {_divisors(H)}"
-        )
+    """The checks of :func:`lessons_src.functional.attention` (``tests/test_ring.py`` runs one table of bad inputs
+    through both), then the ring's own rule: queries and keys cover the same positions."""
+    check_qkv(q, k, v)
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
     if q.shape[2] != k.shape[2]:
@@ -139,8 +98,8 @@ def sequence_chunks(T: int, world_size: int, rank: int, order: Order = "contiguo
         >>> sequence_chunks(8, 2, 0), sequence_chunks(8, 2, 0, "zigzag"), sequence_chunks(8, 2, 1, "zigzag")
         ([(0, 4)], [(0, 2), (6, 8)], [(2, 4), (4, 6)])
     """
-    T, P = _int("T", T, 1), _int("world_size", world_size, 1)
-    r = _int("rank", rank, 0)
+    T, P = size("T", T, 1), size("world_size", world_size, 1)
+    r = size("rank", rank, 0)
     if r >= P:
         raise ValueError(f"rank must be in 0..{P - 1}; got rank={r}")
     if order == "contiguous":
@@ -160,7 +119,7 @@ def sequence_chunks(T: int, world_size: int, rank: int, order: Order = "contiguo
 
 def _dim(dim: object, shape: torch.Size, name: str) -> int:
     """``dim`` as an int that indexes ``shape`` (negative counts from the end)."""
-    d, n = _index("dim", dim), len(shape)
+    d, n = integer("dim", dim), len(shape)
     if not -n <= d < n:
         raise ValueError(f"dim={d} is out of range for {name} of shape {tuple(shape)}: use {-n}..{n - 1}")
     return d
@@ -404,7 +363,7 @@ def ring_attention(
 
     Raises:
         TypeError: if ``q``, ``k`` or ``v`` is not a tensor, or ``is_causal`` not a bool.
-        ValueError: as :func:`lessons_src.attention.attention` on mismatched shapes, dtypes or devices; if
+        ValueError: as :func:`lessons_src.functional.attention` on mismatched shapes, dtypes or devices; if
             ``q`` and ``k`` hold different numbers of positions, the ranks cannot split the sequence evenly,
             or ``keep_steps`` is asked with inputs that require a gradient; on every rank, if the ranks'
             blocks differ in shape (checked with one small all-gather before any block is sent).

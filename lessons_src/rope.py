@@ -41,6 +41,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._checks import integer, number, size
+
 __all__ = [
     "RopeScaling",
     "apply_rope",
@@ -65,23 +67,10 @@ class RopeScaling(NamedTuple):
 
 
 def _rotated(dim: object) -> int:
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):  # numpy integers pass, bool and float do not
-        raise TypeError(f"dim must be an int; got {dim!r} of type {type(dim).__name__}")
-    n = int(dim.__index__())
+    n = integer("dim", dim)
     if n < 2 or n % 2:
         raise ValueError(f"RoPE rotates pairs of features, so dim must be even and at least 2; got dim={n!r}")
     return n
-
-
-def _number(name: str, value: object, *, low: float, low_ok: bool, hint: str) -> float:
-    """``value`` as a finite float above ``low`` (or equal to it with ``low_ok``), or an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number; got {value!r} of type {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite ({hint}); got {name}={value!r}")
-    if value < low or (value == low and not low_ok):
-        raise ValueError(f"{name} must be {'at least' if low_ok else 'above'} {low:g} ({hint}); got {name}={value!r}")
-    return float(value)
 
 
 def rope_frequencies(dim: int, *, base: float = 10000.0, device: torch.device | str | None = None) -> Tensor:
@@ -98,7 +87,7 @@ def rope_frequencies(dim: int, *, base: float = 10000.0, device: torch.device | 
         [1.0, 0.1]
     """
     dim = _rotated(dim)
-    base = _number("base", base, low=1.0, low_ok=False, hint="rope_theta, 10000 in RoFormer")
+    base = number("base", base, low=1.0, low_ok=False, hint="rope_theta, 10000 in RoFormer")
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)  # (R/2,)
 
 
@@ -139,13 +128,13 @@ def llama3_scaling(
         >>> (rope_frequencies(8) / s.inv_freq).round(decimals=3).tolist()  # fast kept, slow slowed 8 times, one blended
         [1.0, 1.0, 3.24, 8.0]
     """
-    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies, Llama 3.1 uses 8")
-    low = _number("low_freq_factor", low_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 1")
-    high = _number("high_freq_factor", high_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 4")
+    factor = number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies, Llama 3.1 uses 8")
+    low = number("low_freq_factor", low_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 1")
+    high = number("high_freq_factor", high_freq_factor, low=0.0, low_ok=False, hint="Llama 3.1 uses 4")
     if not low < high:
         raise ValueError(f"low_freq_factor={low_freq_factor!r} must be below high_freq_factor={high_freq_factor!r} "
                          "(Llama 3.1: 1 and 4)")
-    context = _positions(original_max_positions)
+    context = size("original_max_positions", original_max_positions, hint="the trained context")
     inv_freq = rope_frequencies(dim, base=base, device=device)  # (R/2,)
     wavelength = 2 * math.pi / inv_freq  # positions per turn
     blend = ((context / wavelength - low) / (high - low)).clamp(0.0, 1.0)  # 0: slowed, 1: kept
@@ -202,16 +191,16 @@ def yarn_scaling(
         >>> (rope_frequencies(8) / s.inv_freq).tolist(), round(s.attention_factor, 4)  # kept ... slowed 4 times
         ([1.0, 1.6, 4.0, 4.0], 1.1386)
     """
-    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies; gpt-oss uses 32")
-    slow = _number("beta_slow", beta_slow, low=0.0, low_ok=False, hint="YaRN uses 1")
-    fast = _number("beta_fast", beta_fast, low=0.0, low_ok=False, hint="YaRN uses 32")
+    factor = number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies; gpt-oss uses 32")
+    slow = number("beta_slow", beta_slow, low=0.0, low_ok=False, hint="YaRN uses 1")
+    fast = number("beta_fast", beta_fast, low=0.0, low_ok=False, hint="YaRN uses 32")
     if not slow < fast:
         raise ValueError(f"beta_slow={beta_slow!r} must be below beta_fast={beta_fast!r} (YaRN: 1 and 32)")
     if attention_factor is None:
         attention_factor = 0.1 * math.log(factor) + 1.0
-    attention_factor = _number("attention_factor", attention_factor, low=0.0, low_ok=False,
+    attention_factor = number("attention_factor", attention_factor, low=0.0, low_ok=False,
                                hint="None for YaRN's 0.1 ln(factor) + 1")
-    context = _positions(original_max_positions)
+    context = size("original_max_positions", original_max_positions, hint="the trained context")
     dim = _rotated(dim)
     inv_freq = rope_frequencies(dim, base=base, device=device)  # (R/2,)
 
@@ -279,19 +268,10 @@ def proportional_scaling(
         good = ", ".join(f"{2 * n / dim:g}" for n in range(1, dim // 2 + 1))
         raise ValueError(f"fraction={fraction!r} of dim={dim} turns {turning:g} of its {dim // 2} pairs; use a "
                          f"fraction giving a whole number of pairs, one of {good}")
-    factor = _number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies")
+    factor = number("factor", factor, low=1.0, low_ok=True, hint="1 keeps the frequencies")
     inv_freq = rope_frequencies(dim, base=base, device=device) / factor  # (dim/2,): the full-width rule
     inv_freq[int(turning):] = 0.0  # the slow pairs do not turn
     return RopeScaling(inv_freq, 1.0)
-
-
-def _positions(n: object) -> int:
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"original_max_positions must be an int; got {n!r} of type {type(n).__name__}")
-    value = int(n.__index__())
-    if value < 1:
-        raise ValueError(f"original_max_positions must be at least 1 (the trained context); got {value}")
-    return value
 
 
 def rope_cos_sin(

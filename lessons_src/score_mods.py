@@ -1,6 +1,6 @@
 """The two changes of 2024-26 that act *inside* the softmax: the soft-cap and the learned sinks.
 
-:func:`lessons_src.attention.attention` takes them as pieces, ``score_mods=[SoftCap(c), Sinks(logits)]``, and
+:func:`lessons_src.functional.attention` takes them as pieces, ``score_mods=[SoftCap(c), Sinks(logits)]``, and
 hands each implementation that declares them ``softcap=`` and ``sinks=``; they are checked here once and their
 fiddly parts live here, beside each other:
 
@@ -22,7 +22,7 @@ forward and backward:
   float mask to the sink logit.
 
 The names follow FlexAttention's "score mod" (a function of one score: the cap is one; a sink is a column).
-This file needs only torch; ``attention.py`` imports it.
+This file needs only torch; ``functional.py`` imports it.
 
 References:
     Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024 (arXiv:2408.00118):
@@ -64,12 +64,7 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     checked = check_softcap(cap)
     if checked is None:
         raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return _cap(scores, checked)
-
-
-def _cap(scores: Tensor, cap: float) -> Tensor:
-    """The formula alone, for a cap already checked (a FlexAttention score_mod is traced, and checks are not)."""
-    return cap * torch.tanh(scores / cap)
+    return checked * torch.tanh(scores / checked)
 
 
 def check_softcap(softcap: object) -> float | None:
@@ -116,7 +111,7 @@ def check_score_mods(softcap: object, sinks: object, num_heads: int, dtype: torc
 
 
 class SoftCap:
-    """Gemma 2's soft-cap as a piece of :func:`lessons_src.attention.attention`: ``score_mods=SoftCap(50.0)``.
+    """Gemma 2's soft-cap as a piece of :func:`lessons_src.functional.attention`: ``score_mods=SoftCap(50.0)``.
 
     Example:
         >>> SoftCap(50.0)
@@ -136,7 +131,7 @@ class SoftCap:
 
 
 class Sinks:
-    """gpt-oss's learned sinks as a piece of :func:`lessons_src.attention.attention`: one logit per query head,
+    """gpt-oss's learned sinks as a piece of :func:`lessons_src.functional.attention`: one logit per query head,
     ``score_mods=Sinks(logits)``; checked against the queries when attention runs (shape ``(H,)``, their dtype
     and device). The tensor is kept as it is, so its gradient flows.
 

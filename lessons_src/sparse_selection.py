@@ -1,7 +1,7 @@
 """Attention that chooses its keys: DeepSeek's lightning indexer and MoBA's block selection, as keep-masks.
 
 Each query picks a few keys (or blocks of keys) with a cheap score, then ordinary attention runs over the pick:
-pass the mask these functions return as ``attn_mask`` to :func:`lessons_src.attention.attention` (``True`` = may
+pass the mask these functions return as ``attn_mask`` to :func:`lessons_src.functional.attention` (``True`` = may
 attend, the package's one convention), or, for one decoding step, gather the picked keys with
 :func:`gather_selected`.
 
@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .masks import _length, causal_mask
+from ._checks import size
+from .masks import causal_mask
 
 __all__ = ["gather_selected", "lightning_indexer_scores", "moba_mask", "top_k_mask"]
 
@@ -74,7 +75,7 @@ def top_k_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> Tensor:
     if not isinstance(scores, Tensor) or scores.dim() != 3:
         raise ValueError(f"scores must be a (B, T, S) tensor; got {_shape(scores)}")
     B, T, S = scores.shape
-    top_k = min(_length("top_k", top_k, minimum=1), S)
+    top_k = min(size("top_k", top_k), S)
     visible = causal_mask(T, S, device=scores.device) if is_causal else torch.ones(T, S, dtype=torch.bool,
                                                                                    device=scores.device)
     ranked = scores.float().masked_fill(~visible, float("-inf"))  # causality before the pick
@@ -124,8 +125,8 @@ def moba_mask(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
                          f"k {tuple(k.shape)}")
     B, H, T, E = q.shape
     S = k.shape[2]
-    block_size = _length("block_size", block_size, minimum=1)  # keys per block
-    top_k = _length("top_k", top_k, minimum=1)  # blocks per query, its own included
+    block_size = size("block_size", block_size)  # keys per block
+    top_k = size("top_k", top_k)  # blocks per query, its own included
     n_blocks = -(-S // block_size)
     block_of = torch.arange(S, device=k.device) // block_size  # (S,)
     sums = torch.zeros(B, H, n_blocks, E, dtype=torch.float32, device=k.device).index_add_(2, block_of, k.float())

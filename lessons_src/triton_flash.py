@@ -19,7 +19,7 @@ float32 under Triton's interpreter (``TRITON_INTERPRET=1``, on CPU tensors) and 
 on a CUDA GPU. It takes no mask tensor, window, soft-cap, sinks or dropout: :func:`attention` refuses those
 with ``implementation="triton"`` and names the implementations that have them.
 
-Importing this module registers ``implementation="triton"`` in :func:`lessons_src.attention.attention`. It needs
+Importing this module registers ``implementation="triton"`` in :func:`lessons_src.functional.attention`. It needs
 Triton (``pip install "mha-computed[triton]"``), which the rest of the package never imports.
 
 References:
@@ -47,16 +47,9 @@ except ImportError as error:  # pragma: no cover - the message is the point
         "run the kernels through its interpreter: TRITON_INTERPRET=1)", name="triton"
     ) from error
 
-from .attention import (
-    AttentionResult,
-    PreparedMask,
-    Supports,
-    _beyond_causal,
-    _check_qkv,
-    check_supports,
-    prepare_mask,
-    register_attention,
-)
+from ._checks import check_qkv
+from .functional import AttentionResult, Supports, check_supports, register_attention
+from .masks import PreparedMask, prepare_mask
 
 __all__ = ["INTERPRETED", "TritonFlashAttention", "triton_attention", "triton_attention_function"]
 
@@ -334,7 +327,7 @@ def triton_attention_function(
     q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, scale: float, dropout_p: float,
     block_q: int | None = None, block_k: int | None = None, **mods: object,
 ) -> AttentionResult:
-    """The ``"triton"`` implementation of :func:`lessons_src.attention.attention` (inputs already checked).
+    """The ``"triton"`` implementation of :func:`lessons_src.functional.attention` (inputs already checked).
 
     Returns the output and the log-sum-exp (``AttentionResult.lse``); no weights (they are never built).
 
@@ -343,7 +336,7 @@ def triton_attention_function(
             them; the message names the implementations that do), a dtype, head size or device the kernels
             cannot take, or a block size that is not a power of two of at least 16.
     """
-    check_supports("triton", mask=_beyond_causal(mask), dropout=dropout_p, **mods)  # what it declared, once
+    check_supports("triton", mask=mask.beyond_causal(), dropout=dropout_p, **mods)  # what it declared, once
     _check_inputs(q, k, v)
     block_q = _block("block_q", 64 if block_q is None else block_q)
     block_k = _block("block_k", 64 if block_k is None else block_k)
@@ -369,11 +362,11 @@ def triton_attention(
         block_k: keys per step of a program's loop (likewise).
 
     Returns:
-        :class:`lessons_src.attention.AttentionResult` ``(output, None, lse)``, lse in float32 (``-inf`` for
+        :class:`lessons_src.functional.AttentionResult` ``(output, None, lse)``, lse in float32 (``-inf`` for
         a query that sees nothing, whose output is 0).
 
     Raises:
-        ValueError: as :func:`triton_attention_function`, and as :func:`lessons_src.attention.attention`.
+        ValueError: as :func:`triton_attention_function`, and as :func:`lessons_src.functional.attention`.
 
     Example:
         >>> q, kv = torch.randn(1, 4, 40, 16), torch.randn(1, 2, 50, 16)  # CPU tensors: TRITON_INTERPRET=1
@@ -385,7 +378,7 @@ def triton_attention(
         >>> bool((lse - torch.logsumexp(s, -1)).abs().max() < 1e-5)
         True
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     B, H, T, E = q.shape
     prepared = prepare_mask(None, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)

@@ -1,4 +1,4 @@
-"""lessons_src.attention against PyTorch's own attention: F.scaled_dot_product_attention and nn.MultiheadAttention."""
+"""lessons_src.functional against PyTorch's own attention: F.scaled_dot_product_attention and nn.MultiheadAttention."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lessons_src import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from lessons_src import MultiHeadAttention, causal_mask, explicit_attention, padding_mask
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -39,7 +39,7 @@ def test_sdpa_matches_torch(dtype: torch.dtype, mask_kind: str, T: int, S: int) 
         kwargs["attn_mask"] = torch.randn(T, S, generator=g, dtype=dtype)
     elif mask_kind == "bool_broadcast":
         kwargs["attn_mask"] = padding_mask([S, max(1, S - 2)])  # (2, 1, 1, S)
-    out, w = scaled_dot_product_attention(q, k, v, **kwargs)  # type: ignore[arg-type]
+    out, w = explicit_attention(q, k, v, **kwargs)  # type: ignore[arg-type]
     ref = F.scaled_dot_product_attention(q, k, v, **(ref_kwargs or kwargs))  # type: ignore[arg-type]
     torch.testing.assert_close(out, ref, **tol(dtype))
     assert w.shape == (2, 3, T, S)
@@ -51,7 +51,7 @@ def test_sdpa_matches_torch(dtype: torch.dtype, mask_kind: str, T: int, S: int) 
 def test_sdpa_scale_matches_torch() -> None:
     q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
     torch.testing.assert_close(
-        scaled_dot_product_attention(q, k, v, scale=0.3)[0], F.scaled_dot_product_attention(q, k, v, scale=0.3)
+        explicit_attention(q, k, v, scale=0.3)[0], F.scaled_dot_product_attention(q, k, v, scale=0.3)
     )
 
 
@@ -61,7 +61,7 @@ def test_sdpa_dropout_zeroes_and_rescales() -> None:
     q = torch.zeros(1, 1, 4, 2)
     k = torch.zeros(1, 1, 64, 2)
     v = torch.ones(1, 1, 64, 1)
-    _, w = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    _, w = explicit_attention(q, k, v, dropout_p=0.5)
     kept = w[w > 0]
     torch.testing.assert_close(kept, torch.full_like(kept, 2 / 64))  # survivors scaled by 1 / (1 - p)
     assert 0 < (w == 0).sum() < w.numel()
@@ -73,7 +73,7 @@ def test_sdpa_fully_masked_row_is_zero_like_torch(kind: str) -> None:
     mask = torch.tensor([[True, False], [False, False], [True, True]])
     if kind == "float":
         mask = torch.zeros(3, 2).masked_fill(~mask, float("-inf"))
-    out, w = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out, w = explicit_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
     assert (w[0, 0, 1] == 0).all() and (out[0, 0, 1] == 0).all() and not torch.isnan(w).any()
 
@@ -182,8 +182,8 @@ def test_mask_dtype(dtype: torch.dtype) -> None:
 def test_sdpa_bad_inputs() -> None:
     q = torch.randn(1, 2, 3, 4)
     with pytest.raises(ValueError, match=r"same head size E; got q \(1, 2, 3, 4\), k \(1, 2, 3, 5\)"):
-        scaled_dot_product_attention(q, torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 5))
+        explicit_attention(q, torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 5))
     with pytest.raises(ValueError, match=r"k and v must agree on \(B, K, S\)"):
-        scaled_dot_product_attention(q, q, torch.randn(1, 2, 4, 4))
+        explicit_attention(q, q, torch.randn(1, 2, 4, 4))
     with pytest.raises(ValueError, match="dropout_p"):
-        scaled_dot_product_attention(q, q, q, dropout_p=1.0)
+        explicit_attention(q, q, q, dropout_p=1.0)

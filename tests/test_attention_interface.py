@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src import MultiHeadAttention, causal_mask, grouped_attention, padding_mask, scaled_dot_product_attention
-from lessons_src.attention import ATTENTION_FUNCTIONS, ATTENTION_SUPPORTS, Supports, attention, register_attention
+from lessons_src import MultiHeadAttention, attention, causal_mask, explicit_attention, padding_mask
+from lessons_src.functional import ATTENTION_FUNCTIONS, ATTENTION_SUPPORTS, Supports, register_attention
 from lessons_src.masks import sliding_window
 from lessons_src.score_mods import Sinks, SoftCap
 
@@ -195,8 +195,8 @@ def test_grouped_attention_combines_mask_and_causal() -> None:
     q, kv = torch.randn(1, 4, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
     keep = torch.ones(5, 5, dtype=torch.bool)
     keep[:, 0] = False  # nobody may see key 0
-    got = grouped_attention(q, kv, kv, attn_mask=keep, is_causal=True)
-    want = grouped_attention(q, kv, kv, attn_mask=keep & causal_mask(5))
+    got = attention(q, kv, kv, attn_mask=keep, is_causal=True).output
+    want = attention(q, kv, kv, attn_mask=keep & causal_mask(5)).output
     torch.testing.assert_close(got, want)
     assert (got[:, :, 0] == 0).all()  # query 0 sees only key 0, which the mask hides
 
@@ -248,7 +248,7 @@ def test_other_device_or_dtype_is_a_clear_error() -> None:
 def test_a_failed_step_leaves_the_cache_as_it_was() -> None:
     """Defect 4: the cache's length advanced before attention could fail."""
     from lessons_src import KVCache
-    from lessons_src.attention import register_attention
+    from lessons_src.functional import register_attention
 
     def broken(*args: object, **kwargs: object):
         raise RuntimeError("kernel failed")
@@ -345,9 +345,9 @@ def test_mla_with_no_new_tokens(mode: str) -> None:
 def test_latent_cache_refuses_rope_dim_zero_like_mla() -> None:
     from lessons_src import LatentCache, MultiHeadLatentAttention
 
-    with pytest.raises(ValueError, match=r"\{'rope_dim': 0\}"):
+    with pytest.raises(ValueError, match=r"rope_dim must be at least 1; got rope_dim=0"):
         MultiHeadLatentAttention(32, 4, kv_latent_dim=8, rope_dim=0)
-    with pytest.raises(ValueError, match=r"cache sizes must be at least 1; got \{'rope_dim': 0\}"):
+    with pytest.raises(ValueError, match=r"rope_dim must be at least 1; got rope_dim=0"):
         LatentCache(1, 8, 0, 4)
 
 
@@ -388,8 +388,8 @@ def test_is_causal_is_bottom_right_on_every_public_function(T: int, S: int) -> N
     v = torch.randn(1, 2, S, 4, generator=g, dtype=torch.float64)
     visible = bottom_right(T, S)
     want = reference(q, k, v, visible.expand(1, 2, T, S), torch.zeros(1, 2, T, S))
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, is_causal=True)[0], want)
-    torch.testing.assert_close(grouped_attention(q, k, v, is_causal=True), want)
+    torch.testing.assert_close(explicit_attention(q, k, v, is_causal=True)[0], want)
+    torch.testing.assert_close(attention(q, k, v, is_causal=True).output, want)
     for impl in IMPLEMENTATIONS:
         torch.testing.assert_close(attention(q, k, v, is_causal=True, implementation=impl).output, want)
     torch.testing.assert_close(causal_mask(T, S), visible)

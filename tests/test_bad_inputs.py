@@ -21,23 +21,23 @@ from lessons_src import (
     MultiHeadLatentAttention,
     apply_rope,
     causal_mask,
+    explicit_attention,
     from_torch,
-    grouped_attention,
     masks_from_torch,
     mha_to_gqa,
     online_softmax,
     padding_mask,
     repeat_kv,
-    scaled_dot_product_attention,
     tiled_attention,
 )
-from lessons_src.attention import attention, prepare_mask, register_attention
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, count_rescales, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_mod
+from lessons_src.functional import attention, register_attention
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import (
     MaskRule,
+    PreparedMask,
     and_masks,
     by_distance,
     causal,
@@ -53,6 +53,7 @@ from lessons_src.masks import (
     padding,
     prefix_lm,
     prefix_lm_mask,
+    prepare_mask,
     same_chunk,
     same_document,
     sliding_window,
@@ -139,19 +140,21 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("attention", "value", lambda: attention(Q, KV, KV, implementation="flash"), ValueError,
      r"unknown attention implementation 'flash'; choose one of \['eager', 'sdpa', 'tiled'\]"),
     ("tiled_attention", "value", lambda: tiled_attention(Q, KV, KV, block_q=0), ValueError,
-     r"block_q must be a positive int .*; got block_q=0"),
+     r"block_q must be at least 1 \(a number of positions per block\); got block_q=0"),
     ("tiled_attention", "type", lambda: tiled_attention(Q, KV, KV, block_k=8.0), TypeError,  # type: ignore[arg-type]
-     r"block_k must be a positive int; got 8.0 of type float"),
+     r"block_k must be an int; got 8.0 of type float"),
     ("online_softmax", "value", lambda: online_softmax(Q, block_size=-1), ValueError,
-     r"block_size must be a positive int .*; got block_size=-1"),
+     r"block_size must be at least 1 \(a number of positions per block\); got block_size=-1"),
     ("attention", "type", lambda: attention(Q, KV, KV, is_causal="yes"), TypeError,  # type: ignore[arg-type]
      r"is_causal must be True or False; got 'yes'"),
-    ("scaled_dot_product_attention", "shape", lambda: scaled_dot_product_attention(Q, KV[0], KV[0]), ValueError,
+    ("explicit_attention", "shape", lambda: explicit_attention(Q, KV[0], KV[0]), ValueError,
      r"must be 4-D"),
-    ("scaled_dot_product_attention", "shape",
-     lambda: scaled_dot_product_attention(Q[None], Q[None], Q[None]), ValueError, r"must be 4-D: .*\(1, 1, 2, 3, 4\)"),
-    ("grouped_attention", "value", lambda: grouped_attention(torch.randn(1, 3, 2, 4), torch.randn(1, 2, 2, 4),
+    ("explicit_attention", "shape",
+     lambda: explicit_attention(Q[None], Q[None], Q[None]), ValueError, r"must be 4-D: .*\(1, 1, 2, 3, 4\)"),
+    ("attention", "value", lambda: attention(torch.randn(1, 3, 2, 4), torch.randn(1, 2, 2, 4),
      torch.randn(1, 2, 2, 4)), ValueError, r"q has 3 heads, which is not a multiple of the 2 .* divide 3 are 1, 3"),
+    ("PreparedMask", "type", lambda: PreparedMask([[True]], True, 1, 1), TypeError,  # type: ignore[arg-type]
+     r"mask must be a tensor or None \(prepare_mask makes one\); got list"),
     ("prepare_mask", "type", lambda: prepare_mask([[True]], is_causal=False, shape=(1, 1, 1, 1),  # type: ignore[arg-type]
      dtype=torch.float32, device=torch.device("cpu")), TypeError, r"attn_mask must be a torch.Tensor, a MaskRule, a list of them or None; got list"),
     ("prepare_mask", "dtype", lambda: attention(Q, KV, KV, attn_mask=torch.ones(3, 5, dtype=torch.int64)), ValueError,
@@ -208,8 +211,8 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"masks of shapes \(2, 3\) and \(4, 3\) do not broadcast together"),
     ("combine_masks", "device", lambda: combine_masks(torch.ones(2, 3, dtype=torch.bool),
      torch.ones(2, 3, dtype=torch.bool, device=META), torch.float32), ValueError, r"masks on cpu and meta"),
-    ("KVCache", "type", lambda: KVCache(1, 2, 4.0, 8), TypeError, r"cache sizes must be ints; got \{'head_dim': 4.0"),  # type: ignore[arg-type]
-    ("KVCache", "value", lambda: KVCache(1, 0, 4, 8), ValueError, r"at least 1; got \{'num_kv_heads': 0\}"),
+    ("KVCache", "type", lambda: KVCache(1, 2, 4.0, 8), TypeError, r"head_dim must be an int; got 4.0"),  # type: ignore[arg-type]
+    ("KVCache", "value", lambda: KVCache(1, 0, 4, 8), ValueError, r"num_kv_heads must be at least 1; got num_kv_heads=0"),
     ("KVCache.update", "shape", _no_grad(lambda: KVCache(1, 2, 4, 8).update(torch.zeros(1, 3, 2, 4),
      torch.zeros(1, 3, 2, 4))), ValueError, r"k of shape \(1, 3, 2, 4\) does not fit this cache: expected \(B, K, T, E\)"),
     ("KVCache.update", "dtype", _no_grad(lambda: KVCache(1, 2, 4, 8).update(torch.zeros(1, 2, 2, 4).double(),
@@ -222,7 +225,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      torch.zeros(1, 2, 2, 4)), ValueError, r"k requires grad: KV caches are for inference"),
     ("KVCache.update", "type", lambda: KVCache(1, 2, 4, 8).update("k", "v"), TypeError,  # type: ignore[arg-type]
      r"k must be a torch.Tensor; got str"),
-    ("LatentCache", "value", lambda: LatentCache(1, 8, 0, 4), ValueError, r"at least 1; got \{'rope_dim': 0\}"),
+    ("LatentCache", "value", lambda: LatentCache(1, 8, 0, 4), ValueError, r"rope_dim must be at least 1; got rope_dim=0"),
     ("LatentCache.update", "shape", _no_grad(lambda: LatentCache(1, 8, 2, 4).update(torch.zeros(1, 2, 8),
      torch.zeros(1, 3, 2))), ValueError, r"same number of positions; got \(1, 2, 8\), \(1, 3, 2\)"),
     ("kv_bytes_per_token", "value", lambda: kv_bytes_per_token(0, 64, torch.float16), ValueError,
@@ -236,7 +239,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("MultiHeadLatentAttention", "value", lambda: MultiHeadLatentAttention(32, 4, kv_latent_dim=8, rope_dim=3),
      ValueError, r"rope_dim must be even .* got rope_dim=3"),
     ("MultiHeadLatentAttention", "type", lambda: MultiHeadLatentAttention(32.0, 4, kv_latent_dim=8, rope_dim=4),  # type: ignore[arg-type]
-     TypeError, r"sizes must be ints; got \{'d_model': 32.0\}"),
+     TypeError, r"d_model must be an int; got 32.0"),
     ("MultiHeadLatentAttention.forward", "shape", lambda: MLA(torch.randn(1, 3, 16)), ValueError,
      r"x must be \(B, T, d_model=32\); got shape \(1, 3, 16\)"),
     ("MultiHeadLatentAttention.forward", "dtype", lambda: MLA(torch.randn(1, 3, 32).double()), ValueError,
@@ -274,7 +277,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"x must be floating .*; got torch.int64"),
     ("online_softmax", "type", lambda: online_softmax([1.0, 2.0]), TypeError, r"x must be a torch.Tensor; got list"),  # type: ignore[arg-type]
     ("softmax_statistics", "value", lambda: next(softmax_statistics(torch.randn(3), block_size=0)), ValueError,
-     r"block_size must be a positive int .*; got block_size=0"),
+     r"block_size must be at least 1 \(a number of positions per block\); got block_size=0"),
     ("block_kind", "value", lambda: block_kind(0, 2, 0, 2, 4, 4, causal=True, window=0), ValueError,
      r"window must be at least 1 .*; got window=0"),
     ("tiled_attention_function", "value", lambda: tiled_attention_function(Q, KV, KV, prepare_mask(
@@ -294,7 +297,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"dtype must be a torch.dtype such as torch.float32; got 'float32'"),
     ("LatentCache", "dtype", lambda: LatentCache(1, 8, 2, 4, dtype=torch.bool), ValueError, r"dtype=torch.bool"),
     ("RollingKVCache", "dtype", lambda: RollingKVCache(1, 1, 2, 3, dtype=torch.int32), ValueError, r"dtype=torch.int32"),
-    ("RollingKVCache", "value", lambda: RollingKVCache(1, 1, 2, 3, sinks=-1), ValueError, r"sinks must be at least 0"),
+    ("RollingKVCache", "value", lambda: RollingKVCache(1, 1, 2, 3, sink_tokens=-1), ValueError, r"sink_tokens must be at least 0"),
     ("RollingKVCache.update", "shape", _no_grad(lambda: RollingKVCache(1, 1, 2, 3).update(torch.zeros(1, 2, 1, 2),
      torch.zeros(1, 2, 1, 2))), ValueError, r"k of shape \(1, 2, 1, 2\) does not fit this cache"),
     ("RollingKVCache.update", "device", _no_grad(lambda: RollingKVCache(1, 1, 2, 3).update(
@@ -440,7 +443,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"low_freq_factor=4.0 must be below high_freq_factor=1.0"),
     ("llama3_scaling", "value", lambda: llama3_scaling(15), ValueError, r"dim must be even and at least 2; got dim=15"),
     ("llama3_scaling", "value", lambda: llama3_scaling(16, original_max_positions=0), ValueError,
-     r"original_max_positions must be at least 1 \(the trained context\); got 0"),
+     r"original_max_positions must be at least 1 \(the trained context\); got original_max_positions=0"),
     ("yarn_scaling", "value", lambda: yarn_scaling(16, factor=float("inf"), original_max_positions=64), ValueError,
      r"factor must be finite .*; got factor=inf"),
     ("yarn_scaling", "value", lambda: yarn_scaling(16, factor=4.0, original_max_positions=64, beta_fast=1.0,
@@ -483,7 +486,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("padding", "shape", lambda: mask_tensor(padding([2, 3]), 1, 5, B=3), ValueError, r"lengths has 2 rows for a batch of B=3"),
     ("padding", "device", lambda: mask_tensor(padding(torch.tensor([2, 3])), 1, 5, B=2, device="meta"), ValueError, r"lengths are on cpu but the mask is built on meta; move them there"),
     ("sliding_window", "value", lambda: sliding_window(0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
-    ("sliding_window", "value", lambda: sliding_window(2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
+    ("sliding_window", "value", lambda: sliding_window(2, sink_tokens=-1), ValueError, r"sink_tokens must be at least 0; got sink_tokens=-1"),
     ("same_chunk", "type", lambda: same_chunk(None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
     ("same_document", "dtype", lambda: same_document(torch.zeros(3)), TypeError, r"documents must hold integer document ids; got dtype torch.float32"),
     ("same_document", "shape", lambda: mask_tensor(same_document(torch.tensor([0, 0, 1])), 2, 4), ValueError, r"documents give 3 positions but there are S=4 keys"),
@@ -503,7 +506,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"sinks have dtype torch.float64 but the queries are torch.float32"),
     ("chunk_mask", "value", lambda: chunk_mask(4, 4, 0), ValueError, r"chunk must be at least 1 position .*; got chunk=0"),
     ("chunk_mask", "type", lambda: chunk_mask(4, 4, None), TypeError, r"chunk must be an int of at least 1; got None"),  # type: ignore[arg-type]
-    ("ChunkedKVCache", "value", lambda: ChunkedKVCache(1, 1, 4, 0), ValueError, r"cache sizes must be at least 1; got \{'chunk': 0\}"),
+    ("ChunkedKVCache", "value", lambda: ChunkedKVCache(1, 1, 4, 0), ValueError, r"chunk must be at least 1; got chunk=0"),
     ("check_window", "value", lambda: check_window(0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
     ("check_mask", "dtype", lambda: check_mask(torch.ones(2, 2, dtype=torch.int64), (1, 1, 2, 2), torch.float32),
      ValueError, r"attn_mask has dtype torch.int64, which is not supported"),
@@ -597,12 +600,12 @@ def _size_calls() -> list[tuple[str, int, Callable[[object], object]]]:
         ("head", 1, lambda n: MHA.kv_head(n)),  # type: ignore[arg-type]
         ("window", 2, lambda n: attention(_q, _kv, _kv, attn_mask=sliding_window(n))),  # type: ignore[arg-type]
         ("T", 3, lambda n: causal_mask(n)),  # type: ignore[arg-type]
-        ("sinks", 1, lambda n: causal_mask(3, window=2, sinks=n)),  # type: ignore[arg-type]
+        ("sink_tokens", 1, lambda n: causal_mask(3, window=2, sink_tokens=n)),  # type: ignore[arg-type]
         ("head_dim", 4, lambda n: KVCache(1, 2, n, 8)),  # type: ignore[arg-type]
         ("max_len", 8, lambda n: KVCache(1, 2, 4, n)),  # type: ignore[arg-type]
         ("kv_latent_dim", 8, lambda n: LatentCache(1, n, 2, 4)),  # type: ignore[arg-type]
         ("window", 3, lambda n: RollingKVCache(1, 1, 2, n)),  # type: ignore[arg-type]
-        ("sinks", 1, lambda n: RollingKVCache(1, 1, 2, 3, sinks=n)),  # type: ignore[arg-type]
+        ("sink_tokens", 1, lambda n: RollingKVCache(1, 1, 2, 3, sink_tokens=n)),  # type: ignore[arg-type]
         ("num_kv_heads", 8, lambda n: kv_bytes_per_token(n, 64, torch.float16)),  # type: ignore[arg-type]
         ("rope_dim", 64, lambda n: latent_bytes_per_token(512, n, torch.float16)),  # type: ignore[arg-type]
         ("num_blocks", 4, lambda n: _paged(num_blocks=n)),

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import ChunkedKVCache, kv_bytes_per_token
 from lessons_src.masks import causal, causal_mask, same_chunk
 from lessons_src.rope import apply_rope, rope_cos_sin
@@ -60,8 +60,8 @@ def test_memory_is_one_chunk_at_most_and_empties_at_each_start() -> None:
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: ChunkedKVCache(1, 1, 2, chunk=0), ValueError, r"cache sizes must be at least 1; got \{'chunk': 0\}"),
-    (lambda: ChunkedKVCache(1, 1, 2, chunk=2.0), TypeError, r"cache sizes must be ints; got \{'chunk': 2.0\}"),
+    (lambda: ChunkedKVCache(1, 1, 2, chunk=0), ValueError, r"chunk must be at least 1; got chunk=0"),
+    (lambda: ChunkedKVCache(1, 1, 2, chunk=2.0), TypeError, r"chunk must be an int; got 2.0"),
     (lambda: ChunkedKVCache(1, 1, 2, chunk=2).update(torch.zeros(1, 1, 0, 2), torch.zeros(1, 1, 0, 2)), ValueError,
      r"k and v must add the same number \(>= 1\) of positions"),
     (lambda: ChunkedKVCache(1, 1, 2, chunk=2).update(torch.zeros(1, 2, 1, 2), torch.zeros(1, 2, 1, 2)), ValueError,

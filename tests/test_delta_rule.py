@@ -131,9 +131,9 @@ def test_bad_inputs_are_refused_with_the_values() -> None:
         delta_rule_recurrent(q, k[..., :4], v, g, beta)
     with pytest.raises(ValueError, match=r"state must be \(B, H, Dk, Dv\) = \(2, 4, 8, 6\)"):
         delta_rule_recurrent(q, k, v, g, beta, state=torch.zeros(2, 4, 6, 8))
-    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+    with pytest.raises(ValueError, match=r"chunk_size must be at least 1 \(tokens per chunk"):
         delta_rule_chunked(q, k, v, g, beta, chunk_size=0)
-    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+    with pytest.raises(TypeError, match=r"chunk_size must be an int; got 2.0 of type float"):
         delta_rule_chunked(q, k, v, g, beta, chunk_size=2.0)
     np = pytest.importorskip("numpy")  # an int from numpy counts as an int, as everywhere in the package
     torch.testing.assert_close(delta_rule_chunked(q, k, v, g, beta, chunk_size=np.int64(2)),

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import lessons_src
-from lessons_src.attention import MultiHeadAttention, attention
+from lessons_src.functional import attention
+from lessons_src.layer import MultiHeadAttention
 from lessons_src.masks import causal_mask, sliding_window
 
 META = torch.device("meta")
@@ -109,7 +110,7 @@ def _flex_on_meta() -> dict[str, object]:
         "masks.MaskRule": lambda: mk.MaskRule("later", lambda b, h, q, kv: kv > q)(0, 0, qi + 2, ki),
         "masks.causal": lambda: mk.causal()(0, 0, qi + 2, ki),
         "masks.padding": lambda: mk.padding(torch.empty(2, dtype=torch.long, device=META))(1, 0, qi, ki),
-        "masks.sliding_window": lambda: mk.sliding_window(2, sinks=1)(0, 0, qi + 2, ki),
+        "masks.sliding_window": lambda: mk.sliding_window(2, sink_tokens=1)(0, 0, qi + 2, ki),
         "masks.same_chunk": lambda: mk.same_chunk(2)(0, 0, qi + 2, ki),
         "masks.same_document": lambda: mk.same_document(ids)(1, 0, qi + 2, ki),
         "masks.prefix_lm": lambda: mk.prefix_lm([1, 2], device=META)(1, 0, qi + 2, ki),
@@ -136,6 +137,7 @@ def _on_meta() -> dict[str, object]:
     """Each public name that runs on meta tensors, as a zero-argument call exercising it."""
     import lessons_src.convert as cv
     import lessons_src.flash as fl
+    import lessons_src.functional as at
     import lessons_src.interop as io
     import lessons_src.kv_cache as kc
     import lessons_src.masks as mk
@@ -145,14 +147,13 @@ def _on_meta() -> dict[str, object]:
     import lessons_src.rope as rp
     import lessons_src.score_mods as sm
     import lessons_src.sparse_selection as ss
-    from lessons_src import attention as at
 
     q, kv, b = _meta(1, 4, 3, 8), _meta(1, 2, 5, 8), torch.bool
     keep = torch.empty(3, 5, dtype=b, device=META)
-    prep = at.prepare_mask(keep, is_causal=True, shape=(1, 4, 3, 5), dtype=torch.float32, device=META)
+    prep = mk.prepare_mask(keep, is_causal=True, shape=(1, 4, 3, 5), dtype=torch.float32, device=META)
     cos_sin = rp.rope_cos_sin(torch.arange(3, device=META), 4)
     return {
-        "attention.attention": lambda: [
+        "functional.attention": lambda: [
             at.attention(q, kv, kv, attn_mask=[x for x in (m, r) if x is not None], is_causal=True,
                          implementation=impl)
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep, _meta(1, 1, 3, 5))
@@ -167,7 +168,7 @@ def _on_meta() -> dict[str, object]:
                          score_mods=[sm.Sinks(_meta(4)), *([] if impl == "sdpa" else [sm.SoftCap(5.0)])])
             for impl in ("sdpa", "eager", "tiled") for m in (None, keep)
         ],
-        "attention.MultiHeadAttention": lambda: [_mha_meta().with_weights(_meta(1, 5, 8), is_causal=True)],
+        "layer.MultiHeadAttention": lambda: [_mha_meta().with_weights(_meta(1, 5, 8), is_causal=True)],
         "score_mods.soft_cap": lambda: sm.soft_cap(_meta(2, 3), 5.0),
         "score_mods.check_sinks": lambda: sm.check_sinks(_meta(4), 4, torch.float32, META),
         "score_mods.check_score_mods": lambda: [*sm.check_score_mods(5.0, _meta(4), 4, torch.float32, META).values()],
@@ -191,7 +192,7 @@ def _on_meta() -> dict[str, object]:
         "mechanisms.NoPETemperature": lambda: mc.NoPETemperature(floor_scale=2)(q, _meta(1, 2, 3, 8), start=2),
         "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
         "mechanisms.ElementwiseGate": lambda: mc.ElementwiseGate(16, 4, 8).to(META)(_meta(1, 3, 16), q),
-        "attention.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
+        "layer.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
             MultiHeadAttention(
                 16, 4, num_kv_heads=2, implementation=impl, qk_norm=mc.PerHeadRMSNorm(4), rope=mc.Rotary(4),
                 gate=mc.ElementwiseGate(16, 4, 4), softcap=None if impl == "sdpa" else 5.0, sinks=True,
@@ -199,17 +200,16 @@ def _on_meta() -> dict[str, object]:
             ).to(META)(_meta(1, 5, 16), is_causal=True)
             for impl in ("sdpa", "eager", "tiled")
         ],
-        "attention.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
-        "attention.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
-        "attention.grouped_attention": lambda: at.grouped_attention(q, kv, kv, attn_mask=mk.sliding_window(2)),
-        "attention.scaled_dot_product_attention": lambda: at.scaled_dot_product_attention(
+        "functional.eager_attention": lambda: at.eager_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
+        "functional.sdpa_attention": lambda: at.sdpa_attention(q, kv, kv, prep, scale=0.5, dropout_p=0.0),
+        "functional.explicit_attention": lambda: at.explicit_attention(
             _meta(2, 3, 8), _meta(2, 5, 8), _meta(2, 5, 8), is_causal=True
         ),
-        "attention.prepare_mask": lambda: prep.combined(),
-        "attention.PreparedMask": lambda: at.PreparedMask(None, True, 3, 5, window=2, device=META).combined(),
-        "attention.repeat_kv": lambda: at.repeat_kv(kv, 2),
-        "attention.HeadWeights": lambda: _mha_meta().head_weights(),
-        "masks.causal_mask": lambda: [mk.causal_mask(3, 5, window=2, sinks=1, device=META),
+        "masks.prepare_mask": lambda: prep.combined(),
+        "masks.PreparedMask": lambda: mk.PreparedMask(None, True, 3, 5, window=2, device=META).combined(),
+        "functional.repeat_kv": lambda: at.repeat_kv(kv, 2),
+        "layer.HeadWeights": lambda: _mha_meta().head_weights(),
+        "masks.causal_mask": lambda: [mk.causal_mask(3, 5, window=2, sink_tokens=1, device=META),
                                       mk.causal_mask(3, 5, chunk=2, device=META)],
         "masks.chunk_mask": lambda: mk.chunk_mask(3, 5, 2, device=META),
         **_flex_on_meta(),
@@ -275,18 +275,26 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
 NO_TENSORS = {  # public names that make no tensor: nothing to place
     "flash.RescaleCount": "a NamedTuple of three ints",
     "flash.count_rescales": "counts (ints) read from the caller's scores, on their device",
-    "attention.ATTENTION_FUNCTIONS": "a dict of implementations",
-    "attention.AttentionFunction": "a typing Protocol",
-    "attention.AttentionResult": "a NamedTuple of the caller's tensors",
-    "attention.register_attention": "adds a name to a dict",
-    "attention.ATTENTION_SUPPORTS": "a dict of declarations",
-    "attention.Supports": "a frozen dataclass of bools",
-    "attention.check_supports": "compares a declaration with what was asked",
+    "functional.ATTENTION_FUNCTIONS": "a dict of implementations",
+    "functional.AttentionFunction": "a typing Protocol",
+    "functional.AttentionResult": "a NamedTuple of the caller's tensors",
+    "functional.register_attention": "adds a name to a dict",
+    "functional.ATTENTION_SUPPORTS": "a dict of declarations",
+    "functional.Supports": "a frozen dataclass of bools",
+    "functional.check_supports": "compares a declaration with what was asked",
+    "functional.check_implementation": "looks a name up in a dict",
     "score_mods.SoftCap": "holds a checked number",
     "masks.check_window": "checks an int",
     "masks.check_chunk": "checks an int",
     "masks.by_distance": "a list of Python bools",
     "score_mods.check_softcap": "checks a number",
+    "_checks.integer": "checks an int",
+    "_checks.size": "checks an int",
+    "_checks.number": "checks a number",
+    "_checks.flag": "checks a bool",
+    "_checks.divisors": "arithmetic on an int",
+    "_checks.autocast_on": "reads torch's autocast state",
+    "_checks.check_qkv": "reads the caller's tensors' shapes, dtypes and devices",
     "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
     "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
     "kv_cache.latent_bytes_per_token": "arithmetic on sizes",
@@ -314,7 +322,7 @@ def _tensors(obj: object) -> list[torch.Tensor]:
 
 def test_every_public_core_name_is_classified():
     public = {f"{m}.{name}" for m, mod in _mods().items() for name in mod.__all__}  # type: ignore[attr-defined]
-    public.add("attention.MultiHeadAttention+mechanisms")  # the layer with every piece: a case of its own
+    public.add("layer.MultiHeadAttention+mechanisms")  # the layer with every piece: a case of its own
     groups = [set(_on_meta()), set(NOT_ON_META), set(NO_TENSORS)]
     assert set.union(*groups) == public, (
         f"unclassified: {sorted(public - set.union(*groups))}; stale: {sorted(set.union(*groups) - public)}"
@@ -363,7 +371,7 @@ def _cpu_cases() -> dict[str, object]:
     def tiled():
         torch.manual_seed(0)
         q, kv = torch.randn(1, 4, 5, 8, requires_grad=True), torch.randn(1, 2, 7, 8)
-        from lessons_src.attention import prepare_mask
+        from lessons_src.masks import prepare_mask
 
         prep = prepare_mask(sliding_window(3), is_causal=True, shape=(1, 4, 5, 7), dtype=q.dtype, device=q.device)
 
@@ -376,7 +384,7 @@ def _cpu_cases() -> dict[str, object]:
 
     def rolling():
         torch.manual_seed(0)
-        cache, k = RollingKVCache(1, 2, 4, window=3, sinks=1), torch.randn(1, 2, 6, 4)
+        cache, k = RollingKVCache(1, 2, 4, window=3, sink_tokens=1), torch.randn(1, 2, 6, 4)
         return lambda: [*cache.update(k[:, :, :4], k[:, :, :4]), *cache.update(k[:, :, 4:5], k[:, :, 4:5])[:2]]
 
     def paged():

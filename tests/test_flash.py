@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from lessons_src import MultiHeadAttention, online_softmax, padding_mask, tiled_attention
-from lessons_src.attention import ATTENTION_FUNCTIONS, attention
 from lessons_src.flash import TiledAttention, block_kind, softmax_statistics, tile_plan
+from lessons_src.functional import ATTENTION_FUNCTIONS, attention
 
 TOL = {torch.float64: {"atol": 1e-12, "rtol": 1e-10}, torch.float32: {"atol": 2e-5, "rtol": 1e-4}}
 GRAD_TOL = {torch.float64: {"atol": 1e-10, "rtol": 1e-9}, torch.float32: {"atol": 1e-4, "rtol": 1e-3}}
@@ -224,10 +224,10 @@ def test_gqa_does_not_repeat_keys_and_values() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"block_q": 0}, ValueError, r"block_q must be a positive int .*; got block_q=0"),
-        ({"block_k": -4}, ValueError, r"block_k must be a positive int .*; got block_k=-4"),
-        ({"block_q": 64.0}, TypeError, r"block_q must be a positive int; got 64.0 of type float"),
-        ({"block_k": True}, TypeError, r"block_k must be a positive int; got True of type bool"),
+        ({"block_q": 0}, ValueError, r"block_q must be at least 1 \(a number of positions per block\); got block_q=0"),
+        ({"block_k": -4}, ValueError, r"block_k must be at least 1 \(a number of positions .*\); got block_k=-4"),
+        ({"block_q": 64.0}, TypeError, r"block_q must be an int; got 64.0 of type float"),
+        ({"block_k": True}, TypeError, r"block_k must be an int; got True of type bool"),
     ],
 )
 def test_bad_block_sizes_are_clear_errors(kwargs, error, match) -> None:

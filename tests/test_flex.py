@@ -20,8 +20,8 @@ import torch
 import torch.nn.attention.flex_attention as flex_module
 from torch.nn.attention.flex_attention import create_mask
 
-from lessons_src.attention import ATTENTION_FUNCTIONS, attention
 from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_mod
+from lessons_src.functional import ATTENTION_FUNCTIONS, attention
 from lessons_src.masks import (
     MaskRule,
     causal,
@@ -50,7 +50,7 @@ def _twins(B: int, T: int, S: int) -> dict[str, tuple[MaskRule, object]]:
         "causal": (causal(), lambda b, p, j: j <= p),
         "padding": (padding(lengths), lambda b, p, j: j < int(lengths[b])),
         "window": (sliding_window(3), lambda b, p, j: p - 3 < j <= p),
-        "window+sinks": (sliding_window(2, sinks=2), lambda b, p, j: j <= p and (j > p - 2 or j < 2)),
+        "window+sinks": (sliding_window(2, sink_tokens=2), lambda b, p, j: j <= p and (j > p - 2 or j < 2)),
         "chunk": (causal() & same_chunk(3), lambda b, p, j: j <= p and j // 3 == p // 3),
         "documents": (causal() & same_document(docs), lambda b, p, j: j <= p and int(docs[b, j]) == int(docs[b, p])),
         "prefix": (prefix_lm(prefix), lambda b, p, j: j <= p or j < prefix[b]),

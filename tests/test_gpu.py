@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import lessons_src.flash  # noqa: F401  (registers the "tiled" implementation)
-from lessons_src.attention import MultiHeadAttention, attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, RollingKVCache
+from lessons_src.layer import MultiHeadAttention
 from lessons_src.masks import causal_mask, padding_mask, sliding_window
 from lessons_src.paged_cache import PagedKVCache, paged_attention
 

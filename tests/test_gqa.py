@@ -1,4 +1,4 @@
-"""Grouped-query attention in lessons_src.attention: MHA (K == H), GQA and MQA (K == 1) against references."""
+"""Grouped-query attention in lessons_src.functional: MHA (K == H), GQA and MQA (K == 1) against references."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from lessons_src import MultiHeadAttention, causal_mask, padding_mask
-from lessons_src.attention import grouped_attention, repeat_kv, scaled_dot_product_attention
+from lessons_src.functional import attention, explicit_attention, repeat_kv
 from lessons_src.kv_cache import KVCache
 
 FUSED_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -82,16 +82,16 @@ def test_grouped_attention_equals_explicit(K: int, T: int, S: int) -> None:
     k = torch.randn(2, K, S, 8, generator=g, dtype=torch.float64)
     v = torch.randn(2, K, S, 5, generator=g, dtype=torch.float64)
     mask = causal_mask(T, S)
-    ref, _ = scaled_dot_product_attention(q, repeat_kv(k, 4 // K), repeat_kv(v, 4 // K), attn_mask=mask)
-    torch.testing.assert_close(grouped_attention(q, k, v, attn_mask=mask), ref)
+    ref, _ = explicit_attention(q, repeat_kv(k, 4 // K), repeat_kv(v, 4 // K), attn_mask=mask)
+    torch.testing.assert_close(attention(q, k, v, attn_mask=mask).output, ref)
     if T == S:
-        torch.testing.assert_close(grouped_attention(q, k, v, is_causal=True), ref)
+        torch.testing.assert_close(attention(q, k, v, is_causal=True).output, ref)
         enable_gqa = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         torch.testing.assert_close(enable_gqa, ref)
     per_batch = torch.rand(2, 1, T, S, generator=g) > 0.3
     per_batch[..., 0] = True
-    ref2, _ = scaled_dot_product_attention(q, repeat_kv(k, 4 // K), repeat_kv(v, 4 // K), attn_mask=per_batch)
-    torch.testing.assert_close(grouped_attention(q, k, v, attn_mask=per_batch), ref2)
+    ref2, _ = explicit_attention(q, repeat_kv(k, 4 // K), repeat_kv(v, 4 // K), attn_mask=per_batch)
+    torch.testing.assert_close(attention(q, k, v, attn_mask=per_batch).output, ref2)
 
 
 @pytest.mark.parametrize("K", [8, 2, 1])
@@ -125,9 +125,9 @@ def test_zero_kv_heads_is_refused() -> None:
         MultiHeadAttention(32, 4, num_kv_heads=0)
 
 
-def test_grouped_attention_rejects_bad_head_counts() -> None:
+def test_attention_rejects_bad_head_counts() -> None:
     with pytest.raises(ValueError, match=r"q has 4 heads, which is not a multiple of the 3 key/value heads"):
-        grouped_attention(torch.randn(1, 4, 2, 8), torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8))
+        attention(torch.randn(1, 4, 2, 8), torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8))
 
 
 def test_cache_with_context_is_refused() -> None:

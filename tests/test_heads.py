@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lessons_src import MultiHeadAttention, scaled_dot_product_attention
+from lessons_src import MultiHeadAttention, explicit_attention
 from lessons_src.lab.heads import (
     ablate_heads,
     classify_heads,
@@ -105,12 +105,12 @@ def test_ablation_equals_dropping_the_head_by_hand(bias: bool) -> None:
     with ablate_heads([mha], keep):
         got = mha(x, is_causal=True)
     q, k, v = mha.project_qkv(x)  # (B, H, T, E)
-    heads, _ = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, E)
+    heads, _ = explicit_attention(q, k, v, is_causal=True)  # (B, H, T, E)
     heads = heads * keep[0][None, :, None, None]
     expected = mha.out_proj(heads.transpose(1, 2).reshape(2, 5, D))
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(mha(x, is_causal=True), mha.out_proj(
-        scaled_dot_product_attention(q, k, v, is_causal=True)[0].transpose(1, 2).reshape(2, 5, D)
+        explicit_attention(q, k, v, is_causal=True)[0].transpose(1, 2).reshape(2, 5, D)
     ))  # hooks are gone after the block
     with pytest.raises(ValueError, match=r"\(1, 3\)"), ablate_heads([mha], torch.ones(2, 3)):
         pass

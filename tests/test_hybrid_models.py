@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from lessons_src.attention import MultiHeadAttention
 from lessons_src.lab.hybrid_models import (
     LAYER_KINDS,
     PATTERNS,
@@ -24,6 +23,7 @@ from lessons_src.lab.hybrid_models import (
     pattern,
     read_hybrid_log,
 )
+from lessons_src.layer import MultiHeadAttention
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "train"))

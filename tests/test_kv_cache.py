@@ -110,9 +110,9 @@ def test_dtype_and_size_errors() -> None:
     cache = KVCache(1, 1, 4, max_len=4)
     with pytest.raises(ValueError, match=r"dtype torch.float64 but the cache stores torch.float32"):
         cache.update(torch.zeros(1, 1, 1, 4, dtype=torch.float64), torch.zeros(1, 1, 1, 4, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"at least 1; got \{'max_len': 0\}"):
+    with pytest.raises(ValueError, match=r"max_len must be at least 1; got max_len=0"):
         KVCache(1, 1, 4, max_len=0)
-    with pytest.raises(ValueError, match=r"got \{'kv_latent_dim': 0\}"):
+    with pytest.raises(ValueError, match=r"kv_latent_dim must be at least 1; got kv_latent_dim=0"):
         LatentCache(1, 0, 4, max_len=4)
     with pytest.raises(ValueError, match=r"latent of shape \(2, 1, 4\) does not fit .* \(B, T, C\)"):
         LatentCache(1, 4, 2, max_len=4).update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lessons_src.lab import toy_models
-from lessons_src.lab.long_context import first_token_mass, receptive_field, toy_logits_with_mask
+from lessons_src.lab.heads import first_token_mass
+from lessons_src.lab.long_context import receptive_field, toy_logits_with_mask
 from lessons_src.masks import causal_mask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def test_sinks_page_claims_hold() -> None:
     assert all(s < w for s, w in zip(sinks, words, strict=True))
     with pytest.raises(ValueError, match="which must be 'sinks' or 'words'; got 'cls'"):
         minilm_eviction_cosines(model, tok, "cls")
-    r = toy_window_eviction(toy_models.load_induction_model(), n=24, window=28, sinks=[0, 1])
+    r = toy_window_eviction(toy_models.load_induction_model(), n=24, window=28, sink_tokens=[0, 1])
     assert float(r["first_token"].max()) < 3 * r["uniform"]  # type: ignore[attr-defined, operator]
     assert [row[0] for row in r["windowed"]] == [0, 1]  # type: ignore[attr-defined]
 
@@ -74,14 +75,14 @@ def test_weight_outside_the_window_is_measured_on_the_hidden_keys_only() -> None
 
     model = toy_models.load_induction_model()
     n = 8
-    assert toy_window_eviction(model, n=n, window=2 * n, sinks=[0])["outside_window"].abs().max() == 0  # type: ignore[attr-defined]
-    r = toy_window_eviction(model, n=n, window=1, sinks=[0])
+    assert toy_window_eviction(model, n=n, window=2 * n, sink_tokens=[0])["outside_window"].abs().max() == 0  # type: ignore[attr-defined]
+    r = toy_window_eviction(model, n=n, window=1, sink_tokens=[0])
     tokens = toy_models.repeated_random_tokens(n, model.cfg.vocab_size, seed=1, batch=32)
     with torch.no_grad():
         weights = model(tokens, need_weights=True)[1]  # (L, B, H, T, T)
     off_diagonal = 1 - weights.diagonal(dim1=-2, dim2=-1)[..., n:].mean(dim=(1, 2, 3))  # (L,)
     torch.testing.assert_close(r["outside_window"], off_diagonal)
-    assert 0.1 < float(toy_window_eviction(model, n=24, window=28, sinks=[0])["outside_window"][1]) < 1  # type: ignore[index]
+    assert 0.1 < float(toy_window_eviction(model, n=24, window=28, sink_tokens=[0])["outside_window"][1]) < 1  # type: ignore[index]
 
 
 def test_quiz_receptive_field_answer_is_computed() -> None:

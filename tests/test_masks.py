@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src.attention import MultiHeadAttention, attention
+from lessons_src.functional import attention
+from lessons_src.layer import MultiHeadAttention
 from lessons_src.masks import (
     causal,
     causal_mask,
@@ -155,7 +156,7 @@ def test_chunk_mask_is_its_definition_for_the_last_queries(S: int, T_off: int, c
 def test_every_implementation_attends_within_chunks(T: int, extra: int, chunk: int, kind: str, seed: int) -> None:
     """``chunk=`` goes through the one mask preparation: every implementation equals an explicit chunked mask,
     combined with the caller's mask."""
-    from lessons_src.attention import ATTENTION_FUNCTIONS
+    from lessons_src.functional import ATTENTION_FUNCTIONS
 
     g = torch.Generator().manual_seed(seed)
     S = T + extra
@@ -243,7 +244,7 @@ def test_prefix_lm_mask_by_hand() -> None:
 def test_every_implementation_takes_documents_and_prefix(T: int, extra: int, kind: str, seed: int) -> None:
     """``documents=`` and ``prefix=`` go through the one mask preparation: every implementation, with or without
     sinks, equals the explicit mask, combined with the caller's."""
-    from lessons_src.attention import ATTENTION_FUNCTIONS
+    from lessons_src.functional import ATTENTION_FUNCTIONS
 
     g = torch.Generator().manual_seed(seed)
     S = T + extra

@@ -2,7 +2,7 @@
 
 For each mechanism an oracle test builds the pinned ``transformers``' own attention module for a model family
 that ships it (a tiny random config, eager attention), copies its weights into a
-:class:`lessons_src.attention.MultiHeadAttention` given the matching pieces, and compares outputs and gradients.
+:class:`lessons_src.layer.MultiHeadAttention` given the matching pieces, and compares outputs and gradients.
 Every weight is drawn at random, the norms' weights too (Gemma's ``1 + w`` norms start at ``w = 0``, where a
 moved norm would go unseen), and the cap is small enough to change the scores, so that each test fails
 when its mechanism is removed or moved (the changes that were tried, and the failures, are listed in the
@@ -22,8 +22,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lessons_src.attention import ATTENTION_FUNCTIONS, MultiHeadAttention, attention
 from lessons_src.flash import tiled_attention_function
+from lessons_src.functional import ATTENTION_FUNCTIONS, attention
+from lessons_src.layer import MultiHeadAttention
 from lessons_src.masks import causal, causal_mask, same_chunk, sliding_window
 from lessons_src.mechanisms import (
     ElementwiseGate,
@@ -374,7 +375,8 @@ def test_sink_gradients_pass_gradcheck(impl: str) -> None:
 
 def test_tiled_caps_and_sinks_across_many_tiles() -> None:
     """Small tiles: the sink starts every query block's online softmax; the cap's derivative in every tile."""
-    from lessons_src.attention import eager_attention, prepare_mask
+    from lessons_src.functional import eager_attention
+    from lessons_src.masks import prepare_mask
 
     g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 4, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)

@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from lessons_src.attention import MultiHeadAttention
 from lessons_src.lab import minilm
+from lessons_src.layer import MultiHeadAttention
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, kv_bytes_per_token
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
 

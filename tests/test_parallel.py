@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.testing import assert_close
 
 from lessons_src import MultiHeadAttention, MultiHeadLatentAttention
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import LatentCache
 from lessons_src.lab.launch import launch
 from lessons_src.lab.parallel_runs import combined_run, fails_beside_a_busy_rank_0, fresh_state, ranks_and_sizes

@@ -196,7 +196,7 @@ def test_each_layer_masks_as_the_running_model(name: str, model: str, config: ob
     (lambda: LayerType("local", 8), r"kind must be one of global, window, chunk; got kind='local'"),
     (lambda: share_kv(gpt_oss_pattern(4), 4), r"last must be in 0..3"),
     (lambda: share_kv(gemma3_pattern(6), 1), r"layer 5 \(global\) would share keys and values, but no layer before 5"),
-    (lambda: ChunkedKVCache(1, 1, 4, 0), r"cache sizes must be at least 1; got \{'chunk': 0\}"),
+    (lambda: ChunkedKVCache(1, 1, 4, 0), r"chunk must be at least 1; got chunk=0"),
     (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(4)),
      r"PerHeadRMSNorm has a key weight, but this layer computes no keys: make it with keys=False"),
     (lambda: SharedKVAttention(16, 4, qk_norm=PerHeadRMSNorm(8, keys=False)),
@@ -233,7 +233,7 @@ def test_a_sharing_layer_is_gemma4s(layer: int) -> None:
     module's. Gemma 4 builds no key or value projection or norm for a consumer, and neither does ours."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
-    from lessons_src.attention import MultiHeadAttention
+    from lessons_src.layer import MultiHeadAttention
     from lessons_src.mechanisms import ValueRMSNorm
 
     B, T, D, H, K, E, W = 2, 8, 64, 4, 2, 16, 3

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from lessons_src import MultiHeadAttention
-from lessons_src.attention import grouped_attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, LatentCache
 from lessons_src.lab.configs import load_configs
 from lessons_src.lab.lesson_tools import attention_flops
@@ -149,7 +149,7 @@ def test_gqa_mapping_answer_is_what_grouped_attention_computes() -> None:
     torch.manual_seed(0)
     H, K, E, S = cfg.num_heads, cfg.num_kv_heads, 4, 5
     q, k, v = torch.randn(1, H, 1, E), torch.randn(1, K, S, E), torch.randn(1, K, S, E)
-    out = grouped_attention(q, k, v)  # (1, H, 1, E)
+    out = attention(q, k, v).output  # (1, H, 1, E)
     h = pp.GQA_QUERY_HEAD
     matches = [j for j in range(K) if torch.allclose(
         out[:, h], F.scaled_dot_product_attention(q[:, h], k[:, j], v[:, j]), atol=1e-6)]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.ring import ring_attention
 
 

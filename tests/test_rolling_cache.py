@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, RollingKVCache, kv_bytes_per_token
 from lessons_src.masks import causal_mask
 from lessons_src.rope import apply_rope, rope_cos_sin
@@ -36,8 +36,8 @@ def rotated(N: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 def test_decoding_equals_the_masked_full_forward(window: int, sinks: int, chunks: list[int], implementation: str) -> None:
     N = sum(chunks)
     q, k, v = rotated(N, seed=window * 10 + sinks)
-    full = attention(q, k, v, attn_mask=causal_mask(N, window=window, sinks=sinks), implementation="eager").output
-    cache = RollingKVCache(B, K, E, window, sinks=sinks, v_head_dim=6, dtype=torch.float64)
+    full = attention(q, k, v, attn_mask=causal_mask(N, window=window, sink_tokens=sinks), implementation="eager").output
+    cache = RollingKVCache(B, K, E, window, sink_tokens=sinks, v_head_dim=6, dtype=torch.float64)
     outs, start = [], 0
     with torch.no_grad():
         for T in chunks:
@@ -50,7 +50,7 @@ def test_decoding_equals_the_masked_full_forward(window: int, sinks: int, chunks
 
 
 def test_the_cache_keeps_the_sinks_and_the_last_window() -> None:
-    cache = RollingKVCache(1, 1, 2, window=3, sinks=2)
+    cache = RollingKVCache(1, 1, 2, window=3, sink_tokens=2)
     with torch.no_grad():
         cache.update(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))  # positions 0..3
         assert sorted(cache.positions.tolist()) == [-1, 0, 1, 2, 3]
@@ -62,7 +62,7 @@ def test_the_cache_keeps_the_sinks_and_the_last_window() -> None:
 
 
 def test_memory_is_flat_while_a_full_cache_grows() -> None:
-    rolling, full = RollingKVCache(1, 2, 4, window=8, sinks=1), KVCache(1, 2, 4, max_len=64)
+    rolling, full = RollingKVCache(1, 2, 4, window=8, sink_tokens=1), KVCache(1, 2, 4, max_len=64)
     sizes = []
     with torch.no_grad():
         for _ in range(64):
@@ -77,7 +77,7 @@ def test_memory_is_flat_while_a_full_cache_grows() -> None:
 def test_evicting_the_sinks_changes_the_output() -> None:
     """A window-only cache (sinks=0) differs from a window + sinks cache once the first tokens leave it."""
     q, k, v = rotated(12, seed=5)
-    with_sinks = attention(q, k, v, attn_mask=causal_mask(12, window=4, sinks=1)).output
+    with_sinks = attention(q, k, v, attn_mask=causal_mask(12, window=4, sink_tokens=1)).output
     without = attention(q, k, v, attn_mask=causal_mask(12, window=4)).output
     torch.testing.assert_close(with_sinks[:, :, :4], without[:, :, :4])  # the first token is still in the window
     assert not torch.allclose(with_sinks[:, :, 4:], without[:, :, 4:])
@@ -94,10 +94,10 @@ def test_reset_starts_over() -> None:
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: RollingKVCache(1, 1, 4, window=0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
-    (lambda: RollingKVCache(1, 1, 4, window=2.5), TypeError, r"cache sizes must be ints; got \{'window': 2.5\}"),
-    (lambda: RollingKVCache(1, 1, 4, window=4, sinks=-1), ValueError, r"sinks must be at least 0 .* got sinks=-1"),
-    (lambda: RollingKVCache(1, 1, 4, window=4, sinks=1.0), TypeError, r"sinks must be an int; got 1.0"),
-    (lambda: RollingKVCache(0, 1, 4, window=4), ValueError, r"at least 1; got \{'batch_size': 0\}"),
+    (lambda: RollingKVCache(1, 1, 4, window=2.5), TypeError, r"window must be an int; got 2.5"),
+    (lambda: RollingKVCache(1, 1, 4, window=4, sink_tokens=-1), ValueError, r"sink_tokens must be at least 0 .* got sink_tokens=-1"),
+    (lambda: RollingKVCache(1, 1, 4, window=4, sink_tokens=1.0), TypeError, r"sink_tokens must be an int; got 1.0"),
+    (lambda: RollingKVCache(0, 1, 4, window=4), ValueError, r"batch_size must be at least 1; got batch_size=0"),
     (lambda: RollingKVCache(1, 2, 4, window=4).update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4)), ValueError,
      r"k of shape \(1, 1, 1, 4\) does not fit this cache: expected \(B, K, T, E\) = \(1, 2, 'T', 4\)"),
     (lambda: RollingKVCache(1, 1, 4, window=4).update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 3, 4)), ValueError,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from lessons_src.attention import ATTENTION_FUNCTIONS, attention
+from lessons_src.functional import ATTENTION_FUNCTIONS, attention
 from lessons_src.score_mods import Sinks, sdpa_with_sinks, sink_flash_cpu
 
 if TYPE_CHECKING:

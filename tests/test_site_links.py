@@ -141,8 +141,8 @@ import lessons_src.rope
 --8<-- "lessons_src/mla.py"
 """
     assert mkdocs_code_hooks.modules_used(markdown) == [
-        "lessons_src/attention.py", "lessons_src/kv_cache.py", "lessons_src/lab/__init__.py",
-        "lessons_src/lab/heads.py", "lessons_src/masks.py", "lessons_src/mla.py", "lessons_src/rope.py",
+        "lessons_src/kv_cache.py", "lessons_src/lab/__init__.py", "lessons_src/lab/heads.py",
+        "lessons_src/layer.py", "lessons_src/masks.py", "lessons_src/mla.py", "lessons_src/rope.py",
     ]
     assert mkdocs_code_hooks.modules_used("import torch\nfrom lessons_src_extra import x\n") == []
 

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from lessons_src import MultiHeadAttention
-from lessons_src.attention import ATTENTION_FUNCTIONS, attention, prepare_mask
 from lessons_src.flash import block_kind, tile_plan, tiled_attention
-from lessons_src.masks import by_distance, causal, causal_mask, check_window, sliding_window
+from lessons_src.functional import ATTENTION_FUNCTIONS, attention
+from lessons_src.masks import by_distance, causal, causal_mask, check_window, prepare_mask, sliding_window
 
 
 def reference_mask(T: int, S: int, window: int | None, sinks: int = 0) -> torch.Tensor:
@@ -31,13 +31,13 @@ def reference_mask(T: int, S: int, window: int | None, sinks: int = 0) -> torch.
     (6, 6, 1, 0), (6, 6, 3, 0), (3, 9, 2, 0), (1, 8, 4, 0), (8, 8, 20, 0), (7, 7, 2, 1), (2, 10, 3, 2), (5, 3, 2, 0),
 ])
 def test_window_mask_is_the_definition(T: int, S: int, window: int, sinks: int) -> None:
-    assert torch.equal(causal_mask(T, S, window=window, sinks=sinks), reference_mask(T, S, window, sinks))
+    assert torch.equal(causal_mask(T, S, window=window, sink_tokens=sinks), reference_mask(T, S, window, sinks))
 
 
 def test_window_mask_decodes_like_the_full_square() -> None:
     """The last T rows of the square windowed mask are what T new tokens after S - T cached ones see."""
     assert torch.equal(causal_mask(3, 10, window=4), causal_mask(10, window=4)[-3:])
-    assert torch.equal(causal_mask(1, 10, window=4, sinks=2), causal_mask(10, window=4, sinks=2)[-1:])
+    assert torch.equal(causal_mask(1, 10, window=4, sink_tokens=2), causal_mask(10, window=4, sink_tokens=2)[-1:])
 
 
 def test_a_window_at_least_s_is_the_causal_mask() -> None:
@@ -135,8 +135,8 @@ def test_module_decodes_with_a_window_through_a_cache() -> None:
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: causal_mask(4, window=0), ValueError, r"window must be at least 1 \(the query itself\); got window=0"),
     (lambda: causal_mask(4, window=2.0), TypeError, r"window must be an int or None; got 2.0"),
-    (lambda: causal_mask(4, sinks=1), ValueError, r"sinks=1 only means something with a window"),
-    (lambda: causal_mask(4, window=2, sinks=-1), ValueError, r"sinks must be at least 0; got sinks=-1"),
+    (lambda: causal_mask(4, sink_tokens=1), ValueError, r"sink_tokens=1 only means something with a window"),
+    (lambda: causal_mask(4, window=2, sink_tokens=-1), ValueError, r"sink_tokens must be at least 0; got sink_tokens=-1"),
     (lambda: check_window(-3), ValueError, r"got window=-3"),
     (lambda: sliding_window(2.0), TypeError, r"window must be an int or None; got 2.0"),
     (lambda: prepare_mask(sliding_window(0), is_causal=True, shape=(1, 1, 2, 2), dtype=torch.float32,

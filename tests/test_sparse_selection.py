@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.masks import causal_mask
 from lessons_src.sparse_selection import gather_selected, lightning_indexer_scores, moba_mask, top_k_mask
 

@@ -23,7 +23,7 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 
 import lessons_src.flash  # noqa: F401  (registers "tiled")
 from lessons_src import triton_flash
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.masks import causal_mask, same_document, sliding_window
 from lessons_src.score_mods import Sinks, SoftCap
 from lessons_src.triton_flash import triton_attention

@@ -1,6 +1,6 @@
 """The lessons' apparatus, built on the core package and never imported by it.
 
-The core (``lessons_src.attention``, ``masks``, ``kv_cache``, ``mla``, ``rope``, ``convert``,
+The core (``lessons_src.functional``, ``masks``, ``kv_cache``, ``mla``, ``rope``, ``convert``,
 ``interop``) is what a reader copies into a project. This subpackage is what the lessons use to teach
 with it: worked examples, counters and timers (:mod:`.lesson_tools`), all-MiniLM-L6-v2 run through our
 attention (:mod:`.minilm`), head scores and ablation (:mod:`.heads`), the small models trained here

@@ -1,7 +1,7 @@
 """Measure what attention heads do: pattern scores, head classification, induction scores, ablation.
 
 Everything here works on attention weights ``(..., T, T)`` (rows are queries and sum to 1) or on any
-model that exposes its :class:`~lessons_src.attention.MultiHeadAttention` modules, so it serves both the
+model that exposes its :class:`~lessons_src.layer.MultiHeadAttention` modules, so it serves both the
 pretrained encoder (:mod:`lessons_src.lab.minilm`) and the small models (:mod:`lessons_src.lab.toy_models`).
 
 * Pattern scores (Clark et al. 2019 looked at the same patterns in BERT): how much of a query's weight
@@ -32,13 +32,14 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ..attention import MultiHeadAttention
+    from ..layer import MultiHeadAttention
 
 __all__ = [
     "CATEGORIES",
     "ablate_heads",
     "classify_heads",
     "copying_score",
+    "first_token_mass",
     "ov_circuit",
     "pattern_scores",
     "prefix_matching_score",
@@ -247,3 +248,27 @@ def ablate_heads(attentions: Sequence[MultiHeadAttention], keep: Tensor) -> Iter
     finally:
         for handle in handles:
             handle.remove()
+
+
+def first_token_mass(
+    weights: Tensor, lengths: Tensor | None = None, first: int = 1, from_query: int = 0
+) -> Tensor:
+    """Mean attention weight on the first ``first`` keys, per layer and head, over the real queries.
+
+    Args:
+        weights: ``(L, B, H, T, T)`` attention weights (rows sum to 1 over real keys).
+        lengths: real length of each of the ``B`` sequences (padding after), default ``T``.
+        first: how many leading keys count as "first".
+        from_query: count only queries at this position or later (in a causal model the first queries
+            can see little else, so they say nothing about a preference).
+
+    Returns:
+        ``(L, H)``.
+    """
+    B, T = weights.shape[1], weights.shape[3]
+    lengths = torch.full((B,), T) if lengths is None else lengths
+    pos = torch.arange(T)[None, :]
+    rows = (pos < lengths[:, None]) & (pos >= from_query)  # (B, T) the queries that count
+    mass = weights[..., :first].sum(-1)  # (L, B, H, T)
+    mass = mass * rows[None, :, None, :]
+    return mass.sum(dim=(1, 3)) / rows.sum()  # (L, H)

@@ -3,7 +3,7 @@
 Qwen3-Next and Qwen3.5 run three Gated DeltaNet layers for every full attention layer. What does the fourth keep
 that the other three cannot? :class:`HybridLM` is a tiny decoder whose ``pattern`` says, layer by layer, which:
 ``"L"`` a :class:`GatedDeltaNet` layer (a fixed-size state per head, :func:`lessons_src.delta_rule.delta_rule_chunked`),
-``"F"`` full softmax attention (the package's :class:`~lessons_src.attention.MultiHeadAttention`). Every layer is
+``"F"`` full softmax attention (the package's :class:`~lessons_src.layer.MultiHeadAttention`). Every layer is
 ``x + mixer(norm(x))`` then ``x + mlp(norm(x))``; with :func:`pattern` the three models of
 ``tools/train/train_hybrids.py`` (``make train-hybrids``) are all-linear ``LLLL``, the 3:1 hybrid ``LLLF`` and
 all-attention ``FFFF``, with parameter counts within 5% of each other (:func:`parameter_count`).
@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..delta_rule import delta_rule_chunked
+from ..layer import MultiHeadAttention
 from ..mechanisms import ElementwiseGate, PerHeadRMSNorm, Rotary
 from . import read_artifact_json
 

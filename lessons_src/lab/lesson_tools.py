@@ -1,6 +1,6 @@
 """Small tools the core lessons run: the worked "it" example, counting, timing, and one diagram.
 
-Everything here is built on :class:`lessons_src.attention.MultiHeadAttention`; nothing is needed at run
+Everything here is built on :class:`lessons_src.layer.MultiHeadAttention`; nothing is needed at run
 time but ``torch`` (the diagram imports matplotlib lazily).
 
 * :func:`it_example` builds the sentence "The animal didn't cross the street because it was too tired"
@@ -32,7 +32,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..attention import MultiHeadAttention, repeat_kv, scaled_dot_product_attention
+from ..functional import explicit_attention, repeat_kv
+from ..layer import MultiHeadAttention
 from . import requires_extra
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ def dimension_flow(mha: MultiHeadAttention, x: Tensor) -> list[tuple[str, tuple[
     qkv = mha.qkv_proj(x)  # (B, T, D + 2 K E)
     q, k, v = mha.project_qkv(x)  # (B, H, T, E), 2 x (B, K, T, E)
     scores = q @ repeat_kv(k, mha.n_rep).transpose(-2, -1) / math.sqrt(mha.head_dim)  # (B, H, T, T)
-    y, weights = scaled_dot_product_attention(q, k, v)  # (B, H, T, E), (B, H, T, T): KV heads shared by groups
+    y, weights = explicit_attention(q, k, v)  # (B, H, T, E), (B, H, T, T): KV heads shared by groups
     concat = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
     out = mha.out_proj(concat)  # (B, T, D)
     if not torch.allclose(out, mha(x), atol=1e-5, rtol=1e-4):

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import torch
 from torch import Tensor, nn
 
-from ..attention import attention
+from ..functional import attention
 from ..masks import causal_mask
 from ..rope import apply_rope, rope_cos_sin
 from ..sparse_selection import lightning_indexer_scores, top_k_mask
 from . import artifact, read_artifact_json, requires_extra
+from .heads import first_token_mass
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -56,7 +57,6 @@ __all__ = [
     "attention_targets",
     "compressed_costs",
     "evict_keys_minilm",
-    "first_token_mass",
     "indexer_kl",
     "load_text_indexer",
     "minilm_eviction_cosines",
@@ -93,36 +93,12 @@ def receptive_field(window: int, num_layers: int, length: int) -> list[int]:
     return out
 
 
-def first_token_mass(
-    weights: Tensor, lengths: Tensor | None = None, first: int = 1, from_query: int = 0
-) -> Tensor:
-    """Mean attention weight on the first ``first`` keys, per layer and head, over the real queries.
-
-    Args:
-        weights: ``(L, B, H, T, T)`` attention weights (rows sum to 1 over real keys).
-        lengths: real length of each of the ``B`` sequences (padding after), default ``T``.
-        first: how many leading keys count as "first".
-        from_query: count only queries at this position or later (in a causal model the first queries
-            can see little else, so they say nothing about a preference).
-
-    Returns:
-        ``(L, H)``.
-    """
-    B, T = weights.shape[1], weights.shape[3]
-    lengths = torch.full((B,), T) if lengths is None else lengths
-    pos = torch.arange(T)[None, :]
-    rows = (pos < lengths[:, None]) & (pos >= from_query)  # (B, T) the queries that count
-    mass = weights[..., :first].sum(-1)  # (L, B, H, T)
-    mass = mass * rows[None, :, None, :]
-    return mass.sum(dim=(1, 3)) / rows.sum()  # (L, H)
-
-
 @torch.no_grad()
 def toy_logits_with_mask(model: TinyTransformer, tokens: Tensor, attn_mask: Tensor) -> Tensor:
     """The toy model's forward pass with ``attn_mask`` (bool, ``True`` = may attend) in every layer.
 
     The same computation as :class:`lessons_src.lab.toy_models.TinyTransformer` with ``is_causal=True``,
-    except that the mask (which should include causality, e.g. ``causal_mask(T, window=W, sinks=n)``)
+    except that the mask (which should include causality, e.g. ``causal_mask(T, window=W, sink_tokens=n)``)
     replaces the causal flag.
 
     Shapes:
@@ -210,7 +186,7 @@ def minilm_eviction_cosines(
 
 @torch.no_grad()
 def toy_window_eviction(
-    model: TinyTransformer, n: int, window: int, sinks: Sequence[int], batch: int = 32, seed: int = 1
+    model: TinyTransformer, n: int, window: int, sink_tokens: Sequence[int], batch: int = 32, seed: int = 1
 ) -> dict[str, object]:
     """The toy model on a random segment of ``n`` tokens repeated twice: first-token weight and windowed runs.
 
@@ -218,8 +194,8 @@ def toy_window_eviction(
     ``uniform`` (the share uniform attention would give it), ``full_loss`` (next-token loss on the repeated
     segment with full attention), ``outside_window`` (``(L,)``: with full attention, the mean weight the
     second copy's queries put on keys the window would hide, over heads and queries), and for each ``s`` in
-    ``sinks`` a row ``(s, relative change of the logits from full attention, loss on the repeat)`` with
-    ``causal_mask(2n, window=window, sinks=s)``.
+    ``sink_tokens`` a row ``(s, relative change of the logits from full attention, loss on the repeat)`` with
+    ``causal_mask(2n, window=window, sink_tokens=s)``.
     """
     import torch.nn.functional as F
 
@@ -234,8 +210,8 @@ def toy_window_eviction(
         return float(F.cross_entropy(logits[:, n:-1].reshape(-1, logits.shape[-1]), tokens[:, n + 1 :].reshape(-1)))
 
     rows = []
-    for s in sinks:
-        logits = toy_logits_with_mask(model, tokens, causal_mask(T, window=window, sinks=s))
+    for s in sink_tokens:
+        logits = toy_logits_with_mask(model, tokens, causal_mask(T, window=window, sink_tokens=s))
         rows.append((s, float((logits - full).norm() / full.norm()), repeat_loss(logits)))
     pos = torch.arange(T)
     hidden = (pos[None, :] <= pos[:, None] - window) & (pos[:, None] >= n)  # (T, T): second-copy query, old key

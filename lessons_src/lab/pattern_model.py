@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, attention
+from ..functional import attention
 from ..kv_cache import ChunkedKVCache, KVCache, RollingKVCache
+from ..layer import MultiHeadAttention
 from ..masks import MaskRule, causal, same_chunk, sliding_window
 from ..mechanisms import NoPETemperature, PerHeadRMSNorm, Rotary
 

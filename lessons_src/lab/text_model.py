@@ -1,9 +1,9 @@
 """A tiny GPT trained here on the course's own text: bytes in, next byte out.
 
 :class:`TextGPT` is a decoder-only transformer built from this package's parts: each block's attention is a
-:class:`~lessons_src.attention.MultiHeadAttention` (its fused QKV projection and ``W_O``), with rotary
+:class:`~lessons_src.layer.MultiHeadAttention` (its fused QKV projection and ``W_O``), with rotary
 position embeddings (:mod:`lessons_src.rope`) applied to the queries and keys between the projection and
-:func:`~lessons_src.attention.attention`; pre-LayerNorm residual blocks with a GELU MLP, as in GPT-2 and
+:func:`~lessons_src.functional.attention`; pre-LayerNorm residual blocks with a GELU MLP, as in GPT-2 and
 nanoGPT, and no learned positions (RoPE carries them).
 
 The tokenizer is UTF-8 itself: a token is a byte, ids 0-255 (:func:`encode`, :func:`decode`). In JavaScript
@@ -32,10 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, attention
+from ..functional import attention
+from ..layer import MultiHeadAttention
 from ..mechanisms import PerHeadRMSNorm
 from ..rope import apply_rope, rope_cos_sin
 from . import artifact, data_file, read_artifact_json, requires_extra
+from .heads import first_token_mass, prefix_matching_score, previous_token_score
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -368,9 +370,6 @@ def text_head_scores(model: TextGPT, probe: Tensor) -> dict[str, Tensor]:
         ValueError: unless ``probe`` is ``(B, 2 n)`` with ``n >= 5`` (the first-token score needs a query at
             position 8 or later).
     """
-    from .heads import prefix_matching_score, previous_token_score
-    from .long_context import first_token_mass
-
     from_query = 8  # the first-token score reads the queries from here on
     shortest = from_query // 2 + 1
     if probe.ndim != 2 or probe.shape[1] % 2 or probe.shape[1] < 2 * shortest:

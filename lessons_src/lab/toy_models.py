@@ -1,7 +1,7 @@
 """Tiny transformers the project trains itself, and the synthetic data they learn from.
 
 :class:`TinyTransformer` is token + position embeddings, ``num_layers`` residual blocks of our own
-:class:`~lessons_src.attention.MultiHeadAttention` (plus an optional ReLU MLP), and an unembedding.
+:class:`~lessons_src.layer.MultiHeadAttention` (plus an optional ReLU MLP), and an unembedding.
 With ``d_ff=0`` it is *attention-only*, the model in which Olsson et al. found induction heads: with two
 layers it learns to continue a repeated segment ``... A B ... A -> B``, a previous-token head in layer 1
 feeding an induction head in layer 2.
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..layer import MultiHeadAttention
 from . import artifact, requires_extra
 
 if TYPE_CHECKING:

@@ -169,7 +169,7 @@ def test_fallback_chain_end_to_end(tmp_path: Path) -> None:
     assert 'href="https://github.com/octo-org/mha"' in lesson  # the header's repository link ...
     assert 'data-md-component="source"' not in lesson  # ... which Material's script would not fetch counts for
     assert 'href="https://github.com/octo-org/mha/raw/main/docs/lessons/demo.md"' in lesson
-    assert 'href="https://github.com/octo-org/mha/blob/main/lessons_src/attention.py"' in lesson
+    assert 'href="https://github.com/octo-org/mha/blob/main/lessons_src/functional.py"' in lesson
     assert '<link rel="canonical" href="https://docs.example.org/mha/lessons/demo/">' in lesson
     assert (known / "downloads" / WHEEL).is_file()
 

@@ -122,7 +122,7 @@ def expand_includes(code: str) -> str:
 
 
 def included_module(code: str) -> str | None:
-    """'lessons_src.attention' when the block only shows a package's source file (`--8<-- "lessons_src/attention.py"`).
+    """'lessons_src.masks' when the block only shows a package's source file (`--8<-- "lessons_src/masks.py"`).
 
     Such a file is shown whole; it is run the way it runs in a reader's project, as a module of its package
     (its relative imports need the package), with `python -m`.

@@ -41,8 +41,8 @@ def _status_kib(field: str) -> int:
 
 def child(variant: str, mode: str, t: int, block: int) -> None:
     """One call, in this fresh process: print its wall time and peak memory growth as JSON."""
-    from lessons_src.attention import attention
     from lessons_src.flash import tiled_attention
+    from lessons_src.functional import attention
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if variant == "tiled":

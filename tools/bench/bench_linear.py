@@ -3,7 +3,7 @@
 Qwen3-Next's two kinds of layer, at its published sizes (lessons_src.lab.configs): a full-attention layer (16 query
 heads, 2 KV heads of 256) reads a KV cache of every earlier token, so its step grows with the context; a Gated
 DeltaNet layer (32 value heads, a 128 x 128 state each) reads and writes a state of fixed size, so its step does
-not. Only the token mixing is timed: the attention over the cache (``lessons_src.attention.attention``, SDPA) and
+not. Only the token mixing is timed: the attention over the cache (``lessons_src.functional.attention``, SDPA) and
 the delta rule's step (``lessons_src.delta_rule.delta_rule_recurrent`` on one token), no projections. float32, one
 thread, batch 1; the two timed in one process, round-robin, after a warm-up step each; each ratio is the median over
 the rounds of the attention step's CPU time over the linear step's in the same round. The bytes each holds are
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lessons_src.attention import attention
 from lessons_src.delta_rule import delta_rule_recurrent
+from lessons_src.functional import attention
 from lessons_src.lab.configs import load_configs
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "linear.json"

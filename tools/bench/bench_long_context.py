@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from lessons_src import MultiHeadAttention
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, RollingKVCache, kv_bytes_per_token
 from lessons_src.masks import padding_mask
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
@@ -248,7 +248,7 @@ def rolling(steps: int, repeats: int, window: int = 1024, sinks: int = 4, H: int
     caches: dict[str, Any] = {}
     with torch.inference_mode():
         for n in contexts:
-            r, f = RollingKVCache(1, H, E, window, sinks=sinks), KVCache(1, H, E, total)
+            r, f = RollingKVCache(1, H, E, window, sink_tokens=sinks), KVCache(1, H, E, total)
             for start in range(0, n, 1024):  # fill in chunks, keys rotated by their positions
                 rows = slice(start, start + 1024)
                 k = apply_rope(torch.randn(1, H, 1024, E, generator=g), cos[rows], sin[rows])

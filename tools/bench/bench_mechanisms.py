@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lessons_src.attention import MultiHeadAttention
+from lessons_src.layer import MultiHeadAttention
 from lessons_src.mechanisms import ElementwiseGate, HeadwiseGate, PerHeadRMSNorm, ProjectionRMSNorm, WeightlessRMSNorm
 
 if TYPE_CHECKING:

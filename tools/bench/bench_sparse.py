@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.lab.configs import load_configs
 from lessons_src.masks import causal, causal_mask, mask_mod
 from lessons_src.sparse_selection import gather_selected, lightning_indexer_scores, top_k_mask

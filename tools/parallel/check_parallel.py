@@ -13,7 +13,7 @@ import time
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.attention import attention
+from lessons_src.functional import attention
 from lessons_src.lab.launch import launch
 from lessons_src.lab.parallel_runs import combined_run
 from lessons_src.ring import unshard_sequence

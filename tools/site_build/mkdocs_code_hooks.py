@@ -96,7 +96,7 @@ def module_page(module: str) -> str | None:
 
 
 def modules_used(markdown: str) -> list[str]:
-    """The package's modules a page's code uses (``lessons_src/attention.py``, ...), most used first."""
+    """The package's modules a page's code uses (``lessons_src/functional.py``, ...), most used first."""
     import importlib
 
     counts: dict[str, int] = {}

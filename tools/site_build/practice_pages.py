@@ -49,7 +49,7 @@ def computed_values() -> dict[str, str]:
     import torch
 
     from lessons_src import MultiHeadAttention
-    from lessons_src.attention import repeat_kv
+    from lessons_src.functional import repeat_kv
     from lessons_src.kv_cache import kv_bytes_per_token, latent_bytes_per_token
     from lessons_src.lab.configs import load_configs
     from lessons_src.masks import causal_mask

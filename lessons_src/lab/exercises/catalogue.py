@@ -287,7 +287,7 @@ EXERCISES: dict[str, Exercise] = {
              "first: `x.view(B, T, H, E)`.",
              "That tensor is `(B, T, H, E)`; the heads must come before the positions: swap dims 1 and 2 "
              "with `.transpose(1, 2)`."),
-            _split_cases, ("lessons_src.attention.MultiHeadAttention._split_heads",),
+            _split_cases, ("lessons_src.layer.MultiHeadAttention._split_heads",),
         ),
         Exercise(
             "merge_heads", "Concatenate the heads", _SPLIT,
@@ -318,7 +318,7 @@ EXERCISES: dict[str, Exercise] = {
             ("`head_dim = d_model // num_heads`.",
              "One head's `W_Q` is `d_model x head_dim`; the heads together are `num_heads` times that.",
              "The heads' outputs side by side are `num_heads * head_dim` wide, and `W_O` maps that to `d_model`."),
-            _arithmetic_cases, ("lessons_src.attention.MultiHeadAttention.head_weights",),
+            _arithmetic_cases, ("lessons_src.layer.MultiHeadAttention.head_weights",),
         ),
         Exercise(
             "causal_mask", "A causal mask for T ≤ S (bottom-right)",
@@ -346,7 +346,7 @@ EXERCISES: dict[str, Exercise] = {
              "Subtract each row's maximum before `exp`, but where that maximum is `-inf` (nothing visible), "
              "subtract 0 instead: `exp(-inf) = 0` everywhere in that row.",
              "Divide by the row's sum where it is positive and by 1 where it is 0."),
-            _masked_softmax_cases, ("lessons_src.attention._softmax_zero_rows",),
+            _masked_softmax_cases, ("lessons_src.functional._softmax_zero_rows",),
         ),
         Exercise(
             "mha_forward", "A multi-head attention forward pass from given weights",
@@ -354,7 +354,7 @@ EXERCISES: dict[str, Exercise] = {
             ("Project: `q = x @ w_q.T` (likewise `k` and `v`), then split each with your `split_heads`.",
              "In every head: `softmax(q @ k.transpose(-2, -1) / sqrt(E), dim=-1) @ v`.",
              "Concatenate the heads with `merge_heads`, then apply the output projection: `@ w_o.T`."),
-            _mha_cases, ("lessons_src.attention.MultiHeadAttention.project_qkv",),
+            _mha_cases, ("lessons_src.layer.MultiHeadAttention.project_qkv",),
         ),
         Exercise(
             "gqa_attention", "GQA: each KV head serves its group",
@@ -362,7 +362,7 @@ EXERCISES: dict[str, Exercise] = {
             ("`n_rep = H // K`. Line the KV heads up with the query heads, then attend as in MHA.",
              "Query heads `0 .. n_rep - 1` all read KV head 0: each KV head is repeated in place, "
              "`k.repeat_interleave(n_rep, dim=1)`, not tiled."),
-            _gqa_cases, ("lessons_src.attention.repeat_kv",),
+            _gqa_cases, ("lessons_src.functional.repeat_kv",),
         ),
         Exercise(
             "decode_step", "One KV-cache decode step",

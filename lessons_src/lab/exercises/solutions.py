@@ -2,7 +2,7 @@
 
 Where the package has the function, the answer is that function (``causal_mask``, ``padding_mask``,
 ``online_softmax``) or a thin wrapper that runs the package's code on the exercise's inputs
-(``mha_forward`` copies the weights into :class:`lessons_src.attention.MultiHeadAttention`). The checker
+(``mha_forward`` copies the weights into :class:`lessons_src.layer.MultiHeadAttention`). The checker
 calls these beside the learner's function and never hands them to the learner's code.
 """
 
@@ -13,10 +13,11 @@ import math
 import torch
 from torch import Tensor
 
-from ...attention import MultiHeadAttention, _softmax_zero_rows, attention, grouped_attention
 from ...delta_rule import delta_rule_recurrent
 from ...flash import online_softmax as _online_softmax
 from ...flex import flex_attend
+from ...functional import _softmax_zero_rows, attention
+from ...layer import MultiHeadAttention
 from ...masks import causal, mask_mod
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
@@ -103,7 +104,7 @@ def dimension_arithmetic(d_model: int, num_heads: int) -> dict[str, int]:
 
 
 def gqa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return grouped_attention(q, k, v)  # (B, H, T, E)
+    return attention(q, k, v).output  # (B, H, T, E)
 
 
 def decode_step(q: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor, position: int) -> Tensor:
