@@ -37,14 +37,14 @@ References:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from ._checks import autocast_on, check_qkv, integer, size
 from .functional import AttentionResult, Supports, register_attention
-from .masks import PreparedMask, by_distance, causal, check_window, prepare_mask, sliding_window
+from .masks import BlockKind, CausalTiles, MaskRule, PreparedMask, causal, check_window, prepare_mask, sliding_window
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -68,7 +68,6 @@ BLOCK_Q = 128
 BLOCK_K = 128
 """Default key block size of the ``"tiled"`` implementation."""
 
-BlockKind = Literal["skip", "full", "partial"]
 _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634  # a rise of d in natural units is d * log2(e) powers of two
 
@@ -232,38 +231,11 @@ def count_rescales(x: Tensor, *, block_size: int, threshold: float) -> RescaleCo
 # --------------------------------------------------------------------------- which tiles to compute
 
 
-class _Tiles:
-    """Which keys each query sees, for the causal rule or a sliding window, read from the rule itself.
-
-    Both depend only on the distance ``j - i`` between a key and a query index
-    (:func:`lessons_src.masks.by_distance`); a tile spans a run of distances, so it is hidden entirely when
-    no distance in its run is visible, and visible entirely when all are. Counts come from running sums.
-    """
-
-    def __init__(self, T: int, S: int, causal_: bool, window: int | None, device: torch.device | None = None):
-        self.T = T
-        self.table: Tensor | None = None  # None: nothing hidden
-        if causal_:
-            rule = causal() if window is None else sliding_window(window)
-            table = by_distance(rule, T, S)  # T + S - 1 bools: visible at distance d, entry d + T - 1
-            self.seen = [0]  # seen[e]: how many of the entries below e are visible
-            for visible in table:
-                self.seen.append(self.seen[-1] + visible)
-            self.table = torch.tensor(table, device=device)
-
-    def kind(self, i0: int, i1: int, j0: int, j1: int) -> BlockKind:
-        if self.table is None:
-            return "full"
-        first, last = j0 - (i1 - 1) + self.T - 1, (j1 - 1) - i0 + self.T - 1  # the tile's distances, as entries
-        visible = self.seen[last + 1] - self.seen[first]
-        return "skip" if visible == 0 else "full" if visible == last - first + 1 else "partial"
-
-    def visible(self, i0: int, i1: int, j0: int, j1: int) -> Tensor:
-        """``(i1 - i0, j1 - j0)`` bool: which of the tile's keys each of its queries sees."""
-        assert self.table is not None
-        i = torch.arange(i0, i1, device=self.table.device)[:, None]
-        j = torch.arange(j0, j1, device=self.table.device)[None, :]
-        return self.table[j - i + self.T - 1]
+def _rule(is_causal: bool, window: int | None) -> MaskRule | None:
+    """The causal rule a tiled loop reads (narrowed to ``window``), or ``None`` when nothing is hidden."""
+    if not is_causal:
+        return None
+    return causal() if window is None else sliding_window(window)
 
 
 def block_kind(
@@ -286,7 +258,7 @@ def block_kind(
         ['skip', 'skip', 'partial', 'partial']
     """
     window = check_window(window)
-    return _Tiles(T, S, causal, window).kind(i0, i1, j0, j1)
+    return CausalTiles(T, S, _rule(causal, window)).kind(i0, i1, j0, j1)
 
 
 def tile_plan(
@@ -304,7 +276,7 @@ def tile_plan(
     T, S = integer("T", T), integer("S", S)
     if T < 0 or S < 0:
         raise ValueError(f"T and S are numbers of positions, at least 0; got T={T}, S={S}")
-    tiles = _Tiles(T, S, causal, check_window(window))
+    tiles = CausalTiles(T, S, _rule(causal, check_window(window)))
     return [
         [
             tiles.kind(i0, min(i0 + block_q, T), j0, min(j0 + block_k, S))
@@ -336,7 +308,7 @@ def _tile_scores(
     kind: BlockKind,
     span: tuple[int, int, int, int],
     scale: float,
-    tiles: _Tiles,
+    tiles: CausalTiles,
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled (capped) and masked scores of one tile, the ``n_rep`` query heads of each KV head stacked on the rows.
@@ -394,7 +366,7 @@ def _forward(
     out = torch.zeros(B, K, n_rep, T, Ev, dtype=q.dtype, device=q.device)  # a query that sees nothing: 0
     lse = torch.full((B, K, n_rep, T), _NEG_INF, dtype=cd, device=q.device)
     qg = q.view(B, K, n_rep, T, E)  # head h is KV head h // n_rep, no copy of k or v
-    tiles = _Tiles(T, S, causal, window, q.device)
+    tiles = CausalTiles(T, S, _rule(causal, window), q.device)
     for i0 in range(0, T, block_q):
         i1 = min(i0 + block_q, T)
         tq = i1 - i0
@@ -468,7 +440,7 @@ def _backward(
     dk = torch.zeros(B, K, S, E, dtype=cd, device=q.device)
     dv = torch.zeros(B, K, S, Ev, dtype=cd, device=q.device)
     d_mask = torch.zeros(mask.shape, dtype=cd, device=q.device) if mask is not None and mask_grad else None
-    tiles = _Tiles(T, S, causal, window, q.device)
+    tiles = CausalTiles(T, S, _rule(causal, window), q.device)
     for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j and dV_j stay local
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, :, j0:j1].to(cd), v[:, :, j0:j1].to(cd)  # (B, K, tk, E), (B, K, tk, Ev)

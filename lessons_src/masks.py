@@ -76,12 +76,14 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from ._checks import flag, size
+
+BlockKind = Literal["skip", "full", "partial"]  # how a tiled loop treats a tile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
     Check = Callable[[int, int, int, torch.device], None]  # (B, T, S, device): raise if the rule cannot apply
 
 __all__ = [
+    "CausalTiles",
     "MaskRule",
     "PreparedMask",
     "and_masks",
@@ -434,6 +437,47 @@ def by_distance(rule: MaskRule, T: int, S: int | None = None) -> list[bool]:
     S = T if S is None else size("S", S, 0)
     visible = mask_mod(rule, T, S)
     return [bool(visible(0, 0, T - 1, kv)) for kv in range(S + T - 1)]  # type: ignore[arg-type]  # from the last query
+
+
+class CausalTiles:
+    """A causal-family rule as a tiled loop reads it: which tiles are hidden, whole or partly visible.
+
+    The rule is read through :func:`by_distance`: a tile of queries ``i0..i1-1`` and keys ``j0..j1-1`` spans the
+    distances ``j0 - (i1 - 1) .. (j1 - 1) - i0``, every one of them reached by some query and key of the tile, so it
+    is hidden entirely (``"skip"``) when none of them is visible and visible entirely (``"full"``) when all are.
+    ``rule=None`` hides nothing. Used by the tiled loop (:mod:`lessons_src.flash`) and ring attention.
+
+    Example:
+        >>> tiles = CausalTiles(4, 4, causal())
+        >>> [tiles.kind(0, 2, j, j + 2) for j in (0, 2)], tiles.visible(0, 2, 0, 2).int().tolist()
+        (['partial', 'skip'], [[1, 0], [1, 1]])
+    """
+
+    def __init__(self, T: int, S: int, rule: MaskRule | None, device: torch.device | str | None = None) -> None:
+        self.T = T
+        self.table: Tensor | None = None  # None: nothing hidden
+        if rule is not None:
+            table = by_distance(rule, T, S)  # T + S - 1 bools: visible at distance d, entry d + T - 1
+            self.seen = [0]  # seen[e]: how many of the entries below e are visible
+            for visible in table:
+                self.seen.append(self.seen[-1] + visible)
+            self.table = torch.tensor(table, device=device)
+
+    def kind(self, i0: int, i1: int, j0: int, j1: int) -> BlockKind:
+        """``"skip"``, ``"full"`` or ``"partial"`` for the tile of queries ``i0..i1-1`` and keys ``j0..j1-1``."""
+        if self.table is None:
+            return "full"
+        first, last = j0 - (i1 - 1) + self.T - 1, (j1 - 1) - i0 + self.T - 1  # the tile's distances, as entries
+        visible = self.seen[last + 1] - self.seen[first]
+        return "skip" if visible == 0 else "full" if visible == last - first + 1 else "partial"
+
+    def visible(self, i0: int, i1: int, j0: int, j1: int) -> Tensor:
+        """``(i1 - i0, j1 - j0)`` bool: which of the tile's keys each of its queries sees."""
+        if self.table is None:
+            raise ValueError("a rule of None hides nothing: every tile is full, no tile needs a mask")
+        i = torch.arange(i0, i1, device=self.table.device)[:, None]
+        j = torch.arange(j0, j1, device=self.table.device)[None, :]
+        return self.table[j - i + self.T - 1]
 
 
 # --------------------------------------------------------------------------- one mask preparation, for every backend

@@ -32,6 +32,8 @@ import torch
 from torch import Tensor
 
 from ._checks import check_qkv, integer, size
+from .masks import CausalTiles
+from .masks import causal as causal_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -177,38 +179,27 @@ class RingResult:
         self.output, self.lse, self.work, self.steps = output, lse, work, steps
 
 
-def _chunk_kind(q: tuple[int, int], k: tuple[int, int], causal: bool) -> str:
-    """``"skip"`` (every key after every query), ``"full"`` (every key visible) or ``"partial"``."""
-    if not causal:
-        return "full"
-    if k[0] > q[1] - 1:
-        return "skip"
-    return "full" if k[1] - 1 <= q[0] else "partial"
-
-
 def _tiles(
-    mine: list[tuple[int, int]], theirs: list[tuple[int, int]], causal: bool
+    mine: list[tuple[int, int]], theirs: list[tuple[int, int]], tiles: CausalTiles
 ) -> Iterator[tuple[slice, slice, tuple[int, int, int, int], str]]:
     """(my rows, their columns, positions ``(qa, qb, ka, kb)``, kind) of each chunk pair the causal mask leaves."""
     q_off = 0
     for qa, qb in mine:
         k_off = 0
         for ka, kb in theirs:
-            kind = _chunk_kind((qa, qb), (ka, kb), causal)
+            kind = tiles.kind(qa, qb, ka, kb)
             if kind != "skip":
                 yield slice(q_off, q_off + qb - qa), slice(k_off, k_off + kb - ka), (qa, qb, ka, kb), kind
             k_off += kb - ka
         q_off += qb - qa
 
 
-def _tile_scores(q: Tensor, k: Tensor, span: tuple[int, int, int, int], kind: str, scale: float) -> Tensor:
+def _tile_scores(q: Tensor, k: Tensor, span: tuple[int, int, int, int], kind: str, scale: float,
+                 tiles: CausalTiles) -> Tensor:
     """Scaled scores of one chunk pair ``(B, H, tq, tk)``, causal-masked when the pair straddles the diagonal."""
     s = q @ k.transpose(-2, -1) * scale
     if kind == "partial":
-        qa, qb, ka, kb = span
-        i = torch.arange(qa, qb, device=q.device)[:, None]
-        j = torch.arange(ka, kb, device=q.device)[None, :]
-        s = s.masked_fill(j > i, _NEG_INF)  # causal within the pair: key after query
+        s = s.masked_fill(~tiles.visible(*span), _NEG_INF)  # the causal rule of masks.py, within the pair
     return s
 
 
@@ -221,6 +212,7 @@ def _ring_forward(
     T = Tl * P
     cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     mine = sequence_chunks(T, P, rank, order)
+    tiles = CausalTiles(T, T, causal_rule() if causal else None, q.device)  # which pairs the mask hides
     m = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # running max
     l = torch.zeros(B, H, Tl, dtype=cd, device=q.device)  # running sum of exp(s - m)
     acc = torch.zeros(B, H, Tl, v.shape[-1], dtype=cd, device=q.device)  # running sum of exp(s - m) v
@@ -232,8 +224,8 @@ def _ring_forward(
         k_blk = _repeat_kv(kv[..., :E].to(cd), H // K)  # (B, H, T/P, E): each KV head for its query heads
         v_blk = _repeat_kv(kv[..., E:].to(cd), H // K)  # (B, H, T/P, Ev)
         step_work = 0
-        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), causal):
-            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale)  # (B, H, tq, tk)
+        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), tiles):
+            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale, tiles)  # (B, H, tq, tk)
             m_old = m[:, :, rows]
             m_new = torch.maximum(m_old, s.amax(dim=-1))
             shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
@@ -280,11 +272,12 @@ def _ring_backward(
     kv = torch.cat([k, v], dim=-1)
     dkv = torch.zeros(B, K, Tl, E + Ev, dtype=cd, device=q.device)  # the gradient travelling with the block
     mine = sequence_chunks(T, P, rank, order)
+    tiles = CausalTiles(T, T, causal_rule() if causal else None, q.device)  # which pairs the mask hides
     for step in range(P):
         source = (rank - step) % P
         k_blk, v_blk = _repeat_kv(kv[..., :E].to(cd), n_rep), _repeat_kv(kv[..., E:].to(cd), n_rep)
-        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), causal):
-            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale)
+        for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), tiles):
+            s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale, tiles)
             p = torch.exp(s - lse[:, :, rows, None])  # (B, H, tq, tk): the weights, recomputed
             dv = p.transpose(-2, -1) @ do[:, :, rows]  # (B, H, tk, Ev)
             ds = p * (do[:, :, rows] @ v_blk[:, :, cols].transpose(-2, -1) - D[:, :, rows, None])
@@ -378,8 +371,8 @@ def ring_attention(
     if not needs_grad:
         return _ring_forward(q, k, v, comm, is_causal, order, scale, keep_steps)
     P, T = comm.world_size, q.shape[2] * comm.world_size
-    mine = sequence_chunks(T, P, comm.rank, order)
+    mine, tiles = sequence_chunks(T, P, comm.rank, order), CausalTiles(T, T, causal_rule() if is_causal else None)
     work = sum((b - a) * (d - c) for src in range(P)
-               for _, _, (a, b, c, d), _ in _tiles(mine, sequence_chunks(T, P, src, order), is_causal))
+               for _, _, (a, b, c, d), _ in _tiles(mine, sequence_chunks(T, P, src, order), tiles))
     out, lse = _RingAttention.apply(q, k, v, comm, is_causal, order, scale)  # type: ignore[no-untyped-call]
     return RingResult(out, lse, work, [])

@@ -36,6 +36,7 @@ from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_m
 from lessons_src.functional import attention, register_attention
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import (
+    CausalTiles,
     MaskRule,
     PreparedMask,
     and_masks,
@@ -494,6 +495,8 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("prefix_lm", "type", lambda: prefix_lm([0.5]), TypeError, r"prefix must be an int, or a 1-D list of ints \(one per sequence\); got \[0.5\]"),  # type: ignore[list-item]
     ("mask_tensor", "type", lambda: mask_tensor(torch.ones(2, 2), 2), TypeError, r"rule must be a MaskRule .*; got Tensor"),  # type: ignore[arg-type]
     ("mask_mod", "value", lambda: mask_mod(causal(), -1), ValueError, r"T must be at least 0; got T=-1"),
+    ("CausalTiles", "value", lambda: CausalTiles(4, 4, causal() & same_chunk(2)), ValueError, r"causal & same_chunk\(2\) does not depend on the distance alone"),
+    ("CausalTiles", "value", lambda: CausalTiles(4, 4, None).visible(0, 2, 0, 2), ValueError, r"a rule of None hides nothing"),
     ("by_distance", "value", lambda: by_distance(causal() & same_chunk(2), 4), ValueError, r"causal & same_chunk\(2\) does not depend on the distance alone"),
     ("by_distance", "type", lambda: by_distance("causal", 4), TypeError, r"rule must be a MaskRule .*; got str"),  # type: ignore[arg-type]
     ("by_distance", "value", lambda: by_distance(causal(), 4, -2), ValueError, r"S must be at least 0; got S=-2"),

@@ -117,6 +117,7 @@ def _flex_on_meta() -> dict[str, object]:
         "masks.and_masks": lambda: mk.and_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
         "masks.or_masks": lambda: mk.or_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
         "masks.mask_mod": lambda: mk.mask_mod(mk.causal(), 3, 5)(0, 0, qi, ki),
+        "masks.CausalTiles": lambda: mk.CausalTiles(3, 5, mk.sliding_window(2), device=META).visible(0, 3, 0, 5),
         "masks.mask_tensor": lambda: mk.mask_tensor(mk.prefix_lm([1, 2], device=META), 3, 5, B=2, device=META),
         "flex.soft_cap_mod": lambda: fx.soft_cap_mod(5.0)(_meta(3, 5), 0, 0, qi, ki),
         "flex.block_mask": lambda: list(fx.block_mask(mk.causal(), 4, block_size=2, device=META).as_tuple()[:4]),
