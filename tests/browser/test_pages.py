@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from browser_support import ROOT, Watch, goto, open_context, page_file, pages_with, site_pages
-from views import CONTRAST_KINDS_JS, ContrastKinds, View, per_page, run_axe
+from views import CONTRAST_KINDS_JS, HEIGHT, ContrastKinds, View, per_page, run_axe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -521,3 +521,24 @@ def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: in
         assert_clean(watch)
     finally:
         context.close()
+
+
+# The home page's two ways in, by where they lead: the course's first lesson, and the page that finds a model.
+WAYS_IN = {"Start the course": "lessons/start-here/", "Find your model": "find-your-model/"}
+
+
+@per_page(widths=(375,), pages=[""])
+def test_the_home_page_s_first_phone_screen_shows_both_ways_in(view: View) -> None:
+    """On a 375x667 phone, before any scrolling, a link to each way in is drawn whole above the screen's bottom
+    (Material's instant loading makes every link absolute: they are compared as URLs)."""
+    found = view.page.evaluate(
+        """ways => Object.fromEntries(Object.entries(ways).map(([name, href]) => [name,
+            [...document.querySelectorAll('article a[href]')]
+                .filter(a => a.href.split('#')[0] === new URL(href, location.href).href && a.checkVisibility())
+                .map(a => Math.round(a.getBoundingClientRect().bottom + scrollY))]))""",
+        WAYS_IN,
+    )
+    screen = HEIGHT[view.width]
+    missing = {name: f"links' bottoms at {bottoms} px" for name, bottoms in found.items()
+               if not any(b <= screen for b in bottoms)}
+    assert missing == {}, f"{view.name}: not on the first {screen}-px screen: {missing}"
