@@ -176,9 +176,9 @@ PARTS = {  # part key -> the heading the quiz and flashcard pages show; in the n
     "inference": "Inference variants: KV cache, masks, GQA, MLA",
     "sdpa": "How SDPA runs: FlashAttention",
     "long": "Long contexts: sliding windows, attention sinks, paged caches, chosen keys",
+    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates, linear layers",
     "kernels": "Writing kernels: masks as functions",
     "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
-    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates, linear layers",
 }
 QUIZ_PARTS = PARTS
 
