@@ -484,8 +484,8 @@ def test_the_watch_forgives_only_what_leaving_a_page_cancels(browser: Any, serve
 @pytest.mark.parametrize("width", [375, 1280])
 def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: int) -> None:
     """Search, with the real index (the other tests serve an empty one: see open_context): a class's name lists
-    its module's page first; a word of a lesson's title lists that lesson among the first three results, and
-    the result opens it. At 375 px the box is behind the header's search button."""
+    its module's page among the first three; a word of a lesson's title lists that lesson among the first three
+    results, and the result opens it. At 375 px the box is behind the header's search button."""
     context, watch = open_context(
         browser, server, real_search=True, viewport={"width": width, "height": 800}, is_mobile=width < 600
     )
@@ -506,9 +506,11 @@ def test_search_finds_a_lesson_by_its_title(browser: Any, server: str, width: in
                 arg="h=" + query.lower(), timeout=30_000)
             return [urlsplit(h or "").path for h in results.evaluate_all("as => as.map(a => a.getAttribute('href'))")]
 
-        # a class of the package: its module's page lists what the module defines (the source is not indexed)
+        # a class of the package: its module's page lists what the module defines (the source is not indexed); the
+        # code pages rank below the lessons (test_search.py), so the lesson that teaches the class may come first
         hrefs = first_results("RollingKVCache")
-        assert hrefs[0].endswith("reference/code/kv_cache/"), f"first results for 'RollingKVCache': {hrefs[:5]}"
+        pages = list(dict.fromkeys(hrefs))
+        assert any(p.endswith("reference/code/kv_cache/") for p in pages[:3]), f"first results: {pages[:5]}"
         hrefs = first_results("paged")
         lesson = [i for i, h in enumerate(hrefs) if h.endswith("lessons/paged-cache/")]
         assert lesson and lesson[0] < 3, f"the lesson is not among the first 3 results for 'paged': {hrefs}"
