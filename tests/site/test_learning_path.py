@@ -29,24 +29,13 @@ DOCS = ROOT / "docs"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
+import model_finder  # noqa: E402
 import reading_time  # noqa: E402
 
 
 def nav_pages() -> list[str]:
-    """Source paths of the navigation, in reading order."""
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    found: list[str] = []
-
-    def walk(items: Any) -> None:
-        for item in items:
-            value = next(iter(item.values())) if isinstance(item, dict) else item
-            if isinstance(value, list):
-                walk(value)
-            else:
-                found.append(value)
-
-    walk(config["nav"])
-    return found
+    """Source paths of the navigation, in reading order (as the site's Find your model page reads it)."""
+    return model_finder.reading_order(ROOT / "mkdocs.yml")
 
 
 def front_matter(src: str) -> dict[str, Any]:
