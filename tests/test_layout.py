@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import shutil
@@ -31,6 +32,7 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
+@functools.cache
 def imports(module: str) -> tuple[set[str], set[str], set[str]]:
     """(sibling modules imported at run time, sibling modules imported for type checking only, absolute roots)."""
     tree = ast.parse((PKG / f"{module}.py").read_text())
