@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -32,6 +34,7 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
+@functools.cache
 def imports(module: str) -> tuple[set[str], set[str], set[str]]:
     """(sibling modules imported at run time, sibling modules imported for type checking only, absolute roots)."""
     tree = ast.parse((PKG / f"{module}.py").read_text())
@@ -173,3 +176,19 @@ def test_code_page_says_what_each_core_file_needs() -> None:
             needs = [] if cells[2] == "nothing" else cells[2].split(",")
             rows[name] = {c.strip("` ").removesuffix(".py") for c in needs}
     assert rows == {m: closure(m) for m in CORE}
+
+
+def test_each_core_code_page_names_the_files_a_copier_needs() -> None:
+    """A core file's page says what to copy with it: its "Part of the core" paragraph links each sibling file of
+    the run-time closure computed here, and no other, or says it needs only torch (issue 77)."""
+    pages = PKG.parent / "docs" / "reference" / "code"
+    wrong = {}
+    for module in CORE:
+        text = (pages / f"{module}.md").read_text(encoding="utf-8")
+        start = text.find("Part of the **core**")
+        paragraph = text[start : text.find("\n\n", start)] if start >= 0 else ""
+        named = set(re.findall(r"\]\((\w+)\.md\)", paragraph)) - {"index"}
+        needs_only_torch = not closure(module) and "only `torch`" in paragraph
+        if not paragraph or named != closure(module) or not (closure(module) or needs_only_torch):
+            wrong[module] = f"names {sorted(named)}, needs {sorted(closure(module))}: {paragraph[:120]!r}"
+    assert wrong == {}

@@ -49,6 +49,11 @@ def test_the_calculator_agrees_with_the_package_and_a_planted_wrong_formula_does
     """Every model agrees; then a copy of the script whose window does not cap the cache (the commonest slip) must
     disagree, and on exactly the windowed and chunked models (one page load for both halves)."""
     open_atlas(page, server)
+    opened = {name: page.locator(f".kv-calculator [name={name}]").input_value() for name in ("model", "context")}
+    assert opened == {"model": atlas.DEFAULT_MODEL, "context": str(atlas.DEFAULT_CONTEXT)}  # an everyday model
+    shown = page.locator(".kv-output").text_content()  # each figure says whether it is one layer's or all of them
+    kinds = len(set(load_configs()[atlas.DEFAULT_MODEL].layer_kinds()))
+    assert shown.count(": per layer, ") == shown.count("; in all ") == kinds > 1 and "Total, every layer: " in shown
     models = json.loads(page.locator(".kv-data").text_content())["models"]
     assert models == atlas.calculator_rows()  # the page's data is the configs file's, every row
     assert [m["name"] for m in models] == list(load_configs())

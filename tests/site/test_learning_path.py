@@ -6,7 +6,7 @@ page mentions ahead of their lesson, with a link to it. Checked here, in the nav
 * every term a page uses is introduced by that page or an earlier one;
 * no page's prose names a term introduced later unless it previews it, and a preview links to the page
   that introduces the term;
-* the home page links every page of the navigation;
+* the home page maps every section of the navigation (links its first page);
 * the navigation and table-of-contents text shows no raw LaTeX, and no page shows backslash-quotes;
 * every lesson shows a reading time that agrees with its own word count.
 """
@@ -29,24 +29,13 @@ DOCS = ROOT / "docs"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
 sys.path.insert(0, str(ROOT / "tools" / "site_build"))
+import model_finder  # noqa: E402
 import reading_time  # noqa: E402
 
 
 def nav_pages() -> list[str]:
-    """Source paths of the navigation, in reading order."""
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    found: list[str] = []
-
-    def walk(items: Any) -> None:
-        for item in items:
-            value = next(iter(item.values())) if isinstance(item, dict) else item
-            if isinstance(value, list):
-                walk(value)
-            else:
-                found.append(value)
-
-    walk(config["nav"])
-    return found
+    """Source paths of the navigation, in reading order (as the site's Find your model page reads it)."""
+    return model_finder.reading_order(ROOT / "mkdocs.yml")
 
 
 def front_matter(src: str) -> dict[str, Any]:
@@ -74,6 +63,17 @@ def prose(src: str) -> str:
 
 
 LESSONS = [src for src in nav_pages() if "introduces" in front_matter(src)]
+
+# Glossary words neither this test nor test_terms.py polices, each with the reason (a word with an everyday meaning
+# names it on pages before the lesson that introduces it). Reviewed: keep it short.
+EXEMPT = {
+    "rank": "also an everyday verb and noun ('ranks the head counts', a matrix's rank in Today's models) before a "
+            "process's rank (Across devices)",
+    "P": "notation: a shape letter (processes sharing a layer), defined in the glossary's table of letters",
+    "split": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
+    "run": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
+    "concatenate": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
+}
 
 
 def test_every_lesson_declares_its_terms() -> None:
@@ -116,7 +116,7 @@ def test_no_lesson_names_a_later_term_without_a_preview_link() -> None:
         text, raw = prose(src), built(src).read_text(encoding="utf-8")
         previews = front_matter(src).get("previews", [])
         for term, intro in owner.items():
-            if order[intro] <= order[src]:
+            if order[intro] <= order[src] or term in EXEMPT:
                 continue
             target = Path(intro).stem
             if term in previews:
@@ -134,17 +134,32 @@ def test_the_checks_catch_a_term_used_too_early() -> None:
     assert not mentions("a sliding-windowed view", "sliding window")
 
 
-def test_home_links_every_page_of_the_navigation() -> None:
+def nav_sections() -> dict[str, str]:
+    """Each top-level entry of the navigation (a page, or a section) and the first page a reader opens in it."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    first: dict[str, str] = {}
+    for item in config["nav"]:
+        name, value = next(iter(item.items()))
+        while isinstance(value, list):
+            value = next(iter(value[0].values())) if isinstance(value[0], dict) else value[0]
+        first[name] = value
+    return first
+
+
+def test_home_maps_every_section_of_the_navigation() -> None:
+    """The home page's map links each top-level page and the first page of each section (the sidebar lists the
+    rest): a section added to the navigation must be added to the map."""
     home = (SITE / "index.html").read_text(encoding="utf-8")
     article = home[home.index("<article") : home.index("</article>")]
     missing = []
-    for src in nav_pages():
+    for name, src in nav_sections().items():
         if src == "index.md":
             continue
         href = src.removesuffix(".md").removesuffix(".ipynb").removesuffix("/index") + "/"
         if f'href="{href}"' not in article:
-            missing.append(src)
+            missing.append(f"{name} ({src})")
     assert missing == []
+    assert nav_sections()["Inference variants"] == "lessons/inference-variants.md"
 
 
 def all_pages() -> list[Path]:

@@ -209,6 +209,32 @@ def test_figure_text_is_legible_on_a_phone_and_a_laptop(screen_px: int) -> None:
     assert small == [], f"figure text under {MIN_FIGURE_TEXT_PX} px on a {screen_px}-px screen:\n" + "\n".join(small)
 
 
+# A label's top is its baseline less its ascent; DejaVu Sans's capitals rise 0.73 of the font size. A label that
+# starts less than a point below the figure's top edge is cut off where the reader's font rises higher.
+CAP_HEIGHT = 0.76
+
+
+def labels_at_the_top_edge(svg: str) -> list[str]:
+    """The horizontal labels of an SVG figure whose capitals reach within 1 pt of its top edge."""
+    found = []
+    for m in re.finditer(r'<text\b[^>]*font-size: ([\d.]+)px[^>]*\by="([\d.-]+)"[^>]*>\s*([^<]*)', svg):
+        size, y, label = float(m.group(1)), float(m.group(2)), m.group(3).strip()
+        if "rotate(-0 " in m.group(0) and y - CAP_HEIGHT * size < 1.0:
+            found.append(label)
+    return found
+
+
+def test_no_figure_label_is_cut_at_the_top_edge() -> None:
+    """The positions lesson's panel titles ("position embedding", "RoPE") sat 0.5 pt below the top (issue 77)."""
+    cut, checked = [], 0
+    for svg_file in sorted((SITE / "assets" / "figures").glob("*.svg")):
+        checked += 1
+        cut += [f"{svg_file.name}: {label!r}" for label in labels_at_the_top_edge(svg_file.read_text(encoding="utf-8"))]
+    assert checked > 20 and cut == [], f"labels at the top edge of {checked} figures:\n" + "\n".join(cut)
+    assert labels_at_the_top_edge('<text style="font-size: 10px" x="1" y="7.85" transform="rotate(-0 1 7.85)">'
+                                  "RoPE</text>") == ["RoPE"]
+
+
 def stock_css_bytes() -> int:
     """Material's own render-blocking CSS, as installed: its main and palette stylesheets."""
     sheets = Path(material.__file__).parent / "templates" / "assets" / "stylesheets"

@@ -233,3 +233,24 @@ def test_figures_and_controls_stay_out_of_the_index() -> None:
     assert found == [], "figure labels or controls in the search index:\n  " + "\n  ".join(found)
     prose = "To find out, remove it and measure."  # ablation's first paragraph: prose stays in
     assert prose in " ".join(index_text_by_page()["lessons/ablation/"].split())
+
+
+def test_a_collapsible_s_title_is_indexed_apart_from_the_text_after_it() -> None:
+    """A <summary> closed by a tag and followed at once by the next block's text was indexed as one word with it:
+    the flashcards' "(14 cards)Inference variants", the quiz's "(9 questions)Question 1." (issue 77). Each
+    summary's text, where the index holds it, is followed by a space or punctuation, not by a letter."""
+    checked, joined = 0, []
+    for location, text, page_html in indexed_pages():
+        flat = " ".join(text.split())
+        for summary in re.findall(r"<summary\b[^>]*>(.*?)</summary>", page_html, re.S):
+            title = " ".join(_text(summary).split())
+            for m in re.finditer(re.escape(title), flat) if len(title) >= 8 else ():
+                checked += 1
+                after = flat[m.end() : m.end() + 1]
+                if after.isalnum():
+                    joined.append(f"{location}: {flat[m.start() : m.end() + 20]!r}")
+    assert checked > 20, f"only {checked} collapsible titles found in the index"
+    run_in = re.compile(r"\(\d+ (?:cards|questions)\)\w")
+    counts = [m.group(0) for t in index_text_by_page().values() for m in run_in.finditer(t)]
+    joined += [f"a part's count run into its first card or question: {c!r}" for c in counts]
+    assert joined == [], "titles run into the next text:\n  " + "\n  ".join(sorted(set(joined))[:20])

@@ -23,16 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_learning_path import DOCS, LESSONS, built, front_matter
-
-# Glossary words this test does not police, each with the reason. Reviewed: keep it short.
-EXEMPT = {
-    "rank": "also an everyday verb and noun ('ranks the head counts', a matrix's rank) on the pages before it",
-    "P": "notation: a shape letter (processes sharing a layer), defined in the glossary's table of letters",
-    "split": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-    "run": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-    "concatenate": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-}
+from test_learning_path import DOCS, EXEMPT, LESSONS, built, front_matter
 
 
 def glossary_terms(path: Path = DOCS / "glossary.md") -> list[str]:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import html
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
+
+from site_links import relative_link
 
 from lessons_src.lab.configs import ModelConfig, load_configs
 
@@ -17,32 +21,46 @@ from lessons_src.lab.configs import ModelConfig, load_configs
 FAMILIES = ("Qwen3", "Qwen3-Next", "Qwen3.5", "gpt-oss", "Gemma 3", "Gemma 4", "OLMo 3", "Llama 4", "DeepSeek-V3",
             "DeepSeek-V3.2", "DeepSeek-V4", "Kimi K2", "Kimi Linear", "MiniMax M2")
 
-# Where the course teaches each mechanism, as links from the atlas's URL (reference/atlas/); a mechanism it does
-# not teach yet cites its paper.
+# Where the course teaches each mechanism: the lesson (its source under docs/) and the section, if one. A
+# mechanism no lesson teaches yet has no key, and its phrase no link.
 LESSONS = {
-    "gqa": "../../lessons/gqa-mqa/",
-    "mla": "../../lessons/mla/",
-    "sliding": "../../lessons/sliding-windows/",
-    "scores": "../../lessons/scores-in-range/",
-    "sinks": "../../lessons/sinks-and-gates/",
-    "positions": "../../lessons/positions-at-scale/",
+    "mha": "lessons/split-run-concatenate.md",
+    "gqa": "lessons/gqa-mqa.md#grouped-query-and-multi-query-attention",
+    "mla": "lessons/mla.md#multi-head-latent-attention-deepseek-v2",
+    "sliding": "lessons/sliding-windows.md",
+    "chunks": "lessons/positions-at-scale.md#llama-4s-chunked-layers",
+    "linear": "lessons/linear-attention.md",
+    "indexer": "lessons/choosing-keys.md#a-cheap-score-picks-for-every-head",
+    "compress": "lessons/choosing-keys.md#compress-first-then-choose-nsa-and-deepseek-v4",
+    "qk-norm": "lessons/scores-in-range.md#qk-norm-bounds-the-scores-by-its-weights",
+    "soft-cap": "lessons/scores-in-range.md#a-soft-cap-bends-the-large-scores",
+    "sinks": "lessons/sinks-and-gates.md#a-sink-you-can-learn",
+    "gate": "lessons/sinks-and-gates.md#a-gate-a-head-that-can-output-nothing",
+    "rope": "lessons/positions.md",
+    "rope-at-scale": "lessons/positions-at-scale.md",  # partial RoPE and RoPE scaling
+    "nope": "lessons/positions-at-scale.md#nope-a-layer-without-positions",
 }
-PAPERS = {  # the link's text, and the paper (Yang et al. 2024; Kimi Team 2025; DeepSeek-AI 2025)
-    "Gated DeltaNet": ("Gated DeltaNet", "https://arxiv.org/abs/2412.06464"),
-    "KDA": ("Kimi Delta Attention", "https://arxiv.org/abs/2510.26692"),
-    "indexer": ("lightning indexer", "https://arxiv.org/abs/2512.02556"),
-}
+ATLAS = "reference/atlas.md"
+LINEAR_NAMES = {"Gated DeltaNet": "Gated DeltaNet", "KDA": "Kimi Delta Attention"}
 KIND_WORDS = {"full": "full", "sliding": "sliding-window", "chunked": "chunked", "linear": "linear",
               "compressed_sparse": "compressed sparse", "heavily_compressed": "heavily compressed",
               "native_sparse": "NSA"}
 DTYPES = (("bfloat16", 2), ("float32", 4), ("float8", 1))
-DEFAULT_MODEL = "Qwen3-Next-80B-A3B"  # two kinds of layer, so the first view shows the breakdown
+# What the calculator opens on: a model many readers run on one GPU or a laptop, with two kinds of layer (so the
+# first view shows the breakdown), at a context an everyday chat fills, not the model's longest.
+DEFAULT_MODEL = "gpt-oss-20b"
+DEFAULT_CONTEXT = 8192
 
 
 def families() -> dict[str, list[ModelConfig]]:
     """The :data:`FAMILIES`, each with all its rows in the file's order (Gemma 3 27B too)."""
     rows = sorted(load_configs().values(), key=lambda c: c.params_billions or 0)  # smallest first, unstated first
     return {family: [c for c in rows if c.family == family] for family in FAMILIES}
+
+
+def card_id(name: str) -> str:
+    """The id of a family's card (``gpt-oss``, ``qwen35``), or of a model's entry (``gemma-3-27b``)."""
+    return html.escape(name.lower().replace(" ", "-").replace(".", ""))
 
 
 def pattern_phrase(cfg: ModelConfig) -> str:
@@ -54,15 +72,6 @@ def pattern_phrase(cfg: ModelConfig) -> str:
         period = list(cfg.layer_pattern)
         return " : ".join(f"{period.count(k)} {KIND_WORDS[k]}" for k in dict.fromkeys(period))
     return layer_summary(cfg)
-
-
-def link(text: str, key: str) -> str:
-    return f'<a href="{LESSONS[key]}">{html.escape(text)}</a>'
-
-
-def paper(key: str) -> str:
-    title, url = PAPERS[key]
-    return f'<a href="{url}">{html.escape(title)}</a>'
 
 
 def layer_summary(cfg: ModelConfig) -> str:
@@ -107,52 +116,84 @@ def rope_phrase(cfg: ModelConfig) -> str:
                                for words, ks in groups.items())
 
 
-def recipe(cfg: ModelConfig) -> list[str]:
-    """One phrase (HTML) per mechanism of the row, each linked to the lesson that teaches it or to its paper."""
+@dataclass(frozen=True)
+class Part:
+    """One mechanism of a model, as a phrase (plain text) whose ``word`` links to the lesson that teaches it."""
+
+    before: str
+    word: str
+    after: str
+    lesson: str | None  # a key of LESSONS; None: no lesson teaches it yet
+
+    @property
+    def text(self) -> str:
+        return self.before + self.word + self.after
+
+    def html(self, page: str) -> str:
+        """The phrase with its word linked from ``page`` (a source under docs/) to the lesson, when one teaches it."""
+        e = html.escape
+        if self.lesson is None:
+            return e(self.text)
+        target, _, anchor = LESSONS[self.lesson].partition("#")
+        return f'{e(self.before)}<a href="{relative_link(target, page, anchor)}">{e(self.word)}</a>{e(self.after)}'
+
+
+def parts(cfg: ModelConfig) -> list[Part]:
+    """The row's mechanisms, one :class:`Part` each, in the order a card lists them."""
     out = []
     if cfg.mla:
         key = f"a RoPE key of {cfg.mla['rope_dim']}" if cfg.rope else (
             f"a key of {cfg.mla['rope_dim']}, not rotated (mla_use_nope),")
-        out.append(f"{link('MLA', 'mla')}: a latent of {cfg.mla['kv_latent_dim']} plus {key} cached per token")
+        out.append(Part("", "MLA", f": a latent of {cfg.mla['kv_latent_dim']} plus {key} cached per token", "mla"))
     else:
         kv = f"{cfg.num_kv_heads} KV head{'s' if cfg.num_kv_heads > 1 else ''}"
-        out.append(f"{link(cfg.attention_kind, 'gqa')}: {cfg.num_heads} query heads, {kv}")
+        out.append(Part("", cfg.attention_kind, f": {cfg.num_heads} query heads, {kv}",
+                        "mha" if cfg.attention_kind == "MHA" else "gqa"))
     if cfg.sliding_window and cfg.compress:  # DeepSeek-V4: a compressed layer keeps a window as well
-        out.append(f"{link('windows', 'sliding')} of {cfg.sliding_window:,} positions in every layer")
+        out.append(Part("", "windows", f" of {cfg.sliding_window:,} positions in every layer", "sliding"))
     elif cfg.sliding_window and "sliding" in cfg.layer_kinds():
-        out.append(f"{link('windows', 'sliding')} of {cfg.sliding_window:,} positions")
+        out.append(Part("", "windows", f" of {cfg.sliding_window:,} positions", "sliding"))
     if cfg.chunk_size:
-        out.append(f"{link('chunks', 'positions')} of {cfg.chunk_size:,} positions")
+        out.append(Part("", "chunks", f" of {cfg.chunk_size:,} positions", "chunks"))
     if cfg.global_layers:
         g = cfg.global_layers
-        out.append(f"full layers: {g.get('num_kv_heads', cfg.num_kv_heads)} KV heads of {g['head_dim']}"
-                   + (", keys and values from one projection" if g.get("k_eq_v") else ""))
+        out.append(Part("", "full layers", f": {g.get('num_kv_heads', cfg.num_kv_heads)} KV heads of {g['head_dim']}"
+                        + (", keys and values from one projection" if g.get("k_eq_v") else ""), None))
     if cfg.kv_shared_layers:
-        out.append(f"the last {cfg.kv_shared_layers} layers reuse earlier layers' keys and values")
+        out.append(Part(f"the last {cfg.kv_shared_layers} layers reuse earlier layers' keys and values", "", "",
+                        None))
     if cfg.linear:
-        out.append(f"{paper(cfg.linear['kind'])} layers: {cfg.linear['value_heads']} heads, a "
-                   f"{cfg.linear['key_dim']}×{cfg.linear['value_dim']} state each")
+        out.append(Part("", LINEAR_NAMES[cfg.linear["kind"]], f" layers: {cfg.linear['value_heads']} heads, a "
+                        f"{cfg.linear['key_dim']}×{cfg.linear['value_dim']} state each", "linear"))
     if cfg.sparse:  # DeepSeek-V4's indexer ranks the pooled entries of its compressed sparse layers
         picked = "compressed entries" if cfg.compress else "keys"
-        out.append(f"a {paper('indexer')}: {cfg.sparse['indexer_heads']} heads of "
-                   f"{cfg.sparse['indexer_head_dim']}, top {cfg.sparse['top_k']:,} {picked} per query")
+        out.append(Part("a ", "lightning indexer", f": {cfg.sparse['indexer_heads']} heads of "
+                        f"{cfg.sparse['indexer_head_dim']}, top {cfg.sparse['top_k']:,} {picked} per query", "indexer"))
     if cfg.compress:
-        out.append("keys pooled every " + " or ".join(f"{r}" for r in cfg.compress.values()) + " positions")
+        out.append(Part("", "keys pooled", " every " + " or ".join(f"{r}" for r in cfg.compress.values())
+                        + " positions", "compress"))
     if cfg.qk_norm:
         kind = {"per_head": "per head", "per_head_weightless": "per head, no scale",
                 "projection": "over the projection"}[cfg.qk_norm]
-        out.append(f"{link('QK-norm', 'scores')} ({kind})")
+        out.append(Part("", "QK-norm", f" ({kind})", "qk-norm"))
     if cfg.attn_softcap:
-        out.append(f"{link('soft-cap', 'scores')} {cfg.attn_softcap:g}")
+        out.append(Part("", "soft-cap", f" {cfg.attn_softcap:g}", "soft-cap"))
     if cfg.sinks:
-        out.append(link("learned sinks", "sinks"))
+        out.append(Part("", "learned sinks", "", "sinks"))
     if cfg.output_gate:
-        out.append(f"{link('output gate', 'sinks')} ({cfg.output_gate})")
+        out.append(Part("", "output gate", f" ({cfg.output_gate})", "gate"))
     if cfg.rope:
-        out.append(f"{link('RoPE', 'positions')} {html.escape(rope_phrase(cfg))}")
+        settings = [cfg.rope_for(kind) or {} for kind in cfg.layer_kinds() if kind != "linear"]
+        stretched = any(r.get("scaling") or r.get("fraction", 1) != 1 for r in settings)
+        out.append(Part("", "RoPE", f" {rope_phrase(cfg)}", "rope-at-scale" if stretched else "rope"))
     if cfg.nope_every:
-        out.append(f"no rotation in every {cfg.nope_every}th layer")
+        out.append(Part("no rotation in ", f"every {cfg.nope_every}th layer", "", "nope"))
     return out
+
+
+def recipe(cfg: ModelConfig, page: str = ATLAS) -> list[str]:
+    """One phrase (HTML) per mechanism of the row, each linked from ``page`` to the lesson that teaches it."""
+    return [part.html(page) for part in parts(cfg)]
 
 
 def render_cards() -> str:
@@ -170,11 +211,13 @@ def render_cards() -> str:
         recipes = "".join(f"<li><strong>{e(c.name)}</strong>: {'; '.join(recipe(c))}.</li>" for c in rows)
         sources = "".join(f"<li>{e(c.name)}: {e(c.source)}</li>" for c in rows)
         cards.append(
-            f'<details class="abstract" id="{e(family.lower().replace(" ", "-").replace(".", ""))}">'
+            f'<details class="abstract" id="{card_id(family)}">'
             f"<summary>{e(family)}, {year}: {largest.attention_kind}, {e(pattern_phrase(largest))}</summary>"
             f"{head}{body}</tbody></table><ul>{recipes}</ul>"
             f'<details class="quote"><summary>Sources</summary><ul>{sources}</ul></details></details>')
-    return "".join(cards)
+    # A line break after each cell, item and title: the search index reads text across tags without a space
+    # ("...1 fullmodelheads, KV"), and the break keeps the words apart.
+    return re.sub(r"</(summary|th|td|tr|li|table|details)>", r"</\1>\n", "".join(cards))
 
 
 def calculator_rows() -> list[dict[str, Any]]:
@@ -209,7 +252,8 @@ def render_calculator() -> str:
         '<div class="kv-calculator" data-kv-calculator>'
         '<div class="kv-inputs" data-search-exclude>'  # controls stay out of the search index and its previews
         f'<label>Model <select name="model">{options}</select></label>'
-        '<label>Context, tokens <input name="context" type="number" min="1" step="1" inputmode="numeric"></label>'
+        '<label>Context, tokens <input name="context" type="number" min="1" step="1" inputmode="numeric" '
+        f'value="{DEFAULT_CONTEXT}"></label>'
         '<label>Batch <input name="batch" type="number" min="1" step="1" value="1" inputmode="numeric"></label>'
         f'<label>Cache numbers <select name="dtype">{dtypes}</select></label>'
         "</div>"

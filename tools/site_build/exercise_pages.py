@@ -21,13 +21,13 @@ import importlib
 import inspect
 import io
 import json
-import posixpath
 import re
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import site_links  # this folder is on sys.path for the hooks and the pages' blocks
+from site_links import relative_link
 
 from lessons_src.lab.exercises import EXERCISES, MISCONCEPTIONS, VARIANTS, shown, stubs
 
@@ -55,21 +55,6 @@ def page_of(name: str) -> str:
 
 def number(name: str) -> int:
     return list(EXERCISES).index(name) + 1
-
-
-def _url(src: str) -> str:
-    """The directory URL of a page, relative to the site's root: ``lessons/pitfalls.md`` -> ``lessons/pitfalls/``."""
-    return "" if src == "index.md" else src.removesuffix("index.md").removesuffix(".md").rstrip("/") + "/"
-
-
-def _rel(target: str, page: str, anchor: str = "") -> str:
-    """A link from ``page`` to ``target`` (both Markdown sources under docs/), as the built site's relative URL.
-
-    MkDocs does not rewrite the links in a block's output, so they are written as the built pages' URLs.
-    """
-    here = _url(page) or "."
-    rel = posixpath.relpath(_url(target) or ".", here)
-    return (rel.rstrip("/") + "/" if rel != "." else "./") + (f"#{anchor}" if anchor else "")
 
 
 # ---- snippets --------------------------------------------------------------------------------------------
@@ -153,7 +138,7 @@ def render_exercise(name: str) -> str:
     printed = run_alone(solution, f"solution {name}")
     if not printed.startswith(f"passed {name} "):
         raise RuntimeError(f"the answer to {name} does not pass its own check:\n{printed}")
-    lesson = f"[{ex.lesson.title}]({_rel(ex.lesson.page, page, ex.lesson.anchor)})"
+    lesson = f"[{ex.lesson.title}]({relative_link(ex.lesson.page, page, ex.lesson.anchor)})"
     out = [
         f"## {number(name)}. {ex.title} {{ #{name.replace('_', '-')} }}\n",
         f"Write `{name}`; its docstring says what it must do. The lesson: {lesson}.\n",
@@ -166,7 +151,8 @@ def render_exercise(name: str) -> str:
     known = []
     for v in ex.variants:
         m = MISCONCEPTIONS[v.misconception]
-        known.append(f"    - **{m.name}**: you {v.what} ([why]({_rel(m.lesson.page, page, m.lesson.anchor)})).")
+        why = relative_link(m.lesson.page, page, m.lesson.anchor)
+        known.append(f"    - **{m.name}**: you {v.what} ([why]({why})).")
     out.append('??? bug "The mistakes the checker names here"\n\n' + "\n".join(known) + "\n")
     sol = ['??? success "Solution in plain torch, checked when this page was built"\n',
            _fence(solution, indent="    ", kind="exercise-solution"), _fence(printed, "text", indent="    ")]
@@ -185,8 +171,8 @@ def render_page(page: str) -> str:
 def exercise_table(page: str = "practice/exercises.md") -> str:
     rows = ["| # | write | lesson |", "| --- | --- | --- |"]
     for name, ex in EXERCISES.items():
-        link = _rel(page_of(name), page, name.replace("_", "-"))
-        lesson = f"[{ex.lesson.title}]({_rel(ex.lesson.page, page, ex.lesson.anchor)})"
+        link = relative_link(page_of(name), page, name.replace("_", "-"))
+        lesson = f"[{ex.lesson.title}]({relative_link(ex.lesson.page, page, ex.lesson.anchor)})"
         rows.append(f"| {number(name)} | [{ex.title}]({link}) | {lesson} |")
     return "\n".join(rows) + "\n"
 
@@ -196,7 +182,7 @@ def mistake_table(page: str = "practice/exercises.md") -> str:
     for m in MISCONCEPTIONS.values():
         where = sorted({number(v.exercise) for v in VARIANTS if v.misconception == m.key})
         rows.append(f"| {m.name} | {', '.join(map(str, where))} | "
-                    f"[{m.lesson.title}]({_rel(m.lesson.page, page, m.lesson.anchor)}) |")
+                    f"[{m.lesson.title}]({relative_link(m.lesson.page, page, m.lesson.anchor)}) |")
     return "\n".join(rows) + "\n"
 
 

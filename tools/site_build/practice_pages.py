@@ -176,9 +176,9 @@ PARTS = {  # part key -> the heading the quiz and flashcard pages show; in the n
     "inference": "Inference variants: KV cache, masks, GQA, MLA",
     "sdpa": "How SDPA runs: FlashAttention",
     "long": "Long contexts: sliding windows, attention sinks, paged caches, chosen keys",
+    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates, linear layers",
     "kernels": "Writing kernels: masks as functions",
     "devices": "Across devices: tensor parallelism, Ulysses, ring attention",
-    "today": "Today's models: NoPE, RoPE scaling, chunks, QK-norm, caps, sinks, gates, linear layers",
 }
 QUIZ_PARTS = PARTS
 
@@ -279,7 +279,7 @@ def render_flashcards(cards: list[dict[str, str]]) -> str:
         )
     sections = [
         f'<details class="flashcard-part" data-flashcard-part="{part}"{" open" if k == 0 else ""}>'
-        f"<summary>{e(PARTS[part])} ({len(items)} cards)</summary>"
+        f"<summary>{e(PARTS[part])} ({len(items)} cards)</summary>\n"  # a space: indexed apart (issue 77)
         f'<ol class="flashcard-list">{"".join(items)}</ol></details>'
         for k, (part, items) in enumerate((p, g) for p, g in groups.items() if g)
     ]
@@ -293,7 +293,7 @@ def render_flashcards(cards: list[dict[str, str]]) -> str:
         '<button type="button" class="md-button" data-reset-marks>Reset marks</button> '
         '<button type="button" class="md-button" data-print-flashcards>Print flashcards</button></p>'
         f'<p class="flashcards-status" data-flashcards-status aria-live="polite">{n} cards.</p>'
-        f'{"".join(sections)}</div>'
+        + "\n".join(sections) + "</div>"
     )
 
 
@@ -332,7 +332,7 @@ def render_quiz(questions: list[dict[str, Any]]) -> str:
     for i, (part, items) in enumerate((p, g) for p, g in groups.items() if g):
         sections.append(
             f'<details class="quiz-part" data-quiz-part="{part}"{" open" if i == 0 else ""}>'
-            f"<summary>{e(QUIZ_PARTS[part])} ({len(items)} questions)</summary>{''.join(items)}</details>"
+            f"<summary>{e(QUIZ_PARTS[part])} ({len(items)} questions)</summary>\n{''.join(items)}</details>\n"
         )
     return (
         f'<form class="quiz" data-quiz data-total="{len(questions)}" onsubmit="return false">'

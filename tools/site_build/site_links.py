@@ -17,6 +17,7 @@ imported once, so they see the hook's value).
 from __future__ import annotations
 
 import ast
+import posixpath
 import re
 import subprocess
 import tomllib
@@ -140,6 +141,21 @@ def local_url(makefile: Path = ROOT / "Makefile") -> str:
     if not match:
         raise ValueError(f"{makefile} has no `mkdocs serve --dev-addr HOST:PORT` in its serve target")
     return f"http://{match.group(1)}/"
+
+
+def page_url(src: str) -> str:
+    """The directory URL of a page, relative to the site's root: ``lessons/pitfalls.md`` -> ``lessons/pitfalls/``."""
+    return "" if src == "index.md" else src.removesuffix("index.md").removesuffix(".md").rstrip("/") + "/"
+
+
+def relative_link(target: str, page: str, anchor: str = "") -> str:
+    """A link from ``page`` to ``target`` (both Markdown sources under docs/), as the built site's relative URL.
+
+    MkDocs does not rewrite the links in a block's output, so they are written as the built pages' URLs.
+    """
+    here = page_url(page) or "."
+    rel = posixpath.relpath(page_url(target) or ".", here)
+    return (rel.rstrip("/") + "/" if rel != "." else "./") + (f"#{anchor}" if anchor else "")
 
 
 CURRENT: Links | None = None  # set by mkdocs_code_hooks.on_config for the build in progress

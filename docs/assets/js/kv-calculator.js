@@ -131,19 +131,20 @@
         return;
       }
       var perLayer = layerNumbers(m, context), totals = cacheBytes(m, context, batch, bytes);
-      var counts = {}, one = {};
+      var counts = {}, one = {}, sequences = batch + " sequence" + (batch > 1 ? "s" : "");
       perLayer.forEach(function (entry) {
         counts[entry[0]] = (counts[entry[0]] || 0) + 1;
         if (!(entry[0] in one)) one[entry[0]] = entry[1];
       });
       var items = Object.keys(counts).map(function (kind) {
         var rope = m.rope && m.rope[kind] ? "; " + m.rope[kind] : ""; // this kind's rotation, as the atlas words it
-        return "<li><strong>" + WORDS[kind] + "</strong>, " + counts[kind] + " layer" + (counts[kind] > 1 ? "s" : "") +
-          ": " + formula(m, kind, context) + " = " + n(one[kind]) + " numbers per layer and sequence; " +
-          size(totals[kind]) + rope + "</li>";
+        var layers = counts[kind] + " layer" + (counts[kind] > 1 ? "s" : "");
+        return "<li><strong>" + WORDS[kind] + "</strong>, " + layers + ": per layer, " + formula(m, kind, context) +
+          " = " + n(one[kind]) + " numbers per sequence; in all " + layers + ", " + size(totals[kind]) +
+          " for " + sequences + rope + "</li>";
       });
-      out.innerHTML = "<ul>" + items.join("") + "</ul><p class=\"kv-total\"><strong>Total: " + size(totals.total) +
-        "</strong> (" + n(totals.total) + " bytes = numbers × " + batch + " sequence" + (batch > 1 ? "s" : "") +
+      out.innerHTML = "<ul>" + items.join("") + "</ul><p class=\"kv-total\"><strong>Total, every layer: " +
+        size(totals.total) + "</strong> for " + sequences + " (" + n(totals.total) + " bytes = numbers × " + batch +
         " × " + bytes + " B)</p>";
       var p = new URLSearchParams({model: m.name, context: context, batch: batch, dtype: bytes});
       try { history.replaceState(history.state, "", location.pathname + "?" + p + location.hash); } catch (err) { /* sandboxed */ }
@@ -151,8 +152,8 @@
 
     var params = new URLSearchParams(location.search);
     if (byName[params.get("model")]) form.model.value = params.get("model");
-    var first = byName[form.model.value];
-    form.context.value = positive(params.get("context")) || (first && first.context) || 8192;
+    // The context the page opens on is the input's own value; the URL's wins.
+    form.context.value = positive(params.get("context")) || positive(form.context.defaultValue) || 1;
     if (positive(params.get("batch"))) form.batch.value = params.get("batch");
     if (params.get("dtype") && form.dtype.querySelector("option[value='" + params.get("dtype") + "']")) {
       form.dtype.value = params.get("dtype");
