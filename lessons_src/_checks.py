@@ -5,11 +5,10 @@ A size is an int (``numpy.int64`` too, ``8.0`` and ``True`` are not) of at least
 ``H`` a multiple of ``K``. This file imports nothing of the package, so any core file may import it.
 
 Example:
-    >>> size("num_heads", 8), integer("start", -1)
-    (8, -1)
-    >>> size("num_heads", 8.0)
-    Traceback (most recent call last):
-    TypeError: num_heads must be an int; got 8.0 of type float
+    >>> size("num_heads", 8), integer("start", -1), flag("causal", True)
+    (8, -1, True)
+    >>> divisors(12)  # an error about a head count lists the counts that would do
+    '1, 2, 3, 4, 6, 12'
 """
 
 from __future__ import annotations

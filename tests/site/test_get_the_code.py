@@ -106,7 +106,7 @@ def test_repository_links_exactly_when_known() -> None:
             assert "md-source" not in page.read_text(encoding="utf-8") and "colab.research" not in page.read_text(
                 encoding="utf-8"), page
         assert "<code>docs/lessons/pitfalls.md</code>" in lesson
-    assert 'href="../../reference/code/attention/"' in lesson  # the module it runs, always linked
+    assert 'href="../../reference/code/layer/"' in lesson  # the module it runs, always linked
 
 
 def test_lab_download_is_this_builds_executed_copy() -> None:
@@ -140,7 +140,7 @@ def build_mini(tmp_path: Path, env: dict[str, str]) -> Path:
     (docs / "reference" / "code").mkdir(parents=True)
     (docs / "index.md").write_text("# Home\n", encoding="utf-8")
     (docs / "lessons" / "demo.md").write_text(MINI_PAGE, encoding="utf-8")
-    (docs / "reference" / "code" / "attention.md").write_text("# attention.py\n", encoding="utf-8")
+    (docs / "reference" / "code" / "layer.md").write_text("# layer.py\n", encoding="utf-8")
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: mini\nstrict: true\n"
         "theme:\n  name: material\n  features: [content.action.view]\n"
@@ -169,12 +169,12 @@ def test_fallback_chain_end_to_end(tmp_path: Path) -> None:
     assert 'href="https://github.com/octo-org/mha"' in lesson  # the header's repository link ...
     assert 'data-md-component="source"' not in lesson  # ... which Material's script would not fetch counts for
     assert 'href="https://github.com/octo-org/mha/raw/main/docs/lessons/demo.md"' in lesson
-    assert 'href="https://github.com/octo-org/mha/blob/main/lessons_src/functional.py"' in lesson
+    assert 'href="https://github.com/octo-org/mha/blob/main/lessons_src/layer.py"' in lesson
     assert '<link rel="canonical" href="https://docs.example.org/mha/lessons/demo/">' in lesson
     assert (known / "downloads" / WHEEL).is_file()
 
     unknown = build_mini(tmp_path / "unknown", {})
     lesson = (unknown / "lessons" / "demo" / "index.html").read_text(encoding="utf-8")
     assert "github.com" not in lesson and "md-source" not in lesson
-    assert 'href="../../reference/code/attention/"' in lesson and "<code>docs/lessons/demo.md</code>" in lesson
+    assert 'href="../../reference/code/layer/"' in lesson and "<code>docs/lessons/demo.md</code>" in lesson
     assert re.search(r"<loc>http://127\.0\.0\.1:8000/lessons/demo/</loc>", (unknown / "sitemap.xml").read_text())
