@@ -49,7 +49,7 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_bloc
 
 from ._checks import size
 from .masks import MaskRule, mask_mod
-from .score_mods import check_sinks, check_softcap, soft_cap
+from .score_mods import SoftCap, check_sinks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -69,12 +69,12 @@ def soft_cap_mod(cap: float) -> ScoreMod:
         >>> soft_cap_mod(5.0)(torch.tensor(10.0), 0, 0, 0, 0)
         tensor(4.8201)
     """
-    c = check_softcap(cap)
-    if c is None:
+    if cap is None:
         raise TypeError("soft_cap_mod needs a cap, a positive number; got None")
+    piece = SoftCap(cap)  # checked here, once: a traced score_mod must not branch on the cap
 
     def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return soft_cap(score, c)  # checking a float traces to nothing
+        return piece(score)
 
     return capped
 

@@ -61,10 +61,9 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     Raises:
         ValueError, TypeError: if ``cap`` is not a positive finite number.
     """
-    checked = check_softcap(cap)
-    if checked is None:
+    if cap is None:
         raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return checked * torch.tanh(scores / checked)
+    return SoftCap(cap)(scores)
 
 
 def check_softcap(softcap: object) -> float | None:
@@ -125,6 +124,10 @@ class SoftCap:
         if checked is None:
             raise TypeError("SoftCap needs a cap, a positive number; got None")
         self.cap = checked
+
+    def __call__(self, scores: Tensor) -> Tensor:
+        """``cap * tanh(scores / cap)``, the cap checked when the piece was made (so a traced score_mod sees none)."""
+        return self.cap * torch.tanh(scores / self.cap)
 
     def __repr__(self) -> str:
         return f"SoftCap({self.cap})"

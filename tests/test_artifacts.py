@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_minilm_ablation_recomputes() -> None:
-    sys.path.insert(0, str(ROOT / "tools" / "train"))
     from ablate_minilm import embedding_change
 
     report = read_artifact_json("minilm_ablation.json")
@@ -41,7 +39,6 @@ def test_one_vs_many_results_are_complete() -> None:
 
 @pytest.mark.slow
 def test_one_vs_many_run_reproduces() -> None:
-    sys.path.insert(0, str(ROOT / "tools" / "train"))
     import train_one_vs_many as t
 
     report = read_artifact_json("one_vs_many_heads.json")

@@ -6,13 +6,10 @@ tests/browser/test_atlas.py runs the calculator's script on the built page; thes
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
+
+import atlas
 
 from lessons_src.lab.configs import load_configs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "site_build"))
-import atlas
 
 
 def words(name: str) -> str:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "flex.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from bench_flex import BLOCK, MASKS, SIZES, masks, speedups  # noqa: E402
 
 from lessons_src.flex import block_mask, block_sparsity  # noqa: E402

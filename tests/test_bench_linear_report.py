@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "linear.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from bench_linear import LAYERS, MODEL, ratios, sizes, state_bytes  # noqa: E402
 
 

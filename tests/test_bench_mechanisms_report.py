@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "mechanisms.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from bench_mechanisms import MODES, TARGETS, VARIANTS, count_flops, flop_ratios, ratios  # noqa: E402
 
 

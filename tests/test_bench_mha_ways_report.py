@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "mha_ways.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from bench_mha_ways import build  # noqa: E402
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "sparse.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from bench_sparse import (  # noqa: E402
     BLOCK,
     CACHE_BYTES,

@@ -3,7 +3,6 @@ log of ``make train-hybrids`` (tools/train/train_hybrids.py) against the code th
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from lessons_src.lab.hybrid_models import (
 from lessons_src.layer import MultiHeadAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "train"))
 import train_hybrids  # noqa: E402
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from lessons_src.lab.long_context import receptive_field, toy_logits_with_mask
 from lessons_src.masks import causal_mask
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "train"))
 import train_indexer  # noqa: E402
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "package"))
 from build_wheel import build_wheel  # noqa: E402
 
 RUN = r"""

@@ -6,11 +6,9 @@ happen to hold yet.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import figures  # noqa: E402
 import math_render  # noqa: E402
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,7 +21,6 @@ from lessons_src.masks import causal_mask
 from lessons_src.mla import MultiHeadLatentAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import practice_pages as pp  # noqa: E402
 
 

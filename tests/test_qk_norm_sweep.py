@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import torch
 from lessons_src.lab import read_artifact_json
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools" / "train"))
 import train_qk_norm as sweep  # noqa: E402
 import train_text  # noqa: E402
 

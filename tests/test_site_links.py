@@ -10,14 +10,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import mkdocs_code_hooks  # noqa: E402
 import site_links  # noqa: E402
 from site_links import Links, git_remote, github_repo, resolve  # noqa: E402

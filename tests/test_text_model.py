@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from lessons_src.lab.text_model import (
 from lessons_src.rope import apply_rope, rope_cos_sin
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools" / "train"))
 import train_text  # noqa: E402
 
 SMALL = TextConfig(d_model=16, num_heads=2, num_layers=2, max_len=12, d_ff=32)

@@ -12,14 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "package"))
 import wheel_env  # noqa: E402
 from build_wheel import build_wheel, fingerprint  # noqa: E402
 

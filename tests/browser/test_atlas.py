@@ -8,16 +8,13 @@ each window, chunk and pooling size; a copy of the script with one formula plant
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+import atlas
 from browser_support import goto
 
 from lessons_src.lab.configs import load_configs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "site_build"))
-import atlas
 
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "assets" / "js" / "kv-calculator.js"
 CONTEXTS = (1, 100, 127, 128, 129, 4097, 8192, 131072, 1048576)

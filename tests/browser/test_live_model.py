@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from typing import Any
 
+import live_model
 import pytest
 import torch
-from browser_support import ROOT, Watch, goto, open_context, page_file, site_pages
+from browser_support import Watch, goto, open_context, page_file, site_pages
 from playwright.sync_api import expect
 from test_widgets import open_by_navigation
 from views import run_axe
-
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
-import live_model
 
 from lessons_src.lab.heads import ablate_heads
 from lessons_src.lab.toy_models import BROWSER_ATOL, load_induction_model

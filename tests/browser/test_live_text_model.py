@@ -28,17 +28,14 @@ widget has drawn its current state.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 from urllib.parse import urlencode
 
-import pytest
-import torch
-from browser_support import ROOT, SITE, goto, open_context, site_pages
-
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_text_model as ltm
 import model_files
+import pytest
+import torch
+from browser_support import SITE, goto, open_context, site_pages
 
 from lessons_src.lab import text_model_int8 as int8
 from lessons_src.lab.heads import ablate_heads

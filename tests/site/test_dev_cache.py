@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from dev_loop_steps import INDEX, OTHER, PACKAGE
 from test_build_fails_loudly import build_env, run_python, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 
 import dev_cache  # noqa: E402
 

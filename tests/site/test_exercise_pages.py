@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import exercise_pages  # noqa: E402
 import site_links  # noqa: E402
 

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
-sys.path.insert(0, str(ROOT / "tools" / "package"))
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import site_links  # noqa: E402
 from build_wheel import build_wheel, source_date_epoch  # noqa: E402
 

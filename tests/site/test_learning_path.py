@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ SITE = ROOT / "site"
 DOCS = ROOT / "docs"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import model_finder  # noqa: E402
 import reading_time  # noqa: E402
 

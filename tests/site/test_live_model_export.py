@@ -13,7 +13,6 @@ import html
 import json
 import re
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ PAGE = SITE / "practice" / "live-model" / "index.html"
 MODELS = SITE / "assets" / "models"
 EXTRAS_BUDGET = 250_000  # bytes, gzipped: weights + their JSON + the page's script and stylesheet
 
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import live_model  # noqa: E402
 
 if not PAGE.exists():

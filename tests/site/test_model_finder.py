@@ -5,13 +5,11 @@ name, and each entry's lessons are links, in reading order, that resolve to a pa
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from test_links import SITE, broken_links, parse
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import atlas  # noqa: E402
 import model_finder  # noqa: E402
 import site_links  # noqa: E402

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -306,7 +305,6 @@ def _site_url() -> str:
 
 # --------------------------------------------------------------------------- name tokens drawn as plain text
 
-sys.path.insert(0, str(SITE.parent / "tools" / "site_build"))
 from page_fixes import plain_names  # noqa: E402
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sys
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,7 +21,6 @@ from lessons_src.lab.configs import LESSON_MODELS, load_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
-sys.path.insert(0, str(ROOT / "tools" / "site_build"))
 import practice_pages as pp  # noqa: E402
 
 if not (SITE / "index.html").exists():

@@ -14,7 +14,6 @@ import html
 import itertools
 import json
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,7 +78,6 @@ def test_a_known_formula_is_indexed_once_as_tex() -> None:
 def test_the_index_reads_the_formula_before_it_is_typeset() -> None:
     """The mechanism, on one formula: typeset, the parser would index it three times; the index is built from
     arithmatex's element, which the post-build step replaces with KaTeX's only after MkDocs has indexed the page."""
-    sys.path.insert(0, str(ROOT / "tools" / "site_build"))
     import math_render
     from material.plugins.search.plugin import Parser
 
@@ -141,7 +139,6 @@ def test_no_hidden_data_is_indexed() -> None:
 
 def _code_pages() -> list[tuple[str, Path]]:
     """(index location, module file) of each module page that shows its whole file (found as the hook finds it)."""
-    sys.path.insert(0, str(ROOT / "tools" / "site_build"))
     from mkdocs_code_hooks import WHOLE_FILE
 
     pages = []

@@ -84,9 +84,7 @@ def _report(load: float, load_max: float | None = None, other: float | None = No
     ],
 )
 def test_every_goal_the_page_states_is_judged(load: float, scores: dict[str, Any], missed: list[str]) -> None:
-    import sys
 
-    sys.path.insert(0, str(ROOT / "tools" / "bench"))
     from site_goals import misses
 
     r = _report(load, **scores)
@@ -108,9 +106,7 @@ def test_the_site_page_says_what_the_report_covers(report: dict[str, Any]) -> No
 
 def test_chromium_is_the_bench_s_own_work_and_anything_else_is_not() -> None:
     """Chromium's zygote leaves its parent: its renderers are children of init, and must still count as the bench's."""
-    import sys
 
-    sys.path.insert(0, str(ROOT / "tools" / "bench"))
     from bench_site import is_bench_process
 
     table = {  # pid: (name, parent, cpu)

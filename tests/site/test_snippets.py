@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "package"))
 import wheel_env  # noqa: E402
 from build_wheel import build_wheel  # noqa: E402
 
