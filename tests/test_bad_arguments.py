@@ -86,6 +86,10 @@ def bad_values(a: Arg) -> list[tuple[str, Any, Any]]:
         return [("unknown", "nope", V_), ("int", 3, EITHER)]
     if k == "object":
         return [("string", "x", T_)]
+    if k == "path":
+        return [("int", 3, T_)]
+    if k == "device":
+        return [("unknown", "x", V_), ("int", 1.5, EITHER)]
     if k in ("tensor", "itensor", "btensor"):
         t = a.good
         rows: list[tuple[str, Any, Any]] = [("list", t.tolist(), T_)]
@@ -138,6 +142,7 @@ EPS = Arg("eps", 1e-6)
 SCALE = Arg("positive", None, optional=True)
 BASE = Arg("base", 10000.0)
 DTYPE = obj(torch.float32)
+DEVICE = Arg("device", None, optional=True)
 CPU = obj(torch.device("cpu"))
 
 
@@ -190,17 +195,17 @@ def _specs_core() -> None:
 
     spec("rope.RopeScaling", lambda **a: rp.rope_cos_sin(torch.arange(3), 4, scaling=rp.RopeScaling(**a)), inv_freq=ten(rp.rope_frequencies(4)), attention_factor=Arg("positive", 1.0))
     cos, sin = rp.rope_cos_sin(torch.arange(3), 4)
-    spec("rope.apply_rope", lambda **a: rp.apply_rope(**a), x=ten(q), cos=ten(cos), sin=ten(sin))
+    spec("rope.apply_rope", lambda **a: rp.apply_rope(**a), x=ten(q, rank=False), cos=ten(cos), sin=ten(sin))
     spec("rope.llama3_scaling", lambda **a: rp.llama3_scaling(**a), dim=size(8), base=BASE, factor=Arg("factor", 8.0), low_freq_factor=Arg("positive", 1.0),
-         high_freq_factor=Arg("positive", 4.0, numpy=np.int64(4)), original_max_positions=size(64), device=obj(None, optional=True))
-    spec("rope.proportional_scaling", lambda **a: rp.proportional_scaling(**a), dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0), device=obj(None, optional=True))
+         high_freq_factor=Arg("positive", 4.0, numpy=np.int64(4)), original_max_positions=size(64), device=DEVICE)
+    spec("rope.proportional_scaling", lambda **a: rp.proportional_scaling(**a), dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0), device=DEVICE)
     spec("rope.rope_cos_sin", lambda **a: rp.rope_cos_sin(**a), positions=Arg("itensor", torch.arange(3)), dim=size(4), base=BASE, dtype=DTYPE, scaling=obj(None, optional=True))
-    spec("rope.rope_frequencies", lambda **a: rp.rope_frequencies(**a), dim=size(8), base=BASE, device=obj(None, optional=True))
+    spec("rope.rope_frequencies", lambda **a: rp.rope_frequencies(**a), dim=size(8), base=BASE, device=DEVICE)
     spec("rope.yarn_scaling", lambda **a: rp.yarn_scaling(**a), dim=size(8), base=BASE, factor=Arg("factor", 4.0), original_max_positions=size(64), beta_fast=Arg("positive", 32.0, numpy=np.int64(32)),
-         beta_slow=Arg("positive", 1.0), attention_factor=Arg("positive", None, optional=True), truncate=FLAG, device=obj(None, optional=True))
+         beta_slow=Arg("positive", 1.0), attention_factor=Arg("positive", None, optional=True), truncate=FLAG, device=DEVICE)
 
     qf, kvf = r(1, 2, 4, 8), r(1, 1, 4, 8)
-    spec("flex.block_mask", lambda **a: fx.block_mask(**a), mask=obj(causal()), T=size(4), S=size(4, optional=True), B=size(1, optional=True), H=size(1, optional=True), block_size=size(2), device=obj("cpu"))
+    spec("flex.block_mask", lambda **a: fx.block_mask(**a), mask=obj(causal()), T=size(4), S=size(4, optional=True), B=size(1, optional=True), H=size(1, optional=True), block_size=size(2), device=Arg("device", "cpu"))
     spec("flex.block_sparsity", lambda **a: fx.block_sparsity(**a), mask=obj(fx.block_mask(causal(), 4, block_size=2)))
     spec("flex.flex_attend", lambda **a: _flex(fx.flex_attend, **a), q=ten(qf), k=ten(kvf), v=ten(kvf), mask=obj(None, optional=True), score_mod=obj(None, optional=True),
          sinks=ten(torch.zeros(2), optional=True), scale=SCALE)
@@ -241,7 +246,7 @@ def _specs_lab() -> None:
     from lessons_src.lab.toy_models import TinyConfig, TinyTransformer
     from lessons_src.mechanisms import PerHeadRMSNorm
 
-    spec("lab.pattern_model.LayerType", lambda **a: pm.LayerType(**a), kind=Arg("choice", "window"), size=size(4, optional=True), rope=FLAG, shares=size0(0, optional=True))
+    spec("lab.pattern_model.LayerType", lambda **a: pm.LayerType(**a), kind=Arg("choice", "window"), size=size(4), rope=FLAG, shares=size0(0, optional=True))
     two = pm.gpt_oss_pattern(2, window=4)
     spec("lab.pattern_model.PatternConfig", lambda **a: pm.PatternGPT(pm.PatternConfig(**a)), pattern=obj(two), vocab_size=size(16), d_model=size(16), num_heads=size(4), num_kv_heads=size(2),
          d_ff=size(8), rope_base=BASE, nope_temperature=obj(None, optional=True), num_layers=size(2, optional=True))
@@ -294,7 +299,7 @@ def _specs_lab() -> None:
     spec("lab.long_context.native_sparse_costs", lambda **a: lc.native_sparse_costs(**a), cfg=obj(nsa), context=size(4096), cache_bytes=size(2))
     spec("lab.long_context.compressed_costs", lambda **a: lc.compressed_costs(**a), cfg=obj(v4), context=size(4096), kind=Arg("choice", "compressed_sparse"), cache_bytes=size(2), index_bytes=size(1))
     spec("lab.long_context.indexer_kl", lambda **a: lc.indexer_kl(**a), scores=ten(r(1, 2, 2)), target=ten(torch.tensor([[[1.0, 0.0], [0.5, 0.5]]])))
-    spec("lab.long_context.load_text_indexer", lambda **a: lc.load_text_indexer(**a), path=obj(None, optional=True))
+    spec("lab.long_context.load_text_indexer", lambda **a: lc.load_text_indexer(**a), path=Arg("path", None, optional=True))
     spec("lab.long_context.receptive_field", lambda **a: lc.receptive_field(**a), window=size(3), num_layers=size(3), length=size(12))
     toy = TinyTransformer(TinyConfig(vocab_size=10, d_model=8, num_heads=2, num_layers=1, max_len=16))
     spec("lab.long_context.toy_logits_with_mask", lambda **a: lc.toy_logits_with_mask(**a), model=obj(toy), tokens=Arg("itensor", torch.arange(4)[None]),
@@ -451,3 +456,40 @@ def test_every_public_name_has_a_row_for_every_argument() -> None:
                 continue
             missing += [f"{full}.{p}" for p in params if p not in SPECS[full][1] and f"{full}.{p}" not in NOT_CHECKED]
     assert not missing, f"public arguments without rows: {missing}"
+
+
+# --------------------------------------------------------------------------- the issue's cases that are not one argument
+
+
+def _issue_cases() -> list[Any]:
+    from lessons_src.functional import attention
+    from lessons_src.layer import MultiHeadAttention
+    from lessons_src.mechanisms import HeadwiseGate, PerHeadRMSNorm, Rotary, ValueRMSNorm
+
+    q = r(1, 2, 3, 4)
+    return [  # (id, call, error, message)
+        ("qk_norm-is-a-value-norm", lambda: MultiHeadAttention(16, 4, qk_norm=ValueRMSNorm()), T_, r"qk_norm must be a qk_norm piece; got ValueRMSNorm, which is a v_norm piece: pass it as v_norm="),
+        ("rope-is-a-norm", lambda: MultiHeadAttention(16, 4, rope=PerHeadRMSNorm(4)), T_, r"rope must be a rope piece; got PerHeadRMSNorm"),
+        ("gate-is-a-rotary", lambda: MultiHeadAttention(16, 4, gate=Rotary(4)), T_, r"gate must be a gate piece; got Rotary"),
+        ("v_norm-is-a-qk-norm", lambda: MultiHeadAttention(16, 4, v_norm=PerHeadRMSNorm(4)), T_, r"v_norm must be a v_norm piece"),
+        ("gate-of-another-width", lambda: MultiHeadAttention(16, 4, gate=HeadwiseGate(8, 4)), V_, r"HeadwiseGate was made for d_model=8 \(the layer has 16\)"),
+        ("attention-scale-zero", lambda: attention(q, q, q, scale=0), V_, r"scale must be above 0"),
+        ("attention-scale-bool", lambda: attention(q, q, q, scale=True), T_, r"scale must be a number; got True"),
+        ("attention-scale-string", lambda: attention(q, q, q, scale="0.5"), T_, r"scale must be a number; got '0.5'"),
+        ("attention-scale-tensor", lambda: attention(q, q, q, scale=torch.tensor(0.5, requires_grad=True)), T_, r"a tensor would lose its gradient"),
+        ("rotary-odd-width", lambda: Rotary(3), V_, r"dim must be even"),
+        ("rotary-before-0", lambda: Rotary(4)(q, None, start=-1), V_, r"start must be at least 0"),
+        ("nope-before-0", lambda: __import__("lessons_src.mechanisms").mechanisms.NoPETemperature(floor_scale=2)(q, None, start=-2), V_, r"start must be at least 0"),
+        ("eps-inf", lambda: ValueRMSNorm(eps=INF), V_, r"eps must be finite"),
+        ("empty-copy-selection", lambda: __import__("lessons_src.lab.hybrid_models").lab.hybrid_models.copy_loss(
+            SPECS["lab.hybrid_models.copy_loss"][1]["model"].good, torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long)), V_, r"distance marks no copied token"),
+    ]
+
+
+ISSUE_CASES = _issue_cases()
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [c[1:] for c in ISSUE_CASES], ids=[c[0] for c in ISSUE_CASES])
+def test_the_issues_cases_get_a_clear_error(call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call()
