@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import Tensor
@@ -49,13 +48,17 @@ def number(name: str, value: object, *, low: float = -math.inf, low_ok: bool = T
     Any real number is one (numpy's too); a bool, a string or a tensor is not: a tensor's gradient would be dropped
     by ``float()``, so a learned value belongs in a parameter of the layer, not in an argument.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool | str | bytes | complex | Tensor) or not hasattr(value, "__float__"):
         why = "; a tensor would lose its gradient: pass a float" if isinstance(value, Tensor) else ""
         raise TypeError(f"{name} must be a number; got {value!r} of type {type(value).__name__}{why}")
     value = float(value)
     said = f" ({hint})" if hint else ""
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite{said}; got {name}={value!r}")
+    if math.isfinite(low) and math.isfinite(high) and not (low < value < high or (value == low and low_ok)
+                                                            or (value == high and high_ok)):
+        span = f"{'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
+        raise ValueError(f"{name} must be a number in {span}{said}; got {name}={value!r}")
     if value < low or (value == low and not low_ok):
         raise ValueError(f"{name} must be {'at least' if low_ok else 'above'} {low:g}{said}; got {name}={value!r}")
     if value > high or (value == high and not high_ok):

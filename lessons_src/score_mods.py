@@ -22,7 +22,7 @@ forward and backward:
   float mask to the sink logit.
 
 The names follow FlexAttention's "score mod" (a function of one score: the cap is one; a sink is a column).
-This file needs only torch; ``functional.py`` imports it.
+This file needs torch and ``_checks.py``; ``functional.py`` imports it.
 
 References:
     Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024 (arXiv:2408.00118):

@@ -76,7 +76,7 @@ def test_the_layers_are_causal_and_the_linear_layer_keeps_the_distant_past() -> 
 
 
 def test_bad_patterns_and_sizes_are_named() -> None:
-    with pytest.raises(ValueError, match=r"unknown layer kind 'A', 'x' in pattern 'LAxF'; the kinds are 'L' \(linear"):
+    with pytest.raises(ValueError, match=r"unknown layer kind 'A', 'x' in layers='LAxF': each must be one of 'L' \(linear"):
         HybridConfig(vocab_size=8, d_model=8, num_heads=2, layers="LAxF")
     with pytest.raises(ValueError, match="pattern must be a non-empty string"):
         HybridConfig(vocab_size=8, d_model=8, num_heads=2, layers="")

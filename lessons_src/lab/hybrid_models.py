@@ -48,8 +48,7 @@ from ..layer import MultiHeadAttention
 from ..mechanisms import ElementwiseGate, PerHeadRMSNorm, Rotary
 from . import read_artifact_json
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from collections.abc import Sequence
 
 __all__ = [
     "HYBRID_LOG",
@@ -363,7 +362,7 @@ def copy_batch(generator: torch.Generator, batch: int, seq_len: int, vocab_size:
 
 def _distances(distances: object) -> list[int]:
     """``distances`` as a non-empty list of ints (a list or tuple of sizes)."""
-    if isinstance(distances, str) or not isinstance(distances, list | tuple) or not distances:
+    if isinstance(distances, str) or not isinstance(distances, Sequence) or not distances:
         raise TypeError(f"distances must be a non-empty list of ints; got {distances!r}")
     return [size("distances", d, minimum=2, hint="a copy's length") for d in distances]
 
@@ -400,7 +399,7 @@ def copy_accuracy(model: HybridLM, distances: Sequence[int], *, rows: int = 64, 
     Returns:
         ``{distance: accuracy}``.
     """
-    instance("model", model, HybridLM, "a HybridLM")
+    instance("model", model, nn.Module, "a model of token ids, such as a HybridLM")
     distances = _distances(distances)
     rows, batch, seed = size("rows", rows), size("batch", batch), size("seed", seed, minimum=0)
     seq_len = 2 * max(distances)
