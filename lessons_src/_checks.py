@@ -18,12 +18,13 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["autocast_on", "check_qkv", "choice", "device", "divisors", "eps", "flag", "instance", "integer", "number", "positive",
-           "probability", "size", "tensor"]
+__all__ = ["autocast_on", "check_qkv", "choice", "device", "divisors", "eps", "flag", "instance", "integer", "number",
+           "positive", "probability", "size", "tensor"]
 
 
 def integer(name: str, value: object, what: str = "an int") -> int:
@@ -88,7 +89,7 @@ def flag(name: str, value: object) -> bool:
     return value
 
 
-def choice(name: str, value: object, options: tuple[str, ...] | dict[str, object]) -> str:
+def choice(name: str, value: object, options: tuple[str, ...] | dict[str, Any]) -> str:
     """``value`` if it is one of ``options`` (strings)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r} of type "
@@ -98,7 +99,7 @@ def choice(name: str, value: object, options: tuple[str, ...] | dict[str, object
     return value
 
 
-def instance(name: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
+def instance(name: str, value: object, kind: Any, what: str) -> None:
     """Raise a TypeError naming ``name`` unless ``value`` is a ``kind`` (``what``: how the error calls it)."""
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be {what}; got {type(value).__name__}")
@@ -128,7 +129,7 @@ def device(name: str, value: object) -> torch.device | None:
     if value is None or isinstance(value, torch.device):
         return value
     try:
-        return torch.device(value)  # type: ignore[arg-type]
+        return torch.device(value)  # type: ignore[call-overload, no-any-return]
     except (RuntimeError, TypeError):
         raise ValueError(f"{name} must be a torch.device or its name, such as 'cpu' or 'cuda'; got {value!r}") from None
 

@@ -101,7 +101,7 @@ def block_mask(mask: MaskRule | MaskMod, T: int, S: int | None = None, *, B: int
     S = T if S is None else size("S", S)
     block = size("block_size", block_size)
     B, H = (None if B is None else size("B", B)), (None if H is None else size("H", H))
-    device = check_device("device", device)
+    device = check_device("device", device) or "cpu"
     if isinstance(mask, MaskRule):
         mask.check(1 if B is None else B, T, S, device)
         mask = mask_mod(mask, T, S)

@@ -82,11 +82,11 @@ def _start(start: object) -> int:
 
 
 def _heads(name: str, t: object, width: int | None = None) -> None:
-    """Raise unless ``t`` is a floating ``(B, heads, T, E)`` tensor (with ``E = width`` when given); cheap when it is."""
+    """Raise unless ``t`` is a floating ``(B, heads, T, E)`` tensor (``E = width`` when given); cheap when it is."""
     if type(t) is Tensor and t.ndim == 4 and t.dtype.is_floating_point and (width is None or t.shape[-1] == width):
         return
-    tensor(name, t, ndim=4, shape="(B, heads, T, E)")
-    raise ValueError(f"{name} must have head_dim={width} features per head; got shape {tuple(t.shape)}")  # type: ignore[union-attr]
+    t = tensor(name, t, ndim=4, shape="(B, heads, T, E)")
+    raise ValueError(f"{name} must have head_dim={width} features per head; got shape {tuple(t.shape)}")
 
 
 def _fits(piece: nn.Module, wanted: dict[str, int], layer: dict[str, int]) -> None:
@@ -528,11 +528,12 @@ class ElementwiseGate(nn.Module):
 
 
 def _gate_inputs(x: object, y: object, d_model: int, num_heads: int, head_dim: int | None) -> None:
-    """Raise unless ``x`` is ``(B, T, d_model)`` and ``y`` the heads' outputs ``(B, num_heads, T, E)`` of the same tokens."""
+    """Raise unless ``x`` is ``(B, T, d_model)`` and ``y`` the heads' outputs ``(B, num_heads, T, E)`` for it."""
     if type(x) is not Tensor or x.ndim != 3 or x.shape[-1] != d_model or not x.dtype.is_floating_point:
-        tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
-        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(x.shape)}")  # type: ignore[union-attr]
+        x = tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
+        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(x.shape)}")
     _heads("y", y, head_dim)
-    if y.shape[:3] != (x.shape[0], num_heads, x.shape[1]):  # type: ignore[union-attr]
+    assert isinstance(y, Tensor)
+    if y.shape[:3] != (x.shape[0], num_heads, x.shape[1]):
         raise ValueError(f"y must be the heads' outputs (B, num_heads={num_heads}, T, E) for x {tuple(x.shape)}; "
-                         f"got shape {tuple(y.shape)}")  # type: ignore[union-attr]
+                         f"got shape {tuple(y.shape)}")

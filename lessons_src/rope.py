@@ -306,7 +306,7 @@ def rope_cos_sin(
     """
     dim = _rotated(dim)
     if not isinstance(positions, Tensor):
-        raise TypeError(f"positions must be a tensor of integer positions of shape (T,); got {type(positions).__name__}")
+        raise TypeError(f"positions must be a tensor of integer positions (T,); got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
         raise ValueError(
             f"positions must be integers of shape (T,); got dtype {positions.dtype}, shape {tuple(positions.shape)}"

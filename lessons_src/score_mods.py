@@ -183,7 +183,7 @@ def _check_heads(where: str, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mas
         if not t.dtype.is_floating_point:
             raise ValueError(f"{where}: {name} must be floating, like the queries; got dtype {t.dtype}")
     if mask is not None:
-        tensor("mask", mask, ndim=(1, 2, 3, 4), shape="broadcastable to (B, H, T, S)", dtype="any")
+        mask = tensor("mask", mask, ndim=(1, 2, 3, 4), shape="broadcastable to (B, H, T, S)", dtype="any")
         if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
             raise ValueError(f"{where}: mask must be bool (True = may attend) or floating (added to the scores); "
                              f"got dtype {mask.dtype}")

@@ -19,14 +19,15 @@ import importlib
 import inspect
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 NAN, INF = math.nan, math.inf
 META = torch.device("meta")
@@ -236,6 +237,10 @@ def _flex(f: Callable[..., object], **a: Any) -> object:
         flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = debug
 
 
+def _calls(f: Callable[..., object]) -> Callable[..., object]:
+    return lambda **a: f(**a)
+
+
 def _specs_lab() -> None:
     import lessons_src.lab.hybrid_models as hm
     import lessons_src.lab.long_context as lc
@@ -263,9 +268,9 @@ def _specs_lab() -> None:
     spec("lab.pattern_model.check_pattern", lambda **a: pm.check_pattern(**a), pattern=obj(two), num_layers=size(2))
     for name in ("gemma3_pattern", "llama4_pattern"):
         width = "window" if name == "gemma3_pattern" else "chunk"
-        spec(f"lab.pattern_model.{name}", lambda f=getattr(pm, name), **a: f(**a), num_layers=size(4), **{width: size(4)}, every=size(2))
+        spec(f"lab.pattern_model.{name}", _calls(getattr(pm, name)), num_layers=size(4), **{width: size(4)}, every=size(2))
     for name in ("gpt_oss_pattern", "olmo3_pattern"):
-        spec(f"lab.pattern_model.{name}", lambda f=getattr(pm, name), **a: f(**a), num_layers=size(4), window=size(4))
+        spec(f"lab.pattern_model.{name}", _calls(getattr(pm, name)), num_layers=size(4), window=size(4))
     spec("lab.pattern_model.share_kv", lambda **a: pm.share_kv(**a), pattern=obj(pm.gemma3_pattern(4, window=2, every=2)), last=size0(1))
 
     spec("lab.hybrid_models.GatedDeltaNet", lambda **a: hm.GatedDeltaNet(**a), d_model=size(8), num_heads=size(2), conv_size=size(2), chunk_size=size(2))
@@ -371,7 +376,7 @@ def check_row(name: str, arg: str, call: Callable[..., object], kwargs: dict[str
         assert re.search(rf"(?<![\w.]){re.escape(arg)}(?!\w)", message), f"the error does not name {arg}: {message}"
         assert re.search(r"must|use|need|expect", message), f"the error does not say what would be right: {message}"
         return
-    except Exception as error:  # noqa: BLE001  (the point: any other error is an unclear one)
+    except Exception as error:
         raise AssertionError(f"unclear: {type(error).__name__}: {error}") from error
     raise AssertionError(f"silent: {name}({arg}={kwargs[arg]!r}) was accepted")
 

@@ -28,7 +28,7 @@ def test_receptive_field_is_capped_by_the_sequence_and_checks_sizes() -> None:
     assert receptive_field(8, 5, 10) == [8, 10, 10, 10, 10]
     with pytest.raises(ValueError, match="window must be at least 1"):
         receptive_field(0, 2, 8)
-    with pytest.raises(ValueError, match="(num_layers|length) must be at least 1"):
+    with pytest.raises(ValueError, match=r"(num_layers|length) must be at least 1"):
         receptive_field(2, 0, 8)
 
 

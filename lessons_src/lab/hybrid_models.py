@@ -35,8 +35,9 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -47,8 +48,6 @@ from ..delta_rule import delta_rule_chunked
 from ..layer import MultiHeadAttention
 from ..mechanisms import ElementwiseGate, PerHeadRMSNorm, Rotary
 from . import read_artifact_json
-
-from collections.abc import Sequence
 
 __all__ = [
     "HYBRID_LOG",
@@ -152,9 +151,9 @@ def _heads(d_model: int, num_heads: int) -> None:
 
 
 def _width(x: object, d_model: int) -> None:
-    tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
-    if x.shape[-1] != d_model:  # type: ignore[union-attr]
-        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(x.shape)}")  # type: ignore[union-attr]
+    t = tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
+    if t.shape[-1] != d_model:
+        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(t.shape)}")
 
 
 def _rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:

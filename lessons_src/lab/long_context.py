@@ -23,9 +23,9 @@ Example:
 from __future__ import annotations
 
 import json
-from os import PathLike
 from dataclasses import asdict, dataclass
 from importlib import resources
+from os import PathLike
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
