@@ -91,7 +91,7 @@ def test_bad_patterns_and_sizes_are_named() -> None:
     model = _tiny("LF")
     with pytest.raises(ValueError, match=r"tokens outside the vocabulary 0..15: \[16\]"):
         model(torch.tensor([[1, 16]]))
-    with pytest.raises(ValueError, match=r"tokens must be a 2-D tensor \(B, T\)"):
+    with pytest.raises(ValueError, match=r"tokens must be 2-D \(B, T\) of token ids; got shape \(2,\)"):
         model(torch.tensor([1, 2]))
     with pytest.raises(ValueError, match=r"distances must lie in 2 \.\. min"):
         copy_batch(torch.Generator(), 1, 8, 16, [5])  # 2 * 5 > 8
