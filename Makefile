@@ -202,7 +202,9 @@ $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	touch $@
 test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
 	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
-		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" --list-checks=$(CHECKS)/triton.txt
+		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" \
+		tests/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
+		--list-checks=$(CHECKS)/triton.txt
 
 # Like test-gpu: the GPU machine's own python3, with its CUDA torch and Triton.
 bench-gpu: ## On a CUDA GPU: the Triton kernel vs SDPA's FlashAttention and the tiled loop, T = 1K-16K (writes docs/_data/bench/gpu.json)

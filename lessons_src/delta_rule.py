@@ -27,12 +27,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import size
+from ._checks import positive, size, tensor
 
 __all__ = ["delta_rule_chunked", "delta_rule_recurrent"]
 
 
-def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None) -> None:
+def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None,
+           scale: object) -> float | None:
+    for name, t, layout in (("q", q, "(B, H, T, Dk)"), ("k", k, "(B, H, T, Dk)"), ("v", v, "(B, H, T, Dv)"),
+                            ("g", g, "(B, H, T) or (B, H, T, Dk)"), ("beta", beta, "(B, H, T)"),
+                            ("state", state, "(B, H, Dk, Dv)")):
+        if t is not None:
+            tensor(name, t, shape=layout)
     if q.dim() != 4 or q.shape != k.shape:
         raise ValueError(f"q and k must both be (B, H, T, Dk); got q {tuple(q.shape)}, k {tuple(k.shape)}")
     B, H, T, Dk = q.shape
@@ -47,8 +53,9 @@ def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tens
         raise ValueError(f"beta must be (B, H, T) = ({B}, {H}, {T}); got {tuple(beta.shape)}")
     if state is not None and state.shape != (B, H, Dk, v.shape[-1]):
         raise ValueError(f"state must be (B, H, Dk, Dv) = ({B}, {H}, {Dk}, {v.shape[-1]}); got {tuple(state.shape)}")
+    scale = None if scale is None else positive("scale", scale, "default Dk ** -0.5")
     if g.is_meta or beta.is_meta:  # no values to check
-        return
+        return scale
     if not bool(torch.isfinite(g).all()) or bool((g > 0).any()):
         raise ValueError(
             f"g is the log of the state's decay, so it must be finite and at most 0 (a decay in (0, 1]); got values "
@@ -60,6 +67,7 @@ def _check(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tens
             f"2 allows the state's eigenvalues down to -1); got values from {beta.min().item():.3g} to "
             f"{beta.max().item():.3g}"
         )
+    return scale
 
 
 def delta_rule_recurrent(
@@ -86,7 +94,7 @@ def delta_rule_recurrent(
         >>> out.shape, state.shape
         (torch.Size([1, 2, 5, 3]), torch.Size([1, 2, 4, 3]))
     """
-    _check(q, k, v, g, beta, state)
+    scale = _check(q, k, v, g, beta, state, scale)
     B, H, T, Dk = q.shape
     f32, dtype = torch.float32, v.dtype
     q = q.to(f32) * (Dk**-0.5 if scale is None else scale)
@@ -125,7 +133,7 @@ def delta_rule_chunked(
         ValueError: as :func:`delta_rule_recurrent`, and if ``chunk_size`` is not a positive int.
     """
     chunk_size = size("chunk_size", chunk_size, hint="tokens per chunk, 64 in the models")
-    _check(q, k, v, g, beta, state)
+    scale = _check(q, k, v, g, beta, state, scale)
     B, H, T, Dk = q.shape
     Dv, f32, dtype = v.shape[-1], torch.float32, v.dtype
     q = q.to(f32) * (Dk**-0.5 if scale is None else scale)

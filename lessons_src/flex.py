@@ -47,7 +47,8 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
-from ._checks import size
+from ._checks import check_qkv, instance, positive, size
+from ._checks import device as check_device
 from .masks import MaskRule, mask_mod
 from .score_mods import SoftCap, check_sinks
 
@@ -69,8 +70,6 @@ def soft_cap_mod(cap: float) -> ScoreMod:
         >>> soft_cap_mod(5.0)(torch.tensor(10.0), 0, 0, 0, 0)
         tensor(4.8201)
     """
-    if cap is None:
-        raise TypeError("soft_cap_mod needs a cap, a positive number; got None")
     piece = SoftCap(cap)  # checked here, once: a traced score_mod must not branch on the cap
 
     def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -101,8 +100,10 @@ def block_mask(mask: MaskRule | MaskMod, T: int, S: int | None = None, *, B: int
     T = size("T", T)
     S = T if S is None else size("S", S)
     block = size("block_size", block_size)
+    B, H = (None if B is None else size("B", B)), (None if H is None else size("H", H))
+    device = check_device("device", device) or "cpu"
     if isinstance(mask, MaskRule):
-        mask.check(1 if B is None else size("B", B), T, S, device)
+        mask.check(1 if B is None else B, T, S, device)
         mask = mask_mod(mask, T, S)
     elif not callable(mask):
         raise TypeError(f"mask must be a MaskRule or a mask_mod function; got {type(mask).__name__}")
@@ -120,7 +121,7 @@ def block_sparsity(mask: BlockMask) -> float:
         0.25
     """
     if not isinstance(mask, BlockMask):
-        raise TypeError(f"block_sparsity needs a BlockMask (from block_mask); got {type(mask).__name__}")
+        raise TypeError(f"block_sparsity needs mask, a BlockMask (from block_mask); got {type(mask).__name__}")
     T, S = mask.seq_lengths
     q_block, kv_block = mask.BLOCK_SIZE
     tiles = math.ceil(T / q_block) * math.ceil(S / kv_block) * mask.kv_num_blocks.shape[0] * mask.kv_num_blocks.shape[1]
@@ -159,6 +160,13 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: BlockMask | None = None, 
         >>> flex_attend(q, kv, kv, block_mask(causal(), 3), sinks=torch.zeros(4)).shape
         torch.Size([1, 4, 3, 8])
     """
+    check_qkv(q, k, v)
+    if mask is not None:
+        instance("mask", mask, BlockMask, "a BlockMask from block_mask, or None")
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"score_mod must be a function (score, b, h, q_idx, kv_idx) -> score, or None; got "
+                        f"{type(score_mod).__name__}")
+    scale = None if scale is None else positive("scale", scale)
     if sinks is not None:
         check_sinks(sinks, q.shape[1], q.dtype, q.device)
     with warnings.catch_warnings():  # the eager path says once that it is not fused; the docstring says so

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_qkv, size
+from ._checks import check_qkv, positive, size
 from .masks import prepare_mask
 from .score_mods import Sinks, SoftCap, score_mod_arguments, sdpa_with_sinks, soft_cap
 
@@ -337,7 +337,8 @@ def attention(
       the queries are the last ``T`` of ``S`` positions); combined with ``attn_mask`` when both are given;
       with ``T > S`` the first ``T - S`` queries see nothing;
     * a query that may attend to no key gets a zero output (and zero weights), with finite gradients;
-    * NaN in ``q``, ``k`` or ``scale`` gives NaN in ``"eager"`` and ``"tiled"``, possibly zeros in ``"sdpa"`` (CPU).
+    * NaN in ``q`` or ``k`` gives NaN in ``"eager"`` and ``"tiled"``, possibly zeros in ``"sdpa"`` (CPU); ``scale`` is a
+      finite number above 0 (a tensor is refused: its gradient would be dropped).
 
     Args:
         q, k, v: queries, keys and values (shapes below).
@@ -381,7 +382,7 @@ def attention(
         raise ValueError(f"dropout_p must be a number in [0, 1); got {dropout_p!r}")
     B, H, T, E = q.shape
     mask = prepare_mask(attn_mask, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
-    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(E) if scale is None else positive("scale", scale, f"None for 1/sqrt(E) = {E ** -0.5:.4g}")
     mods = score_mod_arguments(score_mods, H, q.dtype, q.device)
     check_supports(implementation, mask=mask.beyond_causal(), dropout=dropout_p, **mods)
     return ATTENTION_FUNCTIONS[implementation](q, k, v, mask, scale=scale, dropout_p=float(dropout_p), **mods)

@@ -158,6 +158,10 @@ class MultiHeadAttention(nn.Module):
             if piece is not None and not isinstance(piece, nn.Module):
                 raise TypeError(f"{name} must be an nn.Module piece (see lessons_src.mechanisms) or None; "
                                 f"got {type(piece).__name__}")
+            slot = getattr(piece, "slot", name)
+            if slot != name:  # a piece of lessons_src.mechanisms given in another piece's place
+                raise TypeError(f"{name} must be a {name} piece; got {type(piece).__name__}, which is a {slot} "
+                                f"piece: pass it as {slot}=")
             check = getattr(piece, "check", None)
             if callable(check):
                 check(**sizes)  # a piece made for other sizes: a ValueError naming them

@@ -31,14 +31,13 @@ References:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import size
-from .rope import RopeScaling, apply_rope, proportional_scaling, rope_cos_sin
+from ._checks import eps as check_eps
+from ._checks import flag, instance, number, size, tensor
+from .rope import RopeScaling, apply_rope, proportional_scaling, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "ElementwiseGate",
@@ -74,9 +73,20 @@ def _rms_norm(x: Tensor, weight: Tensor | None, eps: float, offset: float = 0.0)
 
 
 def _eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
-        raise ValueError(f"eps must be a number at least 0 (1e-6 is usual); got eps={eps!r}")
-    return float(eps)
+    return check_eps("eps", eps)
+
+
+def _start(start: object) -> int:
+    """The first new token's position: an int of at least 0 (the positions before it are cached ones)."""
+    return start if type(start) is int and start >= 0 else size("start", start, minimum=0, hint="a position")
+
+
+def _heads(name: str, t: object, width: int | None = None) -> None:
+    """Raise unless ``t`` is a floating ``(B, heads, T, E)`` tensor (``E = width`` when given); cheap when it is."""
+    if type(t) is Tensor and t.ndim == 4 and t.dtype.is_floating_point and (width is None or t.shape[-1] == width):
+        return
+    t = tensor(name, t, ndim=4, shape="(B, heads, T, E)")
+    raise ValueError(f"{name} must have head_dim={width} features per head; got shape {tuple(t.shape)}")
 
 
 def _fits(piece: nn.Module, wanted: dict[str, int], layer: dict[str, int]) -> None:
@@ -118,9 +128,12 @@ class PerHeadRMSNorm(nn.Module):
         [1.0]
     """
 
+    slot = "qk_norm"  # where a layer takes it: MultiHeadAttention(qk_norm=...)
+
     def __init__(self, head_dim: int, *, eps: float = 1e-6, offset: float = 0.0, keys: bool = True) -> None:
         super().__init__()
-        self.head_dim, self.eps, self.offset = size("head_dim", head_dim), _eps(eps), float(offset)
+        self.head_dim, self.eps = size("head_dim", head_dim), _eps(eps)
+        self.offset = number("offset", offset, hint="0 for Qwen3 and Gemma 4, 1 for Gemma 3 and Qwen3-Next")
         if not isinstance(keys, bool):
             raise TypeError(f"keys must be True or False (False: a layer that reuses another's keys); got {keys!r}")
         self.q_weight = nn.Parameter(torch.full((self.head_dim,), 1.0 - self.offset))  # (E,)
@@ -134,11 +147,13 @@ class PerHeadRMSNorm(nn.Module):
                              "layer's keys; this layer computes its own: use keys=True")
 
     def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        _heads("q", q, self.head_dim)
         q = _rms_norm(q, self.q_weight, self.eps, self.offset)  # (B, H, T, E), over E
         if k is None:
             return q, None
         if self.k_weight is None:
             raise ValueError("this norm has no key weight (keys=False): pass k=None, or make it with keys=True")
+        _heads("k", k, self.head_dim)
         return q, _rms_norm(k, self.k_weight, self.eps, self.offset)  # (B, K, S, E)
 
     def extra_repr(self) -> str:
@@ -168,6 +183,8 @@ class ProjectionRMSNorm(nn.Module):
         [1.0]
     """
 
+    slot = "qk_norm"  # where a layer takes it: MultiHeadAttention(qk_norm=...)
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, *, eps: float = 1e-6) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads = size("num_heads", num_heads), size("num_kv_heads", num_kv_heads)
@@ -181,10 +198,16 @@ class ProjectionRMSNorm(nn.Module):
         _fits(self, mine, {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim})
 
     def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        _heads("q", q, self.head_dim)
+        if q.shape[1] != self.num_heads:
+            raise ValueError(f"q must have num_heads={self.num_heads} heads; got shape {tuple(q.shape)}")
         w_q = self.q_weight.view(self.num_heads, self.head_dim)  # (H, E): the projection's features, head-major
         q = _rms_norm(q.transpose(1, 2), w_q, self.eps).transpose(1, 2)  # over (H, E) of (B, T, H, E)
         if k is None:
             return q, None
+        _heads("k", k, self.head_dim)
+        if k.shape[1] != self.num_kv_heads:
+            raise ValueError(f"k must have num_kv_heads={self.num_kv_heads} heads; got shape {tuple(k.shape)}")
         w_k = self.k_weight.view(self.num_kv_heads, self.head_dim)  # (K, E)
         return q, _rms_norm(k.transpose(1, 2), w_k, self.eps).transpose(1, 2)  # over (K, E) of (B, S, K, E)
 
@@ -210,6 +233,8 @@ class WeightlessRMSNorm(nn.Module):
         ([1.0, 1.0, 1.0, 1.0], 2.0)
     """
 
+    slot = "qk_norm"  # where a layer takes it: MultiHeadAttention(qk_norm=...)
+
     def __init__(self, *, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = _eps(eps)
@@ -218,6 +243,9 @@ class WeightlessRMSNorm(nn.Module):
         """Fits any layer: it has no weights."""
 
     def forward(self, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        _heads("q", q)
+        if k is not None:
+            _heads("k", k)
         return _rms_norm(q, None, self.eps), None if k is None else _rms_norm(k, None, self.eps)  # (B, H, T, E), ...
 
     def extra_repr(self) -> str:
@@ -243,6 +271,8 @@ class ValueRMSNorm(nn.Module):
         tensor([0.8485, 1.1314])
     """
 
+    slot = "v_norm"  # where a layer takes it: MultiHeadAttention(v_norm=...)
+
     def __init__(self, *, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = _eps(eps)
@@ -251,6 +281,7 @@ class ValueRMSNorm(nn.Module):
         """Fits any layer: it has no weights."""
 
     def forward(self, v: Tensor) -> Tensor:
+        _heads("v", v)
         return _rms_norm(v, None, self.eps)  # (B, K, S, E), over E
 
     def extra_repr(self) -> str:
@@ -287,9 +318,14 @@ class Rotary(nn.Module):
         [1.0, 1.0, 1.0, 1.0]
     """
 
+    slot = "rope"  # where a layer takes it: MultiHeadAttention(rope=...)
+
     def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None) -> None:
         super().__init__()
+        rope_frequencies(2, base=base)  # checks base, used or not
         self.dim, self.base, self.scaling = size("dim", dim), float(base), scaling
+        if scaling is not None:
+            instance("scaling", scaling, RopeScaling, "a RopeScaling (from llama3_scaling, yarn_scaling, ...) or None")
         at = None if scaling is None else scaling.inv_freq.device
         rope_cos_sin(torch.arange(1, device=at), self.dim, base=self.base, scaling=scaling)  # checks dim and scaling
 
@@ -307,8 +343,7 @@ class Rotary(nn.Module):
             Rotary(dim=4, base=10000.0)
         """
         head_dim = size("head_dim", head_dim)
-        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
-            raise ValueError(f"fraction must be a number in (0, 1] (Qwen3-Next: 0.25); got fraction={fraction!r}")
+        fraction = number("fraction", fraction, low=0.0, low_ok=False, high=1.0, hint="Qwen3-Next: 0.25")
         dim = fraction * head_dim
         if dim != int(dim) or int(dim) % 2:
             good = ", ".join(f"{r / head_dim:g}" for r in range(2, head_dim + 1, 2))
@@ -330,6 +365,9 @@ class Rotary(nn.Module):
             >>> Rotary.proportional(16, 0.25).scaling.inv_freq.count_nonzero().item()  # 2 of 8 pairs turn
             2
         """
+        head_dim = size("head_dim", head_dim)
+        if head_dim % 2:
+            raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even; got head_dim={head_dim}")
         return cls(head_dim, scaling=proportional_scaling(head_dim, fraction, base=base, factor=factor))
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
@@ -339,7 +377,14 @@ class Rotary(nn.Module):
                              f"use dim <= {head_dim}")
 
     def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
+        _heads("q", q)
+        if k is not None:
+            _heads("k", k)
+        start = _start(start)
         T, R = q.shape[2], self.dim
+        if q.shape[-1] < R or (k is not None and (k.shape[-1] < R or k.shape[2] != T)):
+            raise ValueError(f"q and k must be (B, heads, T, E) with E >= dim={R} and one T, rotated at the same "
+                             f"positions; got q {tuple(q.shape)}, k {None if k is None else tuple(k.shape)}")
         positions = torch.arange(start, start + T, device=q.device)  # (T,)
         cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype, scaling=self.scaling)  # (T, R) each
         q = torch.cat([apply_rope(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
@@ -381,18 +426,21 @@ class NoPETemperature(nn.Module):
         [1.0, 1.6931, 1.6931, 2.0986]
     """
 
+    slot = "rope"  # where a layer takes it: MultiHeadAttention(rope=...)
+
     def __init__(self, *, floor_scale: int = 8192, attn_scale: float = 0.1) -> None:
         super().__init__()
         self.floor_scale = size("floor_scale", floor_scale)
-        if isinstance(attn_scale, bool) or not isinstance(attn_scale, int | float) or not 0 <= attn_scale < math.inf:
-            raise ValueError(f"attn_scale must be a finite number at least 0 (Llama 4: 0.1); "
-                             f"got attn_scale={attn_scale!r}")
-        self.attn_scale = float(attn_scale)
+        self.attn_scale = check_eps("attn_scale", attn_scale, "Llama 4: 0.1")
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Fits any layer: it has no weights."""
 
     def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
+        _heads("q", q)
+        if k is not None:
+            _heads("k", k)
+        start = _start(start)
         positions = torch.arange(start, start + q.shape[2], device=q.device, dtype=torch.float64)  # (T,)
         scale = 1.0 + self.attn_scale * torch.log1p(torch.floor((positions + 1) / self.floor_scale))  # (T,)
         return q * scale.to(q.dtype)[:, None], k  # (B, H, T, E): each query times its position's scale
@@ -424,10 +472,12 @@ class HeadwiseGate(nn.Module):
         torch.Size([1, 2, 3, 4])
     """
 
+    slot = "gate"  # where a layer takes it: MultiHeadAttention(gate=...)
+
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = False) -> None:
         super().__init__()
         self.d_model, self.num_heads = size("d_model", d_model), size("num_heads", num_heads)
-        self.proj = nn.Linear(self.d_model, self.num_heads, bias=bias)  # (H, D)
+        self.proj = nn.Linear(self.d_model, self.num_heads, bias=flag("bias", bias))  # (H, D)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Raise a ValueError unless the gate's widths are the layer's."""
@@ -435,6 +485,7 @@ class HeadwiseGate(nn.Module):
               {"d_model": d_model, "num_heads": num_heads})
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        _gate_inputs(x, y, self.d_model, self.num_heads, None)
         g = torch.sigmoid(self.proj(x))  # (B, T, H)
         return y * g.transpose(1, 2)[..., None]  # (B, H, T, E)
 
@@ -456,11 +507,13 @@ class ElementwiseGate(nn.Module):
         torch.Size([1, 2, 3, 4])
     """
 
+    slot = "gate"  # where a layer takes it: MultiHeadAttention(gate=...)
+
     def __init__(self, d_model: int, num_heads: int, head_dim: int, *, bias: bool = False) -> None:
         super().__init__()
         self.d_model, self.num_heads = size("d_model", d_model), size("num_heads", num_heads)
         self.head_dim = size("head_dim", head_dim)
-        self.proj = nn.Linear(self.d_model, self.num_heads * self.head_dim, bias=bias)  # (H * E, D)
+        self.proj = nn.Linear(self.d_model, self.num_heads * self.head_dim, bias=flag("bias", bias))  # (H * E, D)
 
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Raise a ValueError unless the gate's widths are the layer's."""
@@ -468,6 +521,19 @@ class ElementwiseGate(nn.Module):
         _fits(self, mine, {"d_model": d_model, "num_heads": num_heads, "head_dim": head_dim})
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        _gate_inputs(x, y, self.d_model, self.num_heads, self.head_dim)
         B, T, _ = x.shape
         g = torch.sigmoid(self.proj(x)).view(B, T, self.num_heads, self.head_dim)  # (B, T, H, E)
         return y * g.transpose(1, 2)  # (B, H, T, E)
+
+
+def _gate_inputs(x: object, y: object, d_model: int, num_heads: int, head_dim: int | None) -> None:
+    """Raise unless ``x`` is ``(B, T, d_model)`` and ``y`` the heads' outputs ``(B, num_heads, T, E)`` for it."""
+    if type(x) is not Tensor or x.ndim != 3 or x.shape[-1] != d_model or not x.dtype.is_floating_point:
+        x = tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
+        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(x.shape)}")
+    _heads("y", y, head_dim)
+    assert isinstance(y, Tensor)
+    if y.shape[:3] != (x.shape[0], num_heads, x.shape[1]):
+        raise ValueError(f"y must be the heads' outputs (B, num_heads={num_heads}, T, E) for x {tuple(x.shape)}; "
+                         f"got shape {tuple(y.shape)}")

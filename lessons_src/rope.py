@@ -41,7 +41,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._checks import integer, number, size
+from ._checks import device as check_device
+from ._checks import instance, integer, number, positive, size, tensor
 
 __all__ = [
     "RopeScaling",
@@ -88,6 +89,7 @@ def rope_frequencies(dim: int, *, base: float = 10000.0, device: torch.device | 
     """
     dim = _rotated(dim)
     base = number("base", base, low=1.0, low_ok=False, hint="rope_theta, 10000 in RoFormer")
+    device = check_device("device", device)
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)  # (R/2,)
 
 
@@ -209,6 +211,7 @@ def yarn_scaling(
 
     if not isinstance(truncate, bool):
         raise TypeError(f"truncate must be True or False (gpt-oss: False); got {truncate!r}")
+    base = number("base", base, low=1.0, low_ok=False, hint="rope_theta, 10000 in RoFormer")
     lo, hi = dim_at(fast), dim_at(slow)  # fractional dims
     if truncate:
         lo, hi = math.floor(lo), math.ceil(hi)
@@ -261,8 +264,7 @@ def proportional_scaling(
         [1.0, 0.31622776601683794, 0.0, 0.0]
     """
     dim = _rotated(dim)
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be a number in (0, 1] (Gemma 4: 0.25); got fraction={fraction!r}")
+    fraction = number("fraction", fraction, low=0.0, low_ok=False, high=1.0, hint="Gemma 4: 0.25")
     turning = fraction * dim / 2
     if turning != int(turning):
         good = ", ".join(f"{2 * n / dim:g}" for n in range(1, dim // 2 + 1))
@@ -303,14 +305,22 @@ def rope_cos_sin(
         (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
     """
     dim = _rotated(dim)
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be a tensor of integer positions (T,); got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
         raise ValueError(
             f"positions must be integers of shape (T,); got dtype {positions.dtype}, shape {tuple(positions.shape)}"
         )
+    instance("dtype", dtype, torch.dtype, "a floating torch.dtype such as torch.float32")
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype such as torch.float32; got {dtype}")
     if scaling is None:
         inv_freq, factor = rope_frequencies(dim, base=base, device=positions.device), 1.0  # (R/2,)
     else:
-        inv_freq, factor = scaling.inv_freq.to(positions.device, torch.float64), scaling.attention_factor
+        instance("scaling", scaling, RopeScaling, "a RopeScaling (from llama3_scaling, yarn_scaling, ...) or None")
+        tensor("inv_freq", scaling.inv_freq, ndim=1, shape="(R/2,), the scaling's frequencies")
+        factor = positive("attention_factor", scaling.attention_factor, "1 unless YaRN's")
+        inv_freq = scaling.inv_freq.to(positions.device, torch.float64)
         if inv_freq.shape != (dim // 2,):
             raise ValueError(f"scaling has {tuple(inv_freq.shape)} frequencies but dim={dim} rotates {dim // 2} "
                              f"pairs; make it with dim={dim}")
@@ -336,6 +346,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         tensor([[1.0000, 0.0000],
                 [0.5403, 0.8415]])
     """
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        tensor(name, t, shape="(..., T, R)" if name == "x" else "(T, R) from rope_cos_sin")
     if x.ndim < 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
         raise ValueError(
             f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}; "

@@ -22,7 +22,7 @@ forward and backward:
   float mask to the sink logit.
 
 The names follow FlexAttention's "score mod" (a function of one score: the cap is one; a sink is a column).
-This file needs only torch; ``functional.py`` imports it.
+This file needs torch and ``_checks.py``; ``functional.py`` imports it.
 
 References:
     Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024 (arXiv:2408.00118):
@@ -39,6 +39,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ._checks import flag, instance, positive, probability, size, tensor
 
 __all__ = ["Sinks", "SoftCap", "check_score_mods", "check_sinks", "check_softcap", "score_mod_arguments",
            "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key", "soft_cap"]
@@ -61,20 +63,13 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     Raises:
         ValueError, TypeError: if ``cap`` is not a positive finite number.
     """
-    if cap is None:
-        raise TypeError("soft_cap needs a cap, a positive number; got None")
-    return SoftCap(cap)(scores)
+    tensor("scores", scores)
+    return SoftCap(cap)(scores)  # the cap checked where the piece is made
 
 
 def check_softcap(softcap: object) -> float | None:
     """``softcap`` as a positive finite float, or ``None``; a ``TypeError``/``ValueError`` naming it otherwise."""
-    if softcap is None:
-        return None
-    if isinstance(softcap, bool) or not isinstance(softcap, int | float):
-        raise TypeError(f"softcap must be a positive number or None; got {softcap!r} of type {type(softcap).__name__}")
-    if not math.isfinite(softcap) or softcap <= 0:
-        raise ValueError(f"softcap must be positive and finite (Gemma 2 uses 50.0); got softcap={softcap!r}")
-    return float(softcap)
+    return None if softcap is None else positive("softcap", softcap, "Gemma 2 uses 50.0")
 
 
 def check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
@@ -83,6 +78,9 @@ def check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch
         return None
     if not isinstance(sinks, Tensor):
         raise TypeError(f"sinks must be a torch.Tensor of shape (H,) or None; got {type(sinks).__name__}")
+    _check_query_sizes(num_heads, dtype, device)
+    if not sinks.dtype.is_floating_point:
+        raise ValueError(f"sinks must be floating logits like the queries ({dtype}); got dtype {sinks.dtype}")
     if tuple(sinks.shape) != (num_heads,):
         raise ValueError(f"sinks must have shape (H,) = ({num_heads},), one logit per query head; "
                          f"got shape {tuple(sinks.shape)}")
@@ -93,12 +91,20 @@ def check_sinks(sinks: object, num_heads: int, dtype: torch.dtype, device: torch
     return sinks
 
 
+def _check_query_sizes(num_heads: object, dtype: object, device: object) -> None:
+    """What a check of the score changes is told about the queries: ``H``, their dtype and their device."""
+    size("num_heads", num_heads)
+    instance("dtype", dtype, torch.dtype, "a torch.dtype such as torch.float32 (the queries')")
+    instance("device", device, torch.device, "a torch.device (the queries')")
+
+
 def check_score_mods(softcap: object, sinks: object, num_heads: int, dtype: torch.dtype,
                      device: torch.device) -> dict[str, float | Tensor]:
     """The checked ``softcap`` and ``sinks`` as keyword arguments for an implementation, only those that are set.
 
     An implementation that cannot cap or add sinks is then called exactly as before they existed.
     """
+    _check_query_sizes(num_heads, dtype, device)
     mods: dict[str, float | Tensor] = {}
     cap = check_softcap(softcap)
     if cap is not None:
@@ -120,10 +126,7 @@ class SoftCap:
     __slots__ = ("cap",)
 
     def __init__(self, cap: float) -> None:
-        checked = check_softcap(cap)
-        if checked is None:
-            raise TypeError("SoftCap needs a cap, a positive number; got None")
-        self.cap = checked
+        self.cap = positive("cap", cap, "Gemma 2 uses 50.0")
 
     def __call__(self, scores: Tensor) -> Tensor:
         """``cap * tanh(scores / cap)``, the cap checked when the piece was made (so a traced score_mod sees none)."""
@@ -147,9 +150,9 @@ class Sinks:
 
     def __init__(self, logits: Tensor) -> None:
         if not isinstance(logits, Tensor):
-            raise TypeError(f"Sinks needs a tensor of shape (H,), one logit per query head; got "
+            raise TypeError(f"Sinks needs logits, a tensor of shape (H,): one logit per query head; got "
                             f"{type(logits).__name__}")
-        self.logits = logits
+        self.logits = tensor("logits", logits, ndim=1, shape="(H,), one logit per query head")
 
     def __repr__(self) -> str:
         return f"Sinks(shape {tuple(self.logits.shape)})"
@@ -163,6 +166,7 @@ def score_mod_arguments(score_mods: object, num_heads: int, dtype: torch.dtype,
     Raises:
         TypeError: for anything but those pieces; ValueError: for a piece given twice, or sinks that do not fit.
     """
+    _check_query_sizes(num_heads, dtype, device)
     pieces = () if score_mods is None else (score_mods,) if isinstance(score_mods, SoftCap | Sinks) else score_mods
     if not isinstance(pieces, tuple | list) or not all(isinstance(p, SoftCap | Sinks) for p in pieces):
         raise TypeError(f"score_mods must be SoftCap(cap), Sinks(logits), a list of them or None; got {score_mods!r}")
@@ -174,11 +178,18 @@ def score_mod_arguments(score_mods: object, num_heads: int, dtype: torch.dtype,
     return check_score_mods(caps[0] if caps else None, sinks[0] if sinks else None, num_heads, dtype, device)
 
 
-def _check_heads(where: str, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> None:
+def _check_heads(where: str, q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, mask: object = None) -> None:
     """q ``(B, H, T, E)``, k ``(B, K, S, E)``, v ``(B, K, S, Ev)`` with ``H`` a multiple of ``K``, sinks ``(H,)``."""
     for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{where}: {name} must be a torch.Tensor; got {type(t).__name__}")
+        if not t.dtype.is_floating_point:
+            raise ValueError(f"{where}: {name} must be floating, like the queries; got dtype {t.dtype}")
+    if mask is not None:
+        mask = tensor("mask", mask, ndim=(1, 2, 3, 4), shape="broadcastable to (B, H, T, S)", dtype="any")
+        if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+            raise ValueError(f"{where}: mask must be bool (True = may attend) or floating (added to the scores); "
+                             f"got dtype {mask.dtype}")
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if q.ndim != 4 or k.ndim != 4 or k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] \
             or q.shape[-1] != k.shape[-1] or k.shape[1] < 1 or q.shape[1] % k.shape[1]:
@@ -274,7 +285,9 @@ def sink_flash_cpu(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, is_causal:
     Raises:
         ValueError, TypeError: naming the inputs the kernel would refuse (or mis-read) and what it accepts.
     """
-    _check_heads("sink_flash_cpu", q, k, v, sinks)
+    _check_heads("sink_flash_cpu", q, k, v, sinks, mask)
+    flag("is_causal", is_causal)
+    scale = positive("scale", scale)
     if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64) or k.shape[1] != q.shape[1] \
             or v.shape[-1] != q.shape[-1] or 0 in (q.shape[2], k.shape[2]) or not q.dtype == k.dtype == v.dtype:
         raise ValueError(f"sink_flash_cpu runs torch's CPU flash kernel: float32 or float64 CPU tensors of one dtype, "
@@ -318,7 +331,7 @@ def sinks_as_a_key(
     Raises:
         ValueError, TypeError: if the shapes do not fit together or the sinks are not ``(H,)`` like ``q``.
     """
-    _check_heads("sinks_as_a_key", q, k, v, sinks)
+    _check_heads("sinks_as_a_key", q, k, v, sinks, mask)
     B, H = q.shape[:2]
     K, S = k.shape[1], k.shape[2]
     k1 = torch.cat([k.new_zeros(B, K, 1, k.shape[-1]), k], dim=2)  # (B, K, 1 + S, E): the sink's key is zero
@@ -364,7 +377,9 @@ def sdpa_with_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, *, mask: Ten
     Raises:
         ValueError, TypeError: if the shapes do not fit together or the sinks are not ``(H,)`` like ``q``.
     """
-    _check_heads("sdpa_with_sinks", q, k, v, sinks)
+    _check_heads("sdpa_with_sinks", q, k, v, sinks, mask)
+    flag("is_causal", is_causal)
+    scale, dropout_p = positive("scale", scale), probability("dropout_p", dropout_p)
     H, T, E = q.shape[1:]
     K, S = k.shape[1], k.shape[2]
     if (q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64)

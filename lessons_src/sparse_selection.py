@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import size
+from ._checks import flag, positive, size, tensor
 from .masks import causal_mask
 
 __all__ = ["gather_selected", "lightning_indexer_scores", "moba_mask", "top_k_mask"]
@@ -43,6 +43,10 @@ def lightning_indexer_scores(q: Tensor, k: Tensor, weights: Tensor, *, scale: fl
     Raises:
         ValueError: if the shapes do not fit together.
     """
+    tensor("q", q, ndim=4, shape="(B, Hi, T, Di)")
+    tensor("k", k, ndim=3, shape="(B, S, Di)")
+    tensor("weights", weights, ndim=3, shape="(B, Hi, T)")
+    scale = None if scale is None else positive("scale", scale, "DeepSeek-V3.2: Di ** -0.5")
     if q.dim() != 4 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
         raise ValueError(
             f"q must be (B, Hi, T, Di) and k (B, S, Di) with the same B and Di; got q {tuple(q.shape)}, "
@@ -72,8 +76,8 @@ def top_k_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> Tensor:
         >>> top_k_mask(torch.tensor([[[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]]]), 2, is_causal=False).int().tolist()
         [[[[1, 0, 1], [0, 1, 1]]]]
     """
-    if not isinstance(scores, Tensor) or scores.dim() != 3:
-        raise ValueError(f"scores must be a (B, T, S) tensor; got {_shape(scores)}")
+    tensor("scores", scores, ndim=3, shape="(B, T, S)")
+    flag("is_causal", is_causal)
     B, T, S = scores.shape
     top_k = min(size("top_k", top_k), S)
     visible = causal_mask(T, S, device=scores.device) if is_causal else torch.ones(T, S, dtype=torch.bool,
@@ -83,10 +87,6 @@ def top_k_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> Tensor:
     picked = torch.zeros(B, T, S, dtype=torch.bool, device=scores.device)
     picked.scatter_(-1, ranked.topk(top_k, dim=-1).indices, True)
     return (picked & visible)[:, None]  # a query seeing fewer than top_k keys picked some hidden ones: drop them
-
-
-def _shape(x: object) -> str:
-    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else f"a {type(x).__name__}"
 
 
 def _refuse_nan(name: str, ranked: Tensor) -> None:
@@ -120,6 +120,8 @@ def moba_mask(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
         >>> moba_mask(q, k, block_size=2, top_k=1)[0, 0].int().tolist()  # the own block only
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
     """
+    tensor("q", q, ndim=4, shape="(B, H, T, E)")
+    tensor("k", k, ndim=4, shape="(B, H, S, E)")
     if q.dim() != 4 or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q must be (B, H, T, E) and k (B, H, S, E) with the same B, H, E; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
@@ -159,7 +161,13 @@ def gather_selected(k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]
     Raises:
         ValueError: on a mask of another shape, or batch rows that pick different numbers of keys.
     """
+    tensor("k", k, ndim=4, shape="(B, K, S, E)")
+    tensor("v", v, ndim=4, shape="(B, K, S, Ev)")
+    tensor("mask", mask, ndim=4, shape="(B, 1, 1, S)", dtype="bool")
     B, K, S, _ = k.shape
+    if v.shape[:3] != k.shape[:3] or v.dtype != k.dtype:
+        raise ValueError(f"v must be (B, K, S, Ev) like k {tuple(k.shape)}, of its dtype {k.dtype}; got "
+                         f"{tuple(v.shape)} {v.dtype}")
     if mask.shape != (B, 1, 1, S) or mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool (B, 1, 1, S) = ({B}, 1, 1, {S}) row; got {mask.dtype} "
                          f"{tuple(mask.shape)}")

@@ -47,7 +47,7 @@ except ImportError as error:  # pragma: no cover - the message is the point
         "run the kernels through its interpreter: TRITON_INTERPRET=1)", name="triton"
     ) from error
 
-from ._checks import check_qkv
+from ._checks import check_qkv, flag, instance, positive, probability, size
 from .functional import AttentionResult, Supports, check_supports, register_attention
 from .masks import PreparedMask, prepare_mask
 
@@ -283,6 +283,7 @@ class TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, block_q: int,
                 block_k: int) -> tuple[Tensor, Tensor]:
+        scale, block_q, block_k = _checked(q, k, v, causal, scale, block_q, block_k)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the kernels index a packed (B, H, T, E) layout
         out, lse = _forward(q, k, v, causal, scale, block_q, block_k)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -300,9 +301,19 @@ class TritonFlashAttention(torch.autograd.Function):
 
 
 def _block(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 16 or value & (value - 1):
+    value = size(name, value, minimum=16, hint="a tile's side for tl.dot, a power of two")
+    if value & (value - 1):
         raise ValueError(f"{name} must be a power of two, at least 16 (a tile's side for tl.dot); got {name}={value!r}")
     return value
+
+
+def _checked(q: Tensor, k: Tensor, v: Tensor, causal: object, scale: object, block_q: object,
+             block_k: object) -> tuple[float, int, int]:
+    """Every argument of the kernels, checked by the package's rules before a kernel reads any of them."""
+    check_qkv(q, k, v)
+    flag("causal", causal)
+    _check_inputs(q, k, v)
+    return positive("scale", scale), _block("block_q", block_q), _block("block_k", block_k)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -311,9 +322,9 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise ValueError(f"the 'triton' implementation takes float32, float16 or bfloat16; got {q.dtype}. "
                          "Convert the inputs (q.float()) or use 'tiled' or 'eager'")
     lo, hi = HEAD_SIZES
-    for name, size in (("E", q.shape[-1]), ("Ev", v.shape[-1])):
-        if not lo <= size <= hi:
-            raise ValueError(f"the 'triton' implementation takes head sizes {lo} to {hi}; got {name}={size}. "
+    for name, width in (("E", q.shape[-1]), ("Ev", v.shape[-1])):
+        if not lo <= width <= hi:
+            raise ValueError(f"the 'triton' implementation takes head sizes {lo} to {hi}; got {name}={width}. "
                              "Use 'sdpa' or 'tiled' for other head sizes")
     if q.device.type != "cuda" and not INTERPRETED:
         raise ValueError(
@@ -336,6 +347,9 @@ def triton_attention_function(
             them; the message names the implementations that do), a dtype, head size or device the kernels
             cannot take, or a block size that is not a power of two of at least 16.
     """
+    check_qkv(q, k, v)
+    instance("mask", mask, PreparedMask, "a PreparedMask (from prepare_mask)")
+    scale, dropout_p = positive("scale", scale), probability("dropout_p", dropout_p)
     check_supports("triton", mask=mask.beyond_causal(), dropout=dropout_p, **mods)  # what it declared, once
     _check_inputs(q, k, v)
     block_q = _block("block_q", 64 if block_q is None else block_q)
@@ -379,9 +393,10 @@ def triton_attention(
         True
     """
     check_qkv(q, k, v)
+    flag("is_causal", is_causal)
     B, H, T, E = q.shape
     prepared = prepare_mask(None, is_causal=is_causal, shape=(B, H, T, k.shape[2]), dtype=q.dtype, device=q.device)
-    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(E) if scale is None else positive("scale", scale, f"None for 1/sqrt(E) = {E ** -0.5:.4g}")
     return triton_attention_function(q, k, v, prepared, scale=scale, dropout_p=0.0, block_q=block_q, block_k=block_k)
 
 

@@ -74,22 +74,22 @@ def test_the_layers_are_causal_and_the_linear_layer_keeps_the_distant_past() -> 
 
 
 def test_bad_patterns_and_sizes_are_named() -> None:
-    with pytest.raises(ValueError, match=r"unknown layer kind 'A', 'x' in pattern 'LAxF'; the kinds are 'L' \(linear"):
+    with pytest.raises(ValueError, match=r"unknown layer kind 'A', 'x' in layers='LAxF': each must be one of 'L'"):
         HybridConfig(vocab_size=8, d_model=8, num_heads=2, layers="LAxF")
-    with pytest.raises(ValueError, match="pattern must be a non-empty string"):
+    with pytest.raises(ValueError, match="layers must be a non-empty string"):
         HybridConfig(vocab_size=8, d_model=8, num_heads=2, layers="")
     with pytest.raises(ValueError, match="d_model=10 is not divisible by num_heads=4; head counts that divide 10 are"):
         HybridConfig(vocab_size=8, d_model=10, num_heads=4, layers="LF")
-    with pytest.raises(ValueError, match="d_ff must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"d_ff must be at least 0 \(0: no MLP\)"):
         HybridConfig(vocab_size=8, d_model=8, num_heads=2, layers="LF", d_ff=-1)
-    with pytest.raises(ValueError, match="unknown pattern 'hybrid'; the patterns are"):
+    with pytest.raises(ValueError, match=r"name must be one of 'all-linear', 'hybrid 3:1', .*; got name='hybrid'"):
         pattern("hybrid", 4)
     with pytest.raises(ValueError, match="num_layers must be a multiple of 4; got 6"):
         pattern("hybrid 3:1", 6)
     model = _tiny("LF")
     with pytest.raises(ValueError, match=r"tokens outside the vocabulary 0..15: \[16\]"):
         model(torch.tensor([[1, 16]]))
-    with pytest.raises(ValueError, match=r"tokens must be a 2-D tensor \(B, T\)"):
+    with pytest.raises(ValueError, match=r"tokens must be 2-D \(B, T\) of token ids; got shape \(2,\)"):
         model(torch.tensor([1, 2]))
     with pytest.raises(ValueError, match=r"distances must lie in 2 \.\. min"):
         copy_batch(torch.Generator(), 1, 8, 16, [5])  # 2 * 5 > 8

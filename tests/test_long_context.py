@@ -26,7 +26,7 @@ def test_receptive_field_is_capped_by_the_sequence_and_checks_sizes() -> None:
     assert receptive_field(8, 5, 10) == [8, 10, 10, 10, 10]
     with pytest.raises(ValueError, match="window must be at least 1"):
         receptive_field(0, 2, 8)
-    with pytest.raises(ValueError, match="num_layers and length must be at least 1"):
+    with pytest.raises(ValueError, match=r"(num_layers|length) must be at least 1"):
         receptive_field(2, 0, 8)
 
 
@@ -58,7 +58,7 @@ def test_sinks_page_claims_hold() -> None:
     assert all(cls > 3 * uniform for cls, _, uniform in shares[1:])
     sinks, words = minilm_eviction_cosines(model, tok, "sinks"), minilm_eviction_cosines(model, tok, "words")
     assert all(s < w for s, w in zip(sinks, words, strict=True))
-    with pytest.raises(ValueError, match="which must be 'sinks' or 'words'; got 'cls'"):
+    with pytest.raises(ValueError, match="which must be one of 'sinks', 'words'; got which='cls'"):
         minilm_eviction_cosines(model, tok, "cls")
     r = toy_window_eviction(toy_models.load_induction_model(), n=24, window=28, sink_tokens=[0, 1])
     assert float(r["first_token"].max()) < 3 * r["uniform"]  # type: ignore[attr-defined, operator]
@@ -198,7 +198,7 @@ def test_deepseek_v4s_costs_are_what_its_layers_count() -> None:
         assert cost["sparse_bytes"] == rows * E * 2 + (entries * Di if kind == "compressed_sparse" else 0), kind
     with pytest.raises(ValueError, match="no 'compressed_sparse' layers"):
         compressed_costs(load_configs()["Llama 3 8B"], 10)
-    with pytest.raises(ValueError, match="context must be a positive int"):
+    with pytest.raises(ValueError, match=r"context must be at least 1 \(tokens\)"):
         compressed_costs(cfg, 0)
 
 
@@ -255,7 +255,7 @@ def test_indexer_kl_is_the_kl_divergence_over_the_visible_keys() -> None:
         want = torch.nn.functional.kl_div(scores[:, t, seen].log_softmax(-1), target[:, t, seen], reduction="none")
         torch.testing.assert_close(got[:, t], want.sum(-1))
     assert float(indexer_kl(target.clamp_min(1e-30).log(), target).abs().max()) < 1e-5  # scores = log target: 0
-    with pytest.raises(ValueError, match=r"scores and target must both be \(B, T, S\); got \(2, 5, 7\) and \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"target must be 3-D \(B, T, S\); got shape \(2, 5\)"):
         indexer_kl(scores, target[..., 0])
 
 
@@ -340,7 +340,7 @@ def test_indexer_weights_and_inputs_of_the_wrong_shape_are_refused(tmp_path: Pat
         LightningIndexer(cfg)(torch.zeros(1, 3, 8))
     with pytest.raises(ValueError, match=r"rope_dim=3 must be even and from 0 to indexer_head_dim=4"):
         IndexerConfig(indexer_head_dim=4, rope_dim=3)
-    with pytest.raises(ValueError, match=r"sizes must be positive ints; got \{'indexer_heads': 0\}"):
+    with pytest.raises(ValueError, match=r"indexer_heads must be at least 1; got indexer_heads=0"):
         IndexerConfig(indexer_heads=0)
     model = TextGPT(TextConfig(d_model=16, num_heads=2, num_layers=2, max_len=8, d_ff=32))
     with pytest.raises(ValueError, match="indexer has d_model=16, num_layers=1; the model d_model=16, num_layers=2"):

@@ -184,8 +184,11 @@ def test_refuses_dtypes_head_sizes_blocks_and_devices(monkeypatch):
             triton_attention(x, x, x)
     with pytest.raises(ValueError, match="got Ev=200"):
         triton_attention(q, q, torch.randn(1, 2, 5, 200))
-    for bad in (24, 8, 64.0, True):
-        with pytest.raises(ValueError, match="power of two, at least 16"):
+    for bad in (24, 8):
+        with pytest.raises(ValueError, match=r"block_q must be .*(at least 16|power of two)"):
+            triton_attention(q, q, q, block_q=bad)
+    for bad in (64.0, True):  # not a size: the one rule for sizes refuses its type
+        with pytest.raises(TypeError, match="block_q must be an int"):
             triton_attention(q, q, q, block_q=bad)
     monkeypatch.setattr(triton_flash, "INTERPRETED", False)
     with pytest.raises(ValueError, match=r"tensors are on cpu.*TRITON_INTERPRET=1"):

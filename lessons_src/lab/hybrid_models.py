@@ -35,20 +35,19 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import choice, divisors, instance, size, tensor
 from ..delta_rule import delta_rule_chunked
 from ..layer import MultiHeadAttention
 from ..mechanisms import ElementwiseGate, PerHeadRMSNorm, Rotary
 from . import read_artifact_json
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
 
 __all__ = [
     "HYBRID_LOG",
@@ -86,10 +85,8 @@ def pattern(name: str, num_layers: int) -> str:
         >>> pattern("hybrid 3:1", 8), pattern("all-linear", 3)
         ('LLLFLLLF', 'LLL')
     """
-    if name not in PATTERNS:
-        raise ValueError(f"unknown pattern {name!r}; the patterns are {', '.join(map(repr, PATTERNS))}")
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int; got {num_layers!r}")
+    choice("name", name, PATTERNS)
+    num_layers = size("num_layers", num_layers)
     unit = PATTERNS[name]
     if num_layers % len(unit):
         raise ValueError(f"the {name} pattern repeats {unit!r}: num_layers must be a multiple of {len(unit)}; "
@@ -98,12 +95,13 @@ def pattern(name: str, num_layers: int) -> str:
 
 
 def _check_pattern(layers: object) -> str:
-    if not isinstance(layers, str) or not layers:
-        raise ValueError(f"pattern must be a non-empty string of layer letters ({', '.join(LAYER_KINDS)}); "
-                         f"got {layers!r}")
+    if not isinstance(layers, str):
+        raise TypeError(f"layers must be a string of layer letters ({', '.join(LAYER_KINDS)}); got {layers!r}")
+    if not layers:
+        raise ValueError(f"layers must be a non-empty string of layer letters ({', '.join(LAYER_KINDS)}); got ''")
     bad = sorted({c for c in layers if c not in LAYER_KINDS})
     if bad:
-        raise ValueError(f"unknown layer kind {', '.join(map(repr, bad))} in pattern {layers!r}; the kinds are "
+        raise ValueError(f"unknown layer kind {', '.join(map(repr, bad))} in layers={layers!r}: each must be one of "
                          + ", ".join(f"{c!r} ({kind})" for c, kind in LAYER_KINDS.items()))
     return layers
 
@@ -136,20 +134,26 @@ class HybridConfig:
     def __post_init__(self) -> None:
         _check_pattern(self.layers)
         for name in ("vocab_size", "d_model", "num_heads", "conv_size", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
-        if isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 0:
-            raise ValueError(f"d_ff must be an int >= 0 (0: no MLP); got d_ff={self.d_ff!r}")
-        if self.d_model % self.num_heads:
-            fits = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; head counts "
-                             f"that divide {self.d_model} are {', '.join(map(str, fits))}")
+            object.__setattr__(self, name, size(name, getattr(self, name)))
+        object.__setattr__(self, "d_ff", size("d_ff", self.d_ff, minimum=0, hint="0: no MLP"))
+        _heads(self.d_model, self.num_heads)
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """Each layer's kind, ``"linear"`` or ``"full"``, as :data:`LAYER_KINDS` names the letters."""
         return tuple(LAYER_KINDS[c] for c in self.layers)
+
+
+def _heads(d_model: int, num_heads: int) -> None:
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; head counts that divide "
+                         f"{d_model} are {divisors(d_model)}: num_heads must be one")
+
+
+def _width(x: object, d_model: int) -> None:
+    t = tensor("x", x, ndim=3, shape=f"(B, T, d_model={d_model})")
+    if t.shape[-1] != d_model:
+        raise ValueError(f"x must be (B, T, d_model={d_model}); got shape {tuple(t.shape)}")
 
 
 def _rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
@@ -186,6 +190,10 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, conv_size: int = 4, chunk_size: int = 64) -> None:
         super().__init__()
+        d_model, num_heads = size("d_model", d_model), size("num_heads", num_heads)
+        conv_size, chunk_size = size("conv_size", conv_size), size("chunk_size", chunk_size)
+        _heads(d_model, num_heads)
+        self.d_model = d_model
         self.num_heads, self.head_dim, self.chunk_size = num_heads, d_model // num_heads, chunk_size
         inner = num_heads * self.head_dim
         self.qkvz = nn.Linear(d_model, 4 * inner, bias=False)  # queries, keys, values, output gate z
@@ -199,6 +207,7 @@ class GatedDeltaNet(nn.Module):
         self.out = nn.Linear(inner, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        _width(x, self.d_model)
         B, T, _ = x.shape
         H, E = self.num_heads, self.head_dim
         qkv, z = self.qkvz(x).split([3 * H * E, H * E], dim=-1)  # (B, T, 3HE), (B, T, HE)
@@ -224,10 +233,12 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
+        self.d_model, d_ff = size("d_model", d_model), size("d_ff", d_ff)
         self.gate_up = nn.Linear(d_model, 2 * d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        _width(x, self.d_model)
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, d_ff) each
         out: Tensor = self.down(F.silu(gate) * up)  # (B, T, D)
         return out
@@ -267,6 +278,7 @@ class HybridLM(nn.Module):
 
     def __init__(self, cfg: HybridConfig) -> None:
         super().__init__()
+        instance("cfg", cfg, HybridConfig, "a HybridConfig")
         self.cfg = cfg
         D = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, D)
@@ -282,10 +294,7 @@ class HybridLM(nn.Module):
         self.unembed = nn.Linear(D, cfg.vocab_size, bias=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        if not isinstance(tokens, Tensor) or tokens.ndim != 2:
-            raise ValueError(f"tokens must be a 2-D tensor (B, T); got {getattr(tokens, 'shape', type(tokens))}")
-        if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise ValueError(f"tokens must hold integer token ids; got dtype {tokens.dtype}")
+        tensor("tokens", tokens, ndim=2, shape="(B, T) of token ids", dtype="integer")
         bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)]
         if bad.numel():
             raise ValueError(f"tokens outside the vocabulary 0..{self.cfg.vocab_size - 1}: "
@@ -301,6 +310,7 @@ class HybridLM(nn.Module):
 
 def parameter_count(cfg: HybridConfig) -> int:
     """The number of parameters of a :class:`HybridLM` of this config (the global random state left as it was)."""
+    instance("cfg", cfg, HybridConfig, "a HybridConfig")
     with torch.random.fork_rng(devices=[]):
         model = HybridLM(cfg)
     return sum(p.numel() for p in model.parameters())
@@ -331,8 +341,10 @@ def copy_batch(generator: torch.Generator, batch: int, seq_len: int, vocab_size:
         >>> bool((tokens[0, 3:6] == tokens[0, :3]).all()), distance[0].tolist()
         (True, [0, 0, 0, 3, 3, 0, 0])
     """
-    distances = [int(d) for d in distances]
-    if not distances or min(distances) < 2 or max(distances) > min(vocab_size, seq_len // 2):
+    instance("generator", generator, torch.Generator, "a torch.Generator (seeded: torch.Generator().manual_seed(0))")
+    batch, seq_len, vocab_size = size("batch", batch), size("seq_len", seq_len), size("vocab_size", vocab_size)
+    distances = _distances(distances)
+    if min(distances) < 2 or max(distances) > min(vocab_size, seq_len // 2):
         raise ValueError(f"distances must lie in 2 .. min(vocab_size, seq_len // 2) = "
                          f"{min(vocab_size, seq_len // 2)} (n distinct tokens, repeated once); got {distances}")
     tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=generator)  # (B, T): the filler
@@ -347,12 +359,28 @@ def copy_batch(generator: torch.Generator, batch: int, seq_len: int, vocab_size:
     return tokens, distance
 
 
+def _distances(distances: object) -> list[int]:
+    """``distances`` as a non-empty list of ints (a list or tuple of sizes)."""
+    if isinstance(distances, str) or not isinstance(distances, Sequence) or not distances:
+        raise TypeError(f"distances must be a non-empty list of ints; got {distances!r}")
+    return [size("distances", d, minimum=2, hint="a copy's length") for d in distances]
+
+
 def copy_loss(model: HybridLM, tokens: Tensor, distance: Tensor) -> Tensor:
     """Mean cross-entropy of the predictable copies alone (where ``distance > 0``), the loss the models train on.
 
     Shapes:
         tokens: ``(B, T)``; distance: ``(B, T - 1)``; returns a scalar.
     """
+    instance("model", model, HybridLM, "a HybridLM")
+    tensor("tokens", tokens, ndim=2, shape="(B, T) of token ids", dtype="integer")
+    tensor("distance", distance, ndim=2, shape="(B, T - 1) from copy_batch", dtype="integer")
+    if distance.shape != (tokens.shape[0], tokens.shape[1] - 1):
+        raise ValueError(f"distance must be (B, T - 1) = ({tokens.shape[0]}, {tokens.shape[1] - 1}) for tokens "
+                         f"{tuple(tokens.shape)}; got {tuple(distance.shape)}")
+    if not bool((distance > 0).any()):
+        raise ValueError("distance marks no copied token (all 0): the loss over none would be NaN; use rows from "
+                         "copy_batch")
     logits = model(tokens[:, :-1])  # (B, T-1, V)
     loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, T-1)
     mask = distance > 0
@@ -370,9 +398,9 @@ def copy_accuracy(model: HybridLM, distances: Sequence[int], *, rows: int = 64, 
     Returns:
         ``{distance: accuracy}``.
     """
-    distances = [int(d) for d in distances]
-    if not distances:
-        raise ValueError("distances must name at least one distance")
+    instance("model", model, nn.Module, "a model of token ids, such as a HybridLM")
+    distances = _distances(distances)
+    rows, batch, seed = size("rows", rows), size("batch", batch), size("seed", seed, minimum=0)
     seq_len = 2 * max(distances)
     was = model.training
     model.eval()

@@ -25,11 +25,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from importlib import resources
+from os import PathLike
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
 
+from .._checks import choice, instance, number, size, tensor
 from ..functional import attention
 from ..masks import causal_mask
 from ..rope import apply_rope, rope_cos_sin
@@ -82,8 +84,7 @@ def receptive_field(window: int, num_layers: int, length: int) -> list[int]:
     Raises:
         ValueError: if a size is below 1 (from :func:`lessons_src.masks.causal_mask` for the window).
     """
-    if num_layers < 1 or length < 1:
-        raise ValueError(f"num_layers and length must be at least 1; got {num_layers}, {length}")
+    num_layers, length = size("num_layers", num_layers), size("length", length)
     hop = causal_mask(length, window=window).to(torch.int64)  # (T, T): row i may read column j
     reach = hop[-1]  # (T,): what the last position reads after one layer
     out = [int(reach.count_nonzero())]
@@ -104,6 +105,11 @@ def toy_logits_with_mask(model: TinyTransformer, tokens: Tensor, attn_mask: Tens
     Shapes:
         tokens: ``(B, T)``; attn_mask: ``(T, T)``; returns logits ``(B, T, V)``.
     """
+    from .toy_models import TinyTransformer
+
+    instance("model", model, TinyTransformer, "a TinyTransformer (lessons_src.lab.toy_models)")
+    tensor("tokens", tokens, ndim=2, shape="(B, T) of token ids", dtype="integer")
+    tensor("attn_mask", attn_mask, ndim=2, shape="(T, T), True = may attend", dtype="bool")
     T = tokens.shape[1]
     x = model.embed(tokens) + model.pos_embed(torch.arange(T))  # (B, T, D)
     for i, attn in enumerate(model.attentions):
@@ -127,11 +133,29 @@ def evict_keys_minilm(model: MiniLM, ids: Tensor, keep: Tensor, evicted: list[li
     Returns:
         hidden states ``(B, T, D)``.
     """
+    _minilm(model)
+    tensor("ids", ids, ndim=2, shape="(B, T) of token ids", dtype="integer")
+    tensor("keep", keep, ndim=2, shape="(B, T): 1 for real tokens, 0 for padding", dtype="integer")
+    if isinstance(evicted, str) or not isinstance(evicted, list | tuple) or len(evicted) != ids.shape[0]:
+        raise TypeError(f"evicted must be a list of position lists, one per sentence ({ids.shape[0]}); got "
+                        f"{evicted!r}")
     mask = keep.clone()
     for b, positions in enumerate(evicted):
         mask[b, positions] = 0
     hidden: Tensor = model(ids, mask)[0]
     return hidden
+
+
+def _minilm(model: object, tok: object = None, sentences: object = ()) -> None:
+    """The checks every MiniLM measurement shares: the model, the tokenizer, the sentences."""
+    from .minilm import MiniLM, Tokenizer
+
+    instance("model", model, MiniLM, "a MiniLM (lessons_src.lab.minilm)")
+    if tok is not None:
+        instance("tok", tok, Tokenizer, "a Tokenizer (lessons_src.lab.minilm)")
+    if isinstance(sentences, str) or not isinstance(sentences, list | tuple) or not all(
+            isinstance(x, str) for x in sentences):
+        raise TypeError(f"sentences must be a list of strings; got {sentences!r}")
 
 
 SENTENCES = (
@@ -151,6 +175,7 @@ def minilm_sink_shares(
 
     Averaged over every head and every real query of ``sentences``.
     """
+    _minilm(model, tok, sentences)
     _, ids, keep = tok.batch(list(sentences))  # (B, T) ids, 1 for real tokens
     lengths = keep.sum(1)
     _, weights = model(ids, keep)  # (L, B, H, T, T)
@@ -169,8 +194,8 @@ def minilm_eviction_cosines(
     """Cosine between each sentence's embedding with two keys evicted and without: ``which`` is ``"sinks"``
     (``[CLS]`` and ``[SEP]``) or ``"words"`` (positions 2 and 4). The embedding is the mean of the token
     outputs, L2-normalised (as sentence-transformers computes it)."""
-    if which not in ("sinks", "words"):
-        raise ValueError(f"which must be 'sinks' or 'words'; got {which!r}")
+    _minilm(model, tok, sentences)
+    choice("which", which, ("sinks", "words"))
     _, ids, keep = tok.batch(list(sentences))
     ends = (keep.sum(1) - 1).tolist()
     evicted = [[0, e] for e in ends] if which == "sinks" else [[2, 4] for _ in ends]
@@ -199,8 +224,13 @@ def toy_window_eviction(
     """
     import torch.nn.functional as F
 
-    from .toy_models import repeated_random_tokens
+    from .toy_models import TinyTransformer, repeated_random_tokens
 
+    instance("model", model, TinyTransformer, "a TinyTransformer (lessons_src.lab.toy_models)")
+    n, window, batch, seed = size("n", n), size("window", window), size("batch", batch), size("seed", seed, minimum=0)
+    if isinstance(sink_tokens, str) or not isinstance(sink_tokens, list | tuple):
+        raise TypeError(f"sink_tokens must be a list of counts of kept first tokens; got {sink_tokens!r}")
+    sink_tokens = [size("sink_tokens", s, minimum=0) for s in sink_tokens]
     tokens = repeated_random_tokens(n, model.cfg.vocab_size, seed=seed, batch=batch)  # (batch, 2n)
     T = tokens.shape[1]
     full, weights = model(tokens, need_weights=True)  # (B, T, V), (L, B, H, T, T)
@@ -254,11 +284,11 @@ class IndexerConfig:
     rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
-        sizes = {"d_model": self.d_model, "num_layers": self.num_layers, "indexer_heads": self.indexer_heads,
-                 "indexer_head_dim": self.indexer_head_dim}
-        bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
-        if bad:
-            raise ValueError(f"IndexerConfig sizes must be positive ints; got {bad}")
+        for name in ("d_model", "num_layers", "indexer_heads", "indexer_head_dim"):
+            object.__setattr__(self, name, size(name, getattr(self, name)))
+        object.__setattr__(self, "rope_dim", size("rope_dim", self.rope_dim, minimum=0))
+        object.__setattr__(self, "rope_base", number("rope_base", self.rope_base, low=1.0, low_ok=False,
+                                                     hint="rope_theta, 10000 in RoFormer"))
         if not 0 <= self.rope_dim <= self.indexer_head_dim or self.rope_dim % 2:
             raise ValueError(f"rope_dim={self.rope_dim!r} must be even and from 0 to indexer_head_dim="
                              f"{self.indexer_head_dim} (RoPE rotates pairs of features)")
@@ -295,6 +325,7 @@ class LightningIndexer(nn.Module):
 
     def __init__(self, cfg: IndexerConfig) -> None:
         super().__init__()
+        instance("cfg", cfg, IndexerConfig, "an IndexerConfig")
         self.cfg = cfg
         Hi, Di = cfg.indexer_heads, cfg.indexer_head_dim
         self.wq = nn.Linear(cfg.d_model, Hi * Di, bias=False)
@@ -304,6 +335,7 @@ class LightningIndexer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         cfg = self.cfg
+        tensor("x", x, ndim=3, shape=f"(B, T, d_model={cfg.d_model})")
         if x.ndim != 3 or x.shape[-1] != cfg.d_model:
             raise ValueError(f"x must be (B, T, D) with D = d_model = {cfg.d_model}; got {tuple(x.shape)}")
         B, T, _ = x.shape
@@ -330,6 +362,7 @@ class TextIndexer(nn.Module):
 
     def __init__(self, cfg: IndexerConfig) -> None:
         super().__init__()
+        instance("cfg", cfg, IndexerConfig, "an IndexerConfig")
         self.cfg = cfg
         self.layers = nn.ModuleList(LightningIndexer(cfg) for _ in range(cfg.num_layers))
 
@@ -388,6 +421,7 @@ class TextIndexer(nn.Module):
 def load_text_indexer(path: str | Path | None = None) -> TextIndexer:
     """The committed indexer fitted to the committed text model (``make train-indexer``), or the one at ``path``."""
     if path is not None:
+        instance("path", path, str | PathLike, "a file path (str or pathlib.Path) or None")
         return TextIndexer.load(path)
     with resources.as_file(artifact(INDEXER_CHECKPOINT)) as file:
         return TextIndexer.load(file)
@@ -409,6 +443,8 @@ def attention_targets(model: TextGPT, tokens: Tensor) -> list[tuple[Tensor, Tens
     Shapes:
         tokens: ``(B, T)``; returns, per layer, ``(B, T, D)`` and ``(B, T, T)`` (zero above the diagonal).
     """
+    _text_model(model)
+    tensor("tokens", tokens, ndim=2, shape="(B, T) of byte ids", dtype="integer")
     cos, sin = model._rotations(tokens)
     x = model.embed(tokens)  # (B, T, D)
     out = []
@@ -419,6 +455,12 @@ def attention_targets(model: TextGPT, tokens: Tensor) -> list[tuple[Tensor, Tens
         total = weights.sum(dim=1)  # (B, T, T)
         out.append((normed, total / total.sum(dim=-1, keepdim=True)))
     return out
+
+
+def _text_model(model: object) -> None:
+    from .text_model import TextGPT
+
+    instance("model", model, TextGPT, "a TextGPT (lessons_src.lab.text_model)")
 
 
 def indexer_kl(scores: Tensor, target: Tensor) -> Tensor:
@@ -438,6 +480,8 @@ def indexer_kl(scores: Tensor, target: Tensor) -> Tensor:
         >>> indexer_kl(torch.tensor([[[0.0, 9.0], [0.0, 0.0]]]), target).tolist()  # the future key is ignored
         [[0.0, 0.0]]
     """
+    tensor("scores", scores, ndim=3, shape="(B, T, S)")
+    tensor("target", target, ndim=3, shape="(B, T, S)")
     if scores.ndim != 3 or scores.shape != target.shape:
         raise ValueError(f"scores and target must both be (B, T, S); got {tuple(scores.shape)} and "
                          f"{tuple(target.shape)}")
@@ -476,6 +520,11 @@ def text_model_top_k(model: TextGPT, windows: Tensor, top_k: int, indexer: TextI
     """
     import torch.nn.functional as F
 
+    _text_model(model)
+    tensor("windows", windows, ndim=2, shape="(B, T + 1) of byte ids", dtype="integer")
+    top_k = size("top_k", top_k)
+    if indexer is not None:
+        instance("indexer", indexer, TextIndexer, "a TextIndexer or None")
     if indexer is not None and (indexer.cfg.d_model, indexer.cfg.num_layers) != (model.cfg.d_model,
                                                                                   model.cfg.num_layers):
         raise ValueError(f"the indexer has d_model={indexer.cfg.d_model}, num_layers={indexer.cfg.num_layers}; "
@@ -521,9 +570,9 @@ def selection_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2, ind
         >>> round(c["dense_flops"] / c["sparse_flops"], 1), round(c["dense_bytes"] / c["sparse_bytes"], 1)
         (13.3, 7.9)
     """
+    context = _check_costs(cfg, context, cache_bytes=cache_bytes, index_bytes=index_bytes)
     if not cfg.mla or not cfg.sparse:
         raise ValueError(f"{cfg.name} has no MLA latent or no lightning indexer (mla={cfg.mla}, sparse={cfg.sparse})")
-    _check_context(context)
     H, C, R = cfg.num_heads, cfg.mla["kv_latent_dim"], cfg.mla["rope_dim"]
     Hi, Di, top_k = cfg.sparse["indexer_heads"], cfg.sparse["indexer_head_dim"], cfg.sparse["top_k"]
     picked = min(top_k, context)
@@ -558,10 +607,10 @@ def native_sparse_costs(cfg: ModelConfig, context: int, *, cache_bytes: int = 2)
         >>> round(c["dense_flops"] / c["sparse_flops"], 1)
         11.6
     """
+    context = _check_costs(cfg, context, cache_bytes=cache_bytes)
     nsa = cfg.native_sparse
     if not nsa:
         raise ValueError(f"{cfg.name} has no NSA layers (native_sparse={nsa})")
-    _check_context(context)
     H, K, E, Ev = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.value_dim
     t, l, d = context, nsa["compress_block"], nsa["compress_stride"]
     blocks = (t - l) // d + 1 if t >= l else 0
@@ -597,10 +646,11 @@ def compressed_costs(cfg: ModelConfig, context: int, kind: str = "compressed_spa
         >>> round(c["dense_bytes"] / c["sparse_bytes"], 1)
         27.7
     """
+    context = _check_costs(cfg, context, cache_bytes=cache_bytes, index_bytes=index_bytes)
+    choice("kind", kind, ("compressed_sparse", "heavily_compressed"))
     rate = (cfg.compress or {}).get(kind)
     if rate is None or kind not in cfg.layer_kinds():
         raise ValueError(f"{cfg.name} has no {kind!r} layers (its kinds: {sorted(set(cfg.layer_kinds()))})")
-    _check_context(context)
     H, E = cfg.num_heads, cfg.head_dim
     entries, window = context // rate, min(cfg.sliding_window or 0, context)
     indexer_flops = indexer_bytes = 0
@@ -621,6 +671,11 @@ def compressed_costs(cfg: ModelConfig, context: int, kind: str = "compressed_spa
     }
 
 
-def _check_context(context: int) -> None:
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int (tokens); got {context!r}")
+def _check_costs(cfg: object, context: object, **bytes_per_number: object) -> int:
+    """The checks the cost functions share: a model config, a context in tokens, bytes per stored number."""
+    from .configs import ModelConfig
+
+    instance("cfg", cfg, ModelConfig, "a ModelConfig (lessons_src.lab.configs.load_configs())")
+    for name, n in bytes_per_number.items():
+        size(name, n, hint="bytes per stored number")
+    return size("context", context, hint="tokens")

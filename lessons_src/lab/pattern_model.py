@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from .._checks import choice, divisors, flag, instance, number, positive, size, tensor
 from ..functional import attention
 from ..kv_cache import ChunkedKVCache, KVCache, RollingKVCache
 from ..layer import MultiHeadAttention
@@ -93,15 +94,15 @@ class LayerType:
     shares: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got kind={self.kind!r}")
+        choice("kind", self.kind, KINDS)
         if self.kind == "global" and self.size is not None:
-            raise ValueError(f"a global layer sees every key; got size={self.size} (use kind='window' or 'chunk')")
-        if self.kind != "global" and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1):
-            raise ValueError(f"a {self.kind} layer needs a size of at least 1 position; got size={self.size!r}")
-        if self.shares is not None and (isinstance(self.shares, bool) or not isinstance(self.shares, int)
-                                        or self.shares < 0):
-            raise ValueError(f"shares must be an earlier layer's index (>= 0) or None; got shares={self.shares!r}")
+            raise ValueError(f"a global layer sees every key: its size must be None; got size={self.size} (use "
+                             "kind='window' or 'chunk')")
+        if self.kind != "global":
+            object.__setattr__(self, "size", size("size", self.size, hint=f"positions of a {self.kind}"))
+        flag("rope", self.rope)
+        if self.shares is not None:
+            object.__setattr__(self, "shares", size("shares", self.shares, minimum=0, hint="an earlier layer's index"))
 
     @property
     def name(self) -> str:
@@ -126,13 +127,11 @@ def check_pattern(pattern: Sequence[LayerType], num_layers: int) -> tuple[LayerT
         >>> len(check_pattern(gpt_oss_pattern(4), 4))
         4
     """
-    pattern = tuple(pattern)
-    bad = [(i, t) for i, t in enumerate(pattern) if not isinstance(t, LayerType)]
-    if bad:
-        raise TypeError(f"a pattern is a list of LayerType; entry {bad[0][0]} is {bad[0][1]!r}")
+    pattern = _layer_types(pattern)
+    num_layers = size("num_layers", num_layers)
     if len(pattern) != num_layers:
         raise ValueError(f"the pattern has {len(pattern)} layer types but the model has num_layers={num_layers}; "
-                         "give one per layer")
+                         "the pattern must give one per layer")
     for i, t in enumerate(pattern):
         if t.shares is None:
             continue
@@ -151,6 +150,16 @@ def check_pattern(pattern: Sequence[LayerType], num_layers: int) -> tuple[LayerT
     return pattern
 
 
+def _layer_types(pattern: object) -> tuple[LayerType, ...]:
+    """``pattern`` as a tuple of :class:`LayerType`, or a TypeError naming the first entry that is not one."""
+    if isinstance(pattern, str) or not isinstance(pattern, list | tuple):
+        raise TypeError(f"pattern must be a list of LayerType; got {type(pattern).__name__}")
+    bad = [(i, t) for i, t in enumerate(pattern) if not isinstance(t, LayerType)]
+    if bad:
+        raise TypeError(f"pattern must be a list of LayerType; entry {bad[0][0]} is {bad[0][1]!r}")
+    return tuple(pattern)
+
+
 def gpt_oss_pattern(num_layers: int, *, window: int = 128) -> tuple[LayerType, ...]:
     """gpt-oss: a window of ``window`` (128) on even layers, global attention on odd ones.
 
@@ -158,6 +167,7 @@ def gpt_oss_pattern(num_layers: int, *, window: int = 128) -> tuple[LayerType, .
         >>> [t.name for t in gpt_oss_pattern(4)]
         ['window:128', 'global', 'window:128', 'global']
     """
+    num_layers, window = size("num_layers", num_layers), size("window", window)
     return tuple(LayerType("window", window) if i % 2 == 0 else LayerType() for i in range(num_layers))
 
 
@@ -168,6 +178,7 @@ def gemma3_pattern(num_layers: int, *, window: int = 1024, every: int = 6) -> tu
         >>> [t.name for t in gemma3_pattern(6, window=512)]
         ['window:512', 'window:512', 'window:512', 'window:512', 'window:512', 'global']
     """
+    num_layers, window, every = size("num_layers", num_layers), size("window", window), size("every", every)
     return tuple(LayerType() if (i + 1) % every == 0 else LayerType("window", window) for i in range(num_layers))
 
 
@@ -188,6 +199,7 @@ def llama4_pattern(num_layers: int, *, chunk: int = 8192, every: int = 4) -> tup
         >>> [t.name for t in llama4_pattern(4, chunk=16)]
         ['chunk:16', 'chunk:16', 'chunk:16', 'nope']
     """
+    num_layers, chunk, every = size("num_layers", num_layers), size("chunk", chunk), size("every", every)
     return tuple(LayerType(rope=False) if (i + 1) % every == 0 else LayerType("chunk", chunk)
                  for i in range(num_layers))
 
@@ -203,8 +215,9 @@ def share_kv(pattern: Sequence[LayerType], last: int) -> tuple[LayerType, ...]:
         >>> [t.shares for t in share_kv(gemma3_pattern(12, window=4), 4)][8:]  # windows share 7, the global 5
         [7, 7, 7, 5]
     """
-    pattern = tuple(pattern)
-    if isinstance(last, bool) or not isinstance(last, int) or not 0 <= last < len(pattern):
+    pattern = _layer_types(pattern)
+    last = size("last", last, minimum=0)
+    if not 0 <= last < len(pattern):
         raise ValueError(f"last must be in 0..{len(pattern) - 1} (at least one layer computes keys); got last={last!r}")
     first_shared = len(pattern) - last
     out = list(pattern)
@@ -243,6 +256,20 @@ class PatternConfig:
     rope_base: float = 10000.0
     nope_temperature: tuple[int, float] | None = None
     num_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", check_pattern(
+            self.pattern, len(_layer_types(self.pattern)) if self.num_layers is None else self.num_layers))
+        for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "d_ff"):
+            object.__setattr__(self, name, size(name, getattr(self, name)))
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; head counts "
+                             f"that divide {self.d_model} are {divisors(self.d_model)}: num_heads must be one")
+        object.__setattr__(self, "rope_base", number("rope_base", self.rope_base, low=1.0, low_ok=False,
+                                                     hint="rope_theta, 10000 in RoFormer"))
+        t = self.nope_temperature
+        if t is not None and (not isinstance(t, tuple | list) or len(t) != 2):
+            raise TypeError(f"nope_temperature must be (floor_scale, attn_scale) or None; got {t!r}")
 
 
 def _limits(window: int | None, chunk: int | None) -> list[MaskRule]:
@@ -302,9 +329,15 @@ class SharedKVAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, *, qk_norm: nn.Module | None = None,
                  rope: nn.Module | None = None, scale: float | None = None, bias: bool = False) -> None:
         super().__init__()
+        d_model, num_heads = size("d_model", d_model), size("num_heads", num_heads)
         if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; give a head count that "
-                             f"divides it")
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; head counts that divide "
+                             f"{d_model} are {divisors(d_model)}: num_heads must be one")
+        scale = None if scale is None else positive("scale", scale, "None for 1/sqrt(head_dim); Gemma 4: 1.0")
+        for name, piece in (("qk_norm", qk_norm), ("rope", rope)):
+            if piece is not None:
+                instance(name, piece, nn.Module, "an nn.Module piece (see lessons_src.mechanisms) or None")
+        bias = flag("bias", bias)
         self.d_model, self.num_heads, self.head_dim, self.scale = d_model, num_heads, d_model // num_heads, scale
         if getattr(qk_norm, "k_weight", None) is not None:
             raise ValueError(f"{type(qk_norm).__name__} has a key weight, but this layer computes no keys: make it "
@@ -322,6 +355,14 @@ class SharedKVAttention(nn.Module):
     def forward(self, x: Tensor, k: Tensor, v: Tensor, *, start: int, attn_mask: Tensor | None = None,
                 is_causal: bool = False, window: int | None = None, chunk: int | None = None) -> Tensor:
         """Attend from ``x``'s queries (tokens ``start ..``) to the given keys and values, with their mask."""
+        tensor("x", x, ndim=3, shape=f"(B, T, d_model={self.d_model})")
+        tensor("k", k, ndim=4, shape="(B, K, S, E)")
+        tensor("v", v, ndim=4, shape="(B, K, S, E)")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, T, d_model={self.d_model}); got shape {tuple(x.shape)}")
+        start, is_causal = size("start", start, minimum=0, hint="a position"), flag("is_causal", is_causal)
+        window = None if window is None else size("window", window)
+        chunk = None if chunk is None else size("chunk", chunk)
         B, T, D = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, E)
         if self.qk_norm is not None:
@@ -417,6 +458,7 @@ class PatternGPT(nn.Module):
 
     def __init__(self, cfg: PatternConfig) -> None:
         super().__init__()
+        instance("cfg", cfg, PatternConfig, "a PatternConfig")
         self.cfg = cfg
         self.pattern = check_pattern(cfg.pattern, len(cfg.pattern) if cfg.num_layers is None else cfg.num_layers)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -445,8 +487,9 @@ class PatternGPT(nn.Module):
         return caches
 
     def forward(self, tokens: Tensor, *, caches: list[Cache] | None = None) -> Tensor:
-        if tokens.ndim != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be int64 ids of shape (B, T); got {tokens.dtype}, {tuple(tokens.shape)}")
+        tensor("tokens", tokens, ndim=2, shape="(B, T) of token ids", dtype="integer")
+        if caches is not None and not isinstance(caches, list):
+            raise TypeError(f"caches must be a list, one cache per layer (make_caches()); got {type(caches).__name__}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches has {len(caches)} entries for {len(self.blocks)} layers; use make_caches()")
         start = 0 if caches is None else next(c.length for c in caches if c is not None)
