@@ -35,7 +35,7 @@ RECORD_COPIES_JS = """() => {
 
 def test_some_page_has_a_continued_block() -> None:
     """So that the check below is never vacuous, and every page with one is built with its chains."""
-    assert CHAINED and PAGES == sorted(pages_with("data-copy="))
+    assert CHAINED and sorted(pages_with("data-copy=")) == PAGES
 
 
 @per_page(widths=(375,), pages=PAGES)
@@ -46,7 +46,7 @@ def test_the_copy_button_of_a_continued_block_copies_its_chain(view: View) -> No
     buttons = view.page.locator("div.language-python.highlight[data-copy] button[data-md-type=copy]")
     assert buttons.count() == len(blocks), f"{view.name}: {buttons.count()} blocks copy a chain, not {len(blocks)}"
     copies = []
-    for i, block in enumerate(blocks):
+    for i in range(len(blocks)):
         button = buttons.nth(i)
         button.evaluate("b => { const d = b.closest('details'); if (d) d.open = true; }")  # as a reader opens it
         button.scroll_into_view_if_needed()
