@@ -23,6 +23,7 @@ from lessons_src.lab.lesson_tools import (
     fit_single_head,
     it_example,
     median_times,
+    source_lines,
 )
 
 
@@ -165,6 +166,19 @@ def test_docstring_examples_run() -> None:
 
     result = doctest.testmod(module)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_source_lines_reads_a_part_of_a_function_from_the_file() -> None:
+    """The lines from the first marker to the one before the second, dedented; the whole function without markers;
+    a function or a line that is not there is named."""
+    loop = source_lines("triton_flash", "_forward_kernel", "end = S", "saw = l > 0").splitlines()
+    assert loop[0] == "end = S" and loop[1].startswith("if CAUSAL:") and not loop[-1].lstrip().startswith("saw")
+    whole = source_lines("functional", "repeat_kv")
+    assert whole.startswith("def repeat_kv(") and whole.endswith(".reshape(B, K * n_rep, S, E)")
+    with pytest.raises(ValueError, match="no top-level function 'nowhere'"):
+        source_lines("functional", "nowhere")
+    with pytest.raises(ValueError, match="starts with 'never ='"):
+        source_lines("functional", "repeat_kv", "n_rep =", "never =")
 
 
 def test_fmt_vec_drops_trailing_zeros_and_rejects_bad_input() -> None:

@@ -355,3 +355,17 @@ def test_docstring_examples_run() -> None:
     torch.manual_seed(0)
     result = doctest.testmod(long_context, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 6 and result.failed == 0
+
+
+def test_the_indexer_fit_table_prints_the_logged_results() -> None:
+    from lessons_src.lab.long_context import indexer_fit_table, read_indexer_log
+
+    log = read_indexer_log()
+    rows = indexer_fit_table(log, [32, 1]).splitlines()[1:]  # in the log's order
+    true, fitted = log["results"]["true"], log["results"]["indexer"]
+    for row, i in zip(rows, [0, next(n for n, t in enumerate(true) if t["top_k"] == 32)], strict=True):
+        assert row.split() == [str(true[i]["top_k"]), f"{true[i]['loss']:.3f}", f"{fitted[i]['loss']:.3f}",
+                               f"{fitted[i]['recall']:.2f}"]
+    with pytest.raises(ValueError, match=r"no result for top_k \[3\]"):
+        indexer_fit_table(log, [1, 3])
+

@@ -13,6 +13,8 @@ time but ``torch`` (the diagram imports matplotlib lazily).
 * :func:`attention_flops` counts FLOPs with ``torch.utils.flop_counter.FlopCounterMode``.
 * :func:`count_attention_calls` counts attention computations in a stack with forward hooks.
 * :func:`median_times` times callables round-robin, for ratios measured in one run.
+* :func:`source_lines` reads a function of the package, or a part of it, from its installed file, for a lesson
+  that reads a kernel in parts without importing what the kernel needs.
 
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (arXiv:1706.03762), section 3.2.
@@ -22,10 +24,13 @@ References:
 
 from __future__ import annotations
 
+import ast
 import math
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -61,6 +66,7 @@ __all__ = [
     "fmt_vec",
     "it_example",
     "median_times",
+    "source_lines",
     "two_head_example",
 ]
 
@@ -590,6 +596,34 @@ def _data_flow_across(shapes: dict[str, tuple[int, ...]], num_heads: int) -> Fig
         fontsize=8.5,
     )
     return fig
+
+
+def source_lines(module: str, function: str, first: str | None = None, last: str | None = None) -> str:
+    """The source of ``function``, a top-level function of the package's ``module``, or the part of it from the line
+    that starts with ``first`` to the line before the next one that starts with ``last`` (each line compared
+    without its indentation; the part is dedented), read from the installed file without importing it (so
+    ``"triton_flash"`` reads without Triton).
+
+    Example:
+        >>> print(source_lines("functional", "repeat_kv", "if n_rep == 1", "B, K, S, E"))
+        if n_rep == 1:
+            return x
+    """
+    text = files("lessons_src").joinpath(f"{module}.py").read_text(encoding="utf-8")
+    found = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == function]
+    if not found:
+        raise ValueError(f"lessons_src/{module}.py has no top-level function {function!r}")
+    lines = (ast.get_source_segment(text, found[0], padded=True) or "").splitlines()
+    start = 0 if first is None else _line_starting(lines, first, 0, function)
+    end = len(lines) if last is None else _line_starting(lines, last, start + 1, function)
+    return textwrap.dedent("\n".join(lines[start:end]))
+
+
+def _line_starting(lines: list[str], prefix: str, after: int, function: str) -> int:
+    for n in range(after, len(lines)):
+        if lines[n].strip().startswith(prefix):
+            return n
+    raise ValueError(f"no line of {function} after line {after + 1} starts with {prefix!r}")
 
 
 def fmt_vec(values: Tensor | Sequence[float], digits: int = 3) -> str:

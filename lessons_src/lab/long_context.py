@@ -38,6 +38,7 @@ from ..rope import apply_rope, rope_cos_sin
 from ..sparse_selection import lightning_indexer_scores, top_k_mask
 from . import artifact, read_artifact_json, requires_extra
 from .heads import first_token_mass
+from .lesson_tools import fmt_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,6 +60,7 @@ __all__ = [
     "attention_targets",
     "compressed_costs",
     "evict_keys_minilm",
+    "indexer_fit_table",
     "indexer_kl",
     "load_text_indexer",
     "minilm_eviction_cosines",
@@ -431,6 +433,24 @@ def read_indexer_log() -> dict[str, Any]:
     """The committed log of the indexer's fit: settings, sizes, the KL curve, CPU seconds and the results against k."""
     log: dict[str, Any] = read_artifact_json(INDEXER_LOG)
     return log
+
+
+def indexer_fit_table(log: dict[str, Any], top_k: Sequence[int]) -> str:
+    """The fitted indexer against the true top-k, from the log (:func:`read_indexer_log`), as a printed table: for
+    each ``k`` of ``top_k``, the loss with each query's ``k`` keys of highest true weight, with the ``k`` keys the
+    indexer picks, and the share of the true top-k the indexer finds (its recall).
+
+    Example:
+        >>> print(indexer_fit_table(read_indexer_log(), [1, 8]).splitlines()[0])
+         k  true top-k  indexer  recall
+    """
+    results = log["results"]
+    logged = [t["top_k"] for t in results["true"]]
+    if missing := [k for k in top_k if k not in logged]:
+        raise ValueError(f"the log has no result for top_k {missing}; it has {logged}")
+    rows = [[t["top_k"], f"{t['loss']:.3f}", f"{f['loss']:.3f}", f"{f['recall']:.2f}"]
+            for t, f in zip(results["true"], results["indexer"], strict=True) if t["top_k"] in top_k]
+    return fmt_table(["k", "true top-k", "indexer", "recall"], rows)
 
 
 @torch.no_grad()

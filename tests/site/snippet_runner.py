@@ -9,9 +9,10 @@ anyway. Only the import time (about 3 CPU seconds a block) is saved. A block tha
 import still fails with NameError (the test module checks that the harness catches it).
 
 Protocol: one JSON request per line on stdin, ``{"blocks": ["...", ...], "timeout": 60}``: the blocks run in
-order in one ``__main__`` (a page's earlier shown blocks of a session, then the block under test), each a script,
-or ``-m package.module`` alone. One JSON reply per line on stdout: ``{"returncode": n, "stdout": [what each block
-printed], "stderr": "...", "imported": [top-level modules the last block imported first]}``. Each request runs
+order in one ``__main__`` (the block under test alone, or the blocks above it that it says it continues, then
+it), each a script, or ``-m package.module`` alone. One JSON reply per line on stdout: ``{"returncode": n,
+"stdout": [what each block printed], "stderr": "...", "imported": [top-level modules the last block imported
+first]}``. Each request runs
 in a new empty working folder. A child that runs past its timeout is killed by its own alarm (returncode -14,
 SIGALRM).
 """

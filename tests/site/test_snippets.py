@@ -10,10 +10,15 @@ Hidden blocks (exec="on" without source=) are not shown; notebooks run as notebo
 * **Run with the wheel alone.** The wheel this checkout builds (tools/package/build_wheel.py, the site build's
   cache) is installed into an environment of its own, kept under .cache/snippet-venv/ by the wheel's hash, that
   borrows the project's installed dependencies, torch and every extra's, but not its checkout
-  (tools/package/wheel_env.py). Each block runs there from an empty folder outside the repository, after the
-  shown blocks before it on its page that share its `session=` (a reader runs those first), in a child forked
-  from one warm process (snippet_runner.py), so `import torch` is paid once. A whole package file shown on its
-  page (`--8<-- "lessons_src/masks.py"`) runs as the installed module, `python -m lessons_src.masks`.
+  (tools/package/wheel_env.py). Each block runs there from an empty folder outside the repository, alone, as a
+  reader who copies it runs it, in a child forked from one warm process (snippet_runner.py), so `import torch`
+  is paid once. A whole package file shown on its page (`--8<-- "lessons_src/masks.py"`) runs as the installed
+  module, `python -m lessons_src.masks`.
+* **Or continue the block above, and say so.** A block that goes on from the shown block above it begins with
+  the line `# continues the block above` (tools/site_build/copy_chains.py), shares that block's `session=`, and
+  its copy button copies the chain: the block above (with its own chain), then it. It runs after that chain,
+  and what the built page's button copies (its `data-copy`) must be that chain. A block that fails alone and
+  does not say so fails the test: a reader who copies it gets a NameError.
 * **Print what the page printed.** With a built site/, what a block prints must equal what its page shows under
   it, numbers followed by a time unit masked (timings differ from run to run), and every number of a block that
   times something (it may print a table of times without units).
@@ -43,11 +48,13 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import copy_chains
 import pytest
+import wheel_env
+from build_wheel import build_wheel
+from copy_chains import CONTINUES, continues
 
 ROOT = Path(__file__).resolve().parents[2]
-import wheel_env  # noqa: E402
-from build_wheel import build_wheel  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -85,6 +92,16 @@ class Block:
     @property
     def whole_file(self) -> bool:
         return self.code.startswith("-m ")
+
+    @property
+    def continues(self) -> bool:
+        """Whether it says it continues the block above (its first line, the marker)."""
+        return not self.whole_file and continues(self.code)
+
+    @property
+    def shown(self) -> str:
+        """Its code as the page shows it and the copy button copies it (markdown-exec's hidden lines left out)."""
+        return "\n".join(line for line in self.code.split("\n") if "markdown-exec: hide" not in line).strip()
 
 
 def fences(text: str) -> list[tuple[int, str, str, str]]:
@@ -135,19 +152,25 @@ def included_module(code: str) -> str | None:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
+def page_blocks(page: str, text: str) -> list[Block]:
+    """The shown Python blocks of one page's Markdown, in page order."""
+    found = []
+    for line, lang, options, body in fences(text):
+        if lang in {"python", "py", "python3"} and shown_python(options) and body.strip():
+            module = included_module(body)
+            session = _SESSION.search(options)
+            found.append(Block(page, line, f"-m {module}" if module else expand_includes(body),
+                               session.group(1) if session else None, _PRINTS_TEXT.search(options) is not None))
+    return found
+
+
 def shown_blocks() -> list[Block]:
     """Every shown Python block, page by page, in page order."""
     found = []
     for md in sorted(DOCS.rglob("*.md")):
         rel = md.relative_to(DOCS)
-        if any(part.startswith("_") for part in rel.parts):
-            continue  # exclude_docs: _*/ is not published
-        for line, lang, options, body in fences(md.read_text(encoding="utf-8")):
-            if lang in {"python", "py", "python3"} and shown_python(options) and body.strip():
-                module = included_module(body)
-                session = _SESSION.search(options)
-                found.append(Block(rel.as_posix(), line, f"-m {module}" if module else expand_includes(body),
-                                   session.group(1) if session else None, _PRINTS_TEXT.search(options) is not None))
+        if not any(part.startswith("_") for part in rel.parts):  # exclude_docs: _*/ is not published
+            found += page_blocks(rel.as_posix(), md.read_text(encoding="utf-8"))
     return found
 
 
@@ -155,11 +178,31 @@ BLOCKS = shown_blocks()
 SCRIPTS = [b for b in BLOCKS if not b.whole_file]
 
 
-def chain(block: Block) -> list[str]:
-    """The shown blocks a reader runs for ``block``: its page's earlier shown blocks of its session, then it."""
-    earlier = [b.code for b in BLOCKS
-               if block.session and (b.page, b.session) == (block.page, block.session) and b.line < block.line]
-    return [*earlier, block.code]
+def chain(block: Block, blocks: list[Block] = BLOCKS) -> list[Block]:
+    """What a reader who copies ``block`` runs: the block alone, or, when it says it continues the block above,
+    that block's chain and then it (its copy button copies them all)."""
+    if not block.continues:
+        return [block]
+    above = [b for b in blocks if b.page == block.page and b.line < block.line]
+    return [*chain(above[-1], blocks), block] if above else [block]
+
+
+def copied(block: Block, blocks: list[Block] = BLOCKS) -> str:
+    """What the copy button of ``block`` copies: its chain's shown code, a blank line between blocks."""
+    return "\n\n".join(b.shown for b in chain(block, blocks))
+
+
+def unmarked_or_misplaced(block: Block, blocks: list[Block] = BLOCKS) -> str | None:
+    """Why a block that says it continues the block above cannot (None: it can, or it does not say so)."""
+    if not block.continues:
+        return None
+    links = chain(block, blocks)
+    if len(links) == 1:
+        return f"{block.where} begins {CONTINUES!r}, and no shown Python block is above it on its page"
+    if links[-2].whole_file or links[-2].session != block.session:
+        return (f"{block.where} continues {links[-2].where}, which the build runs apart from it: give both the same "
+                "session= (a whole package file cannot be continued)")
+    return None
 
 
 def test_the_site_shows_python_blocks() -> None:
@@ -251,9 +294,10 @@ ABSENT_EXTRAS = {"triton"}
 
 
 def missing_extra(block: Block, imported: list[str]) -> str | None:
-    """What ``block``'s first line should say, if the modules it imported need an extra that line does not name."""
+    """What ``block``'s first line should say, if the modules it imported need an extra that line does not name (the
+    first line of what its button copies: a block that continues the block above says it there)."""
     needed = {m for m in imported if any(m in mods for mods in EXTRA_MODULES.values())}
-    first = block.code.lstrip().partition("\n")[0]
+    first = chain(block)[0].code.lstrip().partition("\n")[0]
     named = {e for m in _EXTRA_NOTE.finditer(first) for e in m.group(1).split(",")} if first.startswith("#") else set()
     covered = set().union(*(EXTRA_MODULES.get(e, set()) for e in named))
     if needed <= covered:
@@ -264,7 +308,7 @@ def missing_extra(block: Block, imported: list[str]) -> str | None:
 
 
 _PAGE_BLOCK = re.compile(
-    r'<div class="language-python highlight"><pre>(?P<source>.*?)</pre></div>\s*'
+    r'<div class="language-python highlight"(?: data-copy="(?P<copy>[^"]*)")?><pre>(?P<source>.*?)</pre></div>\s*'
     r'(?:<div class="language-text highlight[^"]*"><pre>(?P<printed>.*?)</pre></div>)?', re.S)
 
 
@@ -272,13 +316,24 @@ def _text(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
+@dataclass(frozen=True)
+class Built:
+    """A Python block as built in site/: its source, what it printed (empty if nothing), what its button copies
+    in place of its source (its chain; None: its source)."""
+
+    source: str
+    printed: str
+    copy: str | None
+
+
 @cache
-def built_blocks(page: str) -> list[tuple[str, str]]:
-    """(source, what it printed) for each Python block of ``page`` as built in site/ (empty text if nothing)."""
+def built_blocks(page: str) -> list[Built]:
+    """Each Python block of ``page`` as built in site/."""
     rel = Path(page).with_suffix("")
     built = SITE / (rel.parent if rel.name == "index" else rel) / "index.html"
-    return [(_text(m.group("source")).strip(), _text(m.group("printed") or "")) for m in
-            _PAGE_BLOCK.finditer(built.read_text(encoding="utf-8"))]
+    return [Built(_text(m.group("source")).strip(), _text(m.group("printed") or ""),
+                  None if m.group("copy") is None else html.unescape(m.group("copy")))
+            for m in _PAGE_BLOCK.finditer(built.read_text(encoding="utf-8"))]
 
 
 def masked(printed: str, *, timed: bool = False) -> list[str]:
@@ -287,35 +342,52 @@ def masked(printed: str, *, timed: bool = False) -> list[str]:
     return [mask(line).rstrip() for line in printed.strip("\n").splitlines()]
 
 
-def printed_at_build(block: Block) -> str:
-    source = "\n".join(line for line in block.code.split("\n") if "markdown-exec: hide" not in line).strip()
-    for shown, printed in built_blocks(block.page):
-        if shown == source:
-            return printed
+def built_block(block: Block) -> Built:
+    for built in built_blocks(block.page):
+        if built.source == block.shown:
+            return built
     raise AssertionError(f"{block.where} is not on its built page site/{block.page}: is site/ stale?")
+
+
+def fails_as_copied(block: Block, reply: Reply, blocks: list[Block] = BLOCKS) -> str | None:
+    """Why ``block``, run as a reader who copies it runs it (``reply``), fails the test (None: it passes)."""
+    if reply.returncode == 0:
+        return None
+    if len(chain(block, blocks)) > 1:
+        return (f"the block {block.where} fails with the installed wheel alone, from an empty folder, after the "
+                f"blocks above it that it continues:\n{copied(block, blocks)}\n---\n{reply.stderr[-3000:]}")
+    return (f"the block {block.where} fails when copied alone into a fresh `python` with the installed wheel, from "
+            f"an empty folder:\n{block.code}\n---\n{reply.stderr[-3000:]}\n---\nmake it run on its own (its imports, "
+            "its seed, its set-up: set-up a reader needs is a function of lessons_src.lab), or, if it goes on from "
+            f"the block above, begin it with the line {CONTINUES!r} (its copy button then copies both)")
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
 def test_block_runs_with_the_wheel_alone(block: Block, runner: Runner) -> None:
-    """It runs, says which extra it needs, and prints what its page printed (with a built site/)."""
-    reply = runner.run(*chain(block))
+    """It runs alone (or after the blocks it says it continues), says which extra it needs, prints what its page
+    printed, and its button copies its chain (with a built site/)."""
+    if message := unmarked_or_misplaced(block):
+        pytest.fail(message)
+    reply = runner.run(*(b.code for b in chain(block)))
     absent = next((e for e in ABSENT_EXTRAS if f'pip install "{PROJECT["name"]}[{e}]"' in reply.stderr), None)
     if reply.returncode != 0 and absent:  # an extra this environment does not install: the block must say so
         page = (DOCS / block.page).read_text(encoding="utf-8")
         named = f'"{PROJECT["name"]}[{absent}]"' in page
         assert named, f"{block.where} needs the [{absent}] extra; name it on its page"
         pytest.skip(f"needs the [{absent}] extra, which make test does not install (make test-triton runs it)")
-    assert reply.returncode == 0, (
-        f"the block {block.where} fails with the installed wheel alone, from an empty folder"
-        f"{' after the earlier shown blocks of its session' if len(chain(block)) > 1 else ''}:\n{block.code}\n---\n"
-        f"{reply.stderr[-3000:]}"
-    )
+    if message := fails_as_copied(block, reply):
+        pytest.fail(message)
     if message := missing_extra(block, reply.imported):
         pytest.fail(f"the block {block.where} needs an extra: {message}")
-    if block.whole_file or not block.prints_text or not SITE.joinpath("index.html").exists():
+    if block.whole_file or not (block.prints_text or block.continues) or not SITE.joinpath("index.html").exists():
+        return
+    built = built_block(block)
+    want = copied(block) if block.continues else None
+    assert built.copy == want, f"the copy button of {block.where} copies {built.copy!r}, not its chain {want!r}"
+    if not block.prints_text:
         return
     timed = _TIMED.search(block.code) is not None
-    assert masked(reply.stdout[-1], timed=timed) == masked(printed_at_build(block), timed=timed), (
+    assert masked(reply.stdout[-1], timed=timed) == masked(built.printed, timed=timed), (
         f"the block {block.where} prints, with the wheel alone, what its page did not (left: now; right: page)")
 
 
@@ -347,6 +419,68 @@ def test_a_block_that_needs_earlier_state_is_caught(runner: Runner) -> None:
         assert reply.returncode != 0 and error in reply.stderr, (block, reply)
     reply = runner.run("x = 6\nprint('first')\n", "print(x * 7)\n")
     assert (reply.returncode, reply.stdout) == (0, ["first\n", "42\n"])
+
+
+SAMPLE_PAGE = """\
+```python exec="on" source="above" result="text" session="s"
+x = 6
+```
+
+```python exec="on" source="above" result="text" session="s"
+# continues the block above
+x += 1
+print(x)
+```
+
+```python exec="on" source="above" result="text" session="s"
+# Continues the block above: x is 7.
+print(x * 6)
+```
+
+```python exec="on" source="above" result="text" session="s"
+print(x * 6)
+```
+
+```python exec="on" source="above" result="text" session="t"
+# continues the block above
+print(x)
+```
+"""
+
+
+def test_a_block_runs_alone_unless_it_says_it_continues(runner: Runner) -> None:
+    """The checker's wrong answers: a block that needs the block above and does not say so is refused (it runs
+    alone and fails), as is a marker with nothing above or above in another session; a marked chain runs whole
+    and passes, and its copy is the chain."""
+    first, second, third, unmarked, elsewhere = blocks = page_blocks("sample.md", SAMPLE_PAGE)
+    assert [b.continues for b in blocks] == [False, True, True, False, True]
+    assert chain(unmarked, blocks) == [unmarked] and chain(third, blocks) == [first, second, third]
+    reply = runner.run(*(b.code for b in chain(unmarked, blocks)))
+    assert "NameError" in reply.stderr and CONTINUES in (fails_as_copied(unmarked, reply, blocks) or "")
+    reply = runner.run(*(b.code for b in chain(third, blocks)))
+    assert fails_as_copied(third, reply, blocks) is None and reply.stdout == ["", "7\n", "42\n"]
+    assert copied(third, blocks) == "x = 6\n\n# continues the block above\nx += 1\nprint(x)\n\n" + third.code.strip()
+    assert paste_error(copied(third, blocks)) is None
+    assert unmarked_or_misplaced(third, blocks) is None
+    assert "session=" in (unmarked_or_misplaced(elsewhere, blocks) or "")
+    alone = page_blocks("sample.md", SAMPLE_PAGE.partition("\n\n")[2])[0]
+    assert "no shown Python block is above it" in (unmarked_or_misplaced(alone, [alone]) or "")
+
+
+def test_the_build_gives_a_continued_block_its_chain_to_copy() -> None:
+    """The post-build step writes what test_block_runs_with_the_wheel_alone expects the button to copy: the chain
+    of the sample page, rendered as markdown-exec renders it (highlighted, a printed result between blocks)."""
+    blocks = page_blocks("sample.md", SAMPLE_PAGE)[:3]
+    highlighted = [html.escape(b.code).replace("x", '<span class="n">x</span>') for b in blocks]
+    printed = '<div class="language-text highlight result"><pre><code>7\n</code></pre></div>\n'
+    rendered = [f'<div class="language-python highlight"><pre><span></span><code>{code}\n</code></pre></div>{printed}'
+                for code in highlighted]
+    built = copy_chains.chains("".join(rendered))
+    copies = [None if m.group("copy") is None else html.unescape(m.group("copy")) for m in _PAGE_BLOCK.finditer(built)]
+    assert copies == [None, copied(blocks[1], blocks), copied(blocks[2], blocks)]
+    assert copy_chains.chains(built) == built  # the step can run twice
+    with pytest.raises(copy_chains.ChainError):
+        copy_chains.chains("".join(rendered[1:]))
 
 
 def test_the_runner_agrees_with_a_fresh_interpreter(runner: Runner, tmp_path: Path) -> None:
@@ -408,7 +542,7 @@ def paste_error(source: str) -> str | None:
 
 @pytest.mark.parametrize("block", SCRIPTS, ids=[b.where for b in SCRIPTS])
 def test_block_pastes_into_the_prompt(block: Block) -> None:
-    error = paste_error(block.code)
+    error = paste_error(copied(block) if block.continues else block.code)
     assert error is None, (
         f"the block {block.where}, pasted into `python`, stops at {error}: at the prompt a blank line ends an "
         "indented body, and a dedented line must follow one (put a blank line after a top-level compound "

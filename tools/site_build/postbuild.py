@@ -13,6 +13,7 @@ In order, on every HTML file of the site:
    rejects stops the step with an error naming the page), scripts from other hosts removed;
 3. :mod:`page_fixes`: accessibility and loading fixes, KaTeX's and the widgets' CSS inlined where used;
 4. :mod:`figures`: each figure's SVGs moved to content-hashed files behind a ``<picture>``;
+5. :mod:`copy_chains`: the copy button of a block that continues the one above copies the whole chain;
 
 then KaTeX's fonts copied and unused assets removed. A page the step already rewrote is left as it is.
 
@@ -33,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script or -m
 
+import copy_chains
 import dev_cache
 import figures
 import math_render
@@ -72,6 +74,7 @@ def run(site_dir: Path, only: set[str] | None = None) -> int:
         page = math_render.drop_remote_scripts(pages[name]) if not template else pages[name]
         page = page_fixes.fix_page(page, None if template else len(rel.parent.parts), used)
         page = figures.externalize(page, _page_url(rel), site_dir)
+        page = copy_chains.chains(page) if not template else page
         if page != original[name]:
             f.write_bytes(page.encode("utf-8"))
             changed += 1
