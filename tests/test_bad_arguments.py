@@ -305,6 +305,7 @@ def _specs_lab() -> None:
     spec("lab.long_context.compressed_costs", lambda **a: lc.compressed_costs(**a), cfg=obj(v4), context=size(4096), kind=Arg("choice", "compressed_sparse"), cache_bytes=size(2), index_bytes=size(1))
     spec("lab.long_context.indexer_kl", lambda **a: lc.indexer_kl(**a), scores=ten(r(1, 2, 2)), target=ten(torch.tensor([[[1.0, 0.0], [0.5, 0.5]]])))
     spec("lab.long_context.load_text_indexer", lambda **a: lc.load_text_indexer(**a), path=Arg("path", None, optional=True))
+    spec("lab.long_context.indexer_fit_table", lambda **a: lc.indexer_fit_table(**a), log=obj(lc.read_indexer_log()), top_k=obj([1, 8]))
     spec("lab.long_context.receptive_field", lambda **a: lc.receptive_field(**a), window=size(3), num_layers=size(3), length=size(12))
     toy = TinyTransformer(TinyConfig(vocab_size=10, d_model=8, num_heads=2, num_layers=1, max_len=16))
     spec("lab.long_context.toy_logits_with_mask", lambda **a: lc.toy_logits_with_mask(**a), model=obj(toy), tokens=Arg("itensor", torch.arange(4)[None]),

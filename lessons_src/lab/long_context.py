@@ -444,6 +444,10 @@ def indexer_fit_table(log: dict[str, Any], top_k: Sequence[int]) -> str:
         >>> print(indexer_fit_table(read_indexer_log(), [1, 8]).splitlines()[0])
          k  true top-k  indexer  recall
     """
+    instance("log", log, dict, "the indexer's log as read_indexer_log() returns it")
+    if isinstance(top_k, str) or not isinstance(top_k, list | tuple):
+        raise TypeError(f"top_k must be a list of key counts, such as [1, 8]; got {top_k!r}")
+    top_k = [size("top_k", k) for k in top_k]
     results = log["results"]
     logged = [t["top_k"] for t in results["true"]]
     if missing := [k for k in top_k if k not in logged]:
