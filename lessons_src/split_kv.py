@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ._checks import check_qkv, flag, size
+from ._checks import check_qkv, flag, size, tensor
 from .functional import AttentionResult, attention, check_implementation, check_supports
 from .masks import prepare_mask
 from .score_mods import SoftCap, merge_states, score_mod_arguments
@@ -199,10 +199,14 @@ def shared_prefix_attention(
     check_qkv(q, k, v)
     is_causal = flag("is_causal", is_causal)
     B, H, T, E = q.shape
-    check_qkv(q[:1], prefix_k, prefix_v)  # the prefix: batch 1, heads and widths like the requests' keys
-    if prefix_k.shape[1] != k.shape[1] or prefix_v.shape[-1] != v.shape[-1]:
-        raise ValueError(f"the prefix must have the requests' K and Ev: prefix_k {tuple(prefix_k.shape)}, prefix_v "
-                         f"{tuple(prefix_v.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    for name, t in (("prefix_k", prefix_k), ("prefix_v", prefix_v)):
+        tensor(name, t, ndim=4, shape="(1, K, P, E), one copy of the shared prefix")
+    if prefix_k.shape[0] != 1 or prefix_k.shape[1:3] != prefix_v.shape[1:3] or prefix_k.shape[1] != k.shape[1] \
+            or prefix_k.shape[-1] != E or prefix_v.shape[-1] != v.shape[-1]:
+        raise ValueError(f"prefix_k and prefix_v must be one copy (1, K, P, E) and (1, K, P, Ev) with the requests' K, "
+                         f"E and Ev; got prefix_k {tuple(prefix_k.shape)}, prefix_v {tuple(prefix_v.shape)}, k "
+                         f"{tuple(k.shape)}, v {tuple(v.shape)}")
+    check_qkv(q[:1], prefix_k, prefix_v)  # one dtype and device with the requests' queries
     if is_causal and k.shape[2] < T:
         raise ValueError(f"with is_causal each request's T={T} queries must be among its own S={k.shape[2]} keys "
                          f"after the prefix; use T <= S")
