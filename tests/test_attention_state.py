@@ -7,6 +7,7 @@ Every equality here fails when the merge's reweighting ``exp(lse_i - lse)`` is r
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -38,8 +39,9 @@ def _part(s: torch.Tensor, v: torch.Tensor, a: int, b: int) -> tuple[torch.Tenso
 @pytest.mark.parametrize("cuts", [(0, 3, 7), (0, 1, 2, 5, 7), (0, 6, 7)])
 def test_merged_states_equal_the_state_over_all_keys(cuts: tuple[int, ...]) -> None:
     g = torch.Generator().manual_seed(0)
-    s, v = torch.randn(2, 3, 7, generator=g, dtype=torch.float64) * 4, torch.randn(7, 5, generator=g, dtype=torch.float64)
-    o, lse = merge_states([_part(s, v, a, b) for a, b in zip(cuts, cuts[1:], strict=False)])
+    s = torch.randn(2, 3, 7, generator=g, dtype=torch.float64) * 4  # (2, 3, S): scores over 7 keys
+    v = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    o, lse = merge_states([_part(s, v, a, b) for a, b in itertools.pairwise(cuts)])
     assert_close(o, torch.softmax(s, dim=-1) @ v, **F64)
     assert_close(lse, torch.logsumexp(s, dim=-1), **F64)
 
@@ -74,8 +76,9 @@ def test_the_merge_is_differentiable() -> None:
 
 def test_a_sink_is_a_state_with_no_value() -> None:
     g = torch.Generator().manual_seed(4)
-    q, kv, sinks = (torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64),
-                    torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64), torch.randn(2, generator=g, dtype=torch.float64))
+    q = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64)
+    kv = torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64)
+    sinks = torch.randn(2, generator=g, dtype=torch.float64)
     keys = attention(q, kv, kv, implementation="eager")
     assert keys.lse is not None
     sink = (torch.zeros_like(keys.output), sinks.view(1, 2, 1).expand_as(keys.lse))

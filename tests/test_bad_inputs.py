@@ -572,7 +572,7 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("split_kv_attention", "type", lambda: split_kv_attention(Q, KV, KV, split_size=2, score_mods="cap"), TypeError,  # type: ignore[arg-type]
      r"score_mods must be SoftCap\(cap\), Sinks\(logits\)"),
     ("shared_prefix_attention", "shape", lambda: shared_prefix_attention(Q, KV.expand(2, 1, 5, 4), KV.expand(2, 1, 5, 4), KV, KV),
-     ValueError, r"q and k must have the same batch size"),
+     ValueError, r"prefix_k and prefix_v must be one copy \(1, K, P, E\) .* got prefix_k \(2, 1, 5, 4\)"),
     ("shared_prefix_attention", "shape", lambda: shared_prefix_attention(Q, KV, KV, KV[:, :, :2], KV[:, :, :2]), ValueError,
      r"with is_causal each request's T=3 queries must be among its own S=2 keys"),
     ("shared_prefix_attention", "value", lambda: shared_prefix_attention(Q, KV, KV, KV, KV, implementation="sdpa"), ValueError,
