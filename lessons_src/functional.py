@@ -131,7 +131,7 @@ def eager_attention(
     softcap: float | None = None, sinks: Tensor | None = None,
 ) -> AttentionResult:
     """The textbook formula, ``softmax(q k^T * scale + mask) v``, which builds and returns the weights and
-    each query's log-sum-exp (float32).
+    each query's log-sum-exp (float32 for half-precision inputs, else in their dtype).
 
     With ``softcap`` the scaled scores are capped (:func:`soft_cap`) before the mask; with ``sinks`` each
     head's sink logit is one more column of the softmax, dropped before the values (it has none), so a
@@ -155,7 +155,8 @@ def eager_attention(
     if sinks is not None:  # the sink is one more column of the softmax, dropped before the values
         scores = torch.cat([scores, sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, T, 1)], dim=-1)
     weights = _softmax_zero_rows(scores)  # (B, H, T, S or S + 1); a row with no visible key is all zeros
-    lse = torch.logsumexp(scores.float(), dim=-1)  # (B, H, T), sink included; -inf for a row that sees nothing
+    lse = torch.logsumexp(scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores,
+                          dim=-1)  # (B, H, T), sink included, float32 or float64; -inf for a row that sees nothing
     if sinks is not None:
         weights = weights[..., :-1]  # (B, H, T, S)
     if dropout_p > 0.0:

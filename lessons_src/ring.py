@@ -1,9 +1,10 @@
 """Ring attention: the sequence split over ranks, the key/value blocks passed round, merged by the online softmax.
 
 Every rank keeps its ``T / P`` queries; the key/value blocks travel around the ring of ranks, one hop per
-step, and each rank folds every block into its queries' running max and sum (the online softmax of
-:mod:`lessons_src.flash`), so no rank ever holds more than two blocks of keys, and none ever holds the
-whole sequence. After ``P`` steps the output is exact, and the log-sum-exp is ``m + log l``.
+step, and each rank merges every block's attention state ``(output, lse)`` into its queries' running state
+(:func:`lessons_src.score_mods.merge_states`: the online softmax of :mod:`lessons_src.flash`, a block at a time),
+so no rank ever holds more than two blocks of keys, and none ever holds the whole sequence. After ``P`` steps the
+output and its log-sum-exp are exact.
 
 With a causal mask, the contiguous split gives the last rank ``P`` blocks of work and the first rank one;
 the zig-zag split (:func:`sequence_chunks`: rank ``r`` holds chunks ``r`` and ``2P - 1 - r`` of ``2P``)
@@ -11,7 +12,7 @@ evens it out. The backward pass sends the blocks round once more, each with its 
 recomputes each tile's weights from the saved log-sum-exp (FlashAttention-2's backward).
 
 The ranks talk through a :class:`lessons_src.parallel.Collectives` (only its ``rank``, ``world_size``,
-``send_recv`` and ``all_gather_ints`` are used), so this file needs no sibling at run time.
+``send_recv`` and ``all_gather_ints`` are used), so this file needs only ``masks.py`` and ``score_mods.py``.
 
 References:
     Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context",
@@ -34,6 +35,7 @@ from torch import Tensor
 from ._checks import check_qkv, integer, size
 from .masks import CausalTiles
 from .masks import causal as causal_rule
+from .score_mods import merge_states
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -213,9 +215,9 @@ def _ring_forward(
     cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     mine = sequence_chunks(T, P, rank, order)
     tiles = CausalTiles(T, T, causal_rule() if causal else None, q.device)  # which pairs the mask hides
-    m = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # running max
-    l = torch.zeros(B, H, Tl, dtype=cd, device=q.device)  # running sum of exp(s - m)
-    acc = torch.zeros(B, H, Tl, v.shape[-1], dtype=cd, device=q.device)  # running sum of exp(s - m) v
+    out = torch.zeros(B, H, Tl, v.shape[-1], dtype=cd, device=q.device)  # the empty state: output 0 ...
+    lse = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # ... and log-sum-exp -inf
+    m = torch.full((B, H, Tl), _NEG_INF, dtype=cd, device=q.device)  # running max (reported by keep_steps)
     kv = torch.cat([k, v], dim=-1)  # one block to pass on: (B, K, T/P, E + Ev)
     qc = q.to(cd)
     work, steps = 0, []
@@ -226,24 +228,19 @@ def _ring_forward(
         step_work = 0
         for rows, cols, span, kind in _tiles(mine, sequence_chunks(T, P, source, order), tiles):
             s = _tile_scores(qc[:, :, rows], k_blk[:, :, cols], span, kind, scale, tiles)  # (B, H, tq, tk)
-            m_old = m[:, :, rows]
-            m_new = torch.maximum(m_old, s.amax(dim=-1))
-            shift = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
-            p = torch.exp(s - shift[..., None])  # (B, H, tq, tk), unnormalised weights
-            alpha = torch.exp(m_old - shift)  # rescales what was summed against the old max
-            l[:, :, rows] = alpha * l[:, :, rows] + p.sum(dim=-1)
-            acc[:, :, rows] = alpha[..., None] * acc[:, :, rows] + p @ v_blk[:, :, cols]
-            m[:, :, rows] = m_new
+            lse_t = torch.logsumexp(s, dim=-1)  # (B, H, tq): the tile's state ...
+            shift = torch.where(torch.isneginf(lse_t), torch.zeros_like(lse_t), lse_t)
+            o_t = torch.exp(s - shift[..., None]) @ v_blk[:, :, cols]  # ... its output (B, H, tq, Ev)
+            out[:, :, rows], lse[:, :, rows] = merge_states([(out[:, :, rows], lse[:, :, rows]), (o_t, lse_t)])
+            m[:, :, rows] = torch.maximum(m[:, :, rows], s.amax(dim=-1))
             step_work += (span[1] - span[0]) * (span[3] - span[2])
         work += step_work
-        if keep_steps:
-            steps.append(RingStep(step, source, step_work, m.clone(), l.clone()))
+        if keep_steps:  # the running sum of exp(s - m) is exp(lse - m)
+            shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
+            steps.append(RingStep(step, source, step_work, m.clone(), torch.exp(lse - shift)))
         if step < P - 1:  # pass the block on: to rank + 1, from rank - 1
             kv = comm.send_recv(kv, to=(rank + 1) % P, frm=(rank - 1) % P)
-    total = torch.where(l > 0, l, torch.ones_like(l))
-    out = (acc / total[..., None]).to(q.dtype)
-    shift = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
-    return RingResult(out, shift + torch.log(l), work, steps)
+    return RingResult(out.to(q.dtype), lse, work, steps)
 
 
 def _ring_backward(

@@ -15,7 +15,8 @@ The eager and tiled implementations add the sink column to their own softmax. Py
 forward and backward:
 
 * :func:`sink_flash_cpu` (CPU, float32/64): torch's CPU flash kernel returns each query's log-sum-exp; the
-  sink joins it, the output is rescaled, and the kernel's own backward is handed the new log-sum-exp, so its
+  sink joins it as a state with no value (:func:`merge_states`, which rescales the output), and inside the custom
+  autograd Function the kernel's own backward is handed the new log-sum-exp, so its
   gradients are the sink attention's. Rescaling by ``sigmoid(lse - sink)`` under autograd instead looks
   right and gives wrong query gradients: the kernel's log-sum-exp carries no gradient;
 * :func:`sinks_as_a_key` (any device): one more key whose key and value are zero and whose score is set by a
@@ -34,7 +35,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +43,74 @@ from torch import Tensor
 
 from ._checks import flag, instance, positive, probability, size, tensor
 
-__all__ = ["Sinks", "SoftCap", "check_score_mods", "check_sinks", "check_softcap", "score_mod_arguments",
-           "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key", "soft_cap"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Sinks", "SoftCap", "check_score_mods", "check_sinks", "check_softcap", "merge_states",
+           "score_mod_arguments", "sdpa_with_sinks", "sink_flash_cpu", "sinks_as_a_key", "soft_cap"]
+
+
+def merge_states(states: Sequence[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """Merge attention states over disjoint sets of keys into the state over all of them, exactly.
+
+    A state is ``(output, lse)``: a query's attention output over some keys and the natural-log log-sum-exp of its
+    scores over them. Two merge as ``lse = logaddexp(lse1, lse2)``, ``o = exp(lse1 - lse) o1 + exp(lse2 - lse) o2``
+    (each output reweighted by its share of the whole softmax), and more by folding left to right, so splits of a
+    cache, a shared prefix and a request's own suffix, ring steps, or a sink (a state with no value: ``(0, sink)``)
+    combine into attention over all their keys. The empty state (``lse = -inf``; its output is ignored, 0 by
+    convention) is the identity, and two empty states merge into ``(0, -inf)``, never NaN. The weights are computed
+    in the log-sum-exps' dtype (keep it float32 for half-precision outputs) and the output is cast back to the
+    outputs' dtype. Differentiable. FlashInfer's merge kernels work in base 2 (``exp2``/``log2``, and its MLA
+    wrapper returns a base-2 log-sum-exp unless ``return_lse_base_on_e=True``): multiply such an lse by ``ln 2``.
+
+    Shapes:
+        each output ``(..., Ev)`` and its lse ``(...)``, the same for every state (attention's ``(B, H, T, Ev)`` and
+        ``(B, H, T)``); returns the same.
+
+    Example:
+        >>> s = torch.randn(5); v = torch.randn(5, 2)
+        >>> part = lambda a, b: (torch.softmax(s[a:b], 0) @ v[a:b], torch.logsumexp(s[a:b], 0))
+        >>> o, lse = merge_states([part(0, 2), part(2, 5)])
+        >>> torch.allclose(o, torch.softmax(s, 0) @ v), torch.allclose(lse, torch.logsumexp(s, 0))
+        (True, True)
+
+    Raises:
+        TypeError, ValueError: if ``states`` is not a non-empty sequence of ``(output, lse)`` tensor pairs of one
+            shape, floating dtype and device.
+    """
+    if isinstance(states, Tensor) or not isinstance(states, list | tuple) or not states:
+        raise TypeError(f"states must be a non-empty list of (output, lse) pairs of tensors; got "
+                        f"{type(states).__name__}")
+    checked = [_check_state(i, state) for i, state in enumerate(states)]
+    o, lse = checked[0]
+    for i, (o2, lse2) in enumerate(checked[1:], 1):
+        if (o2.shape, lse2.shape, o2.device, lse2.dtype) != (o.shape, lse.shape, o.device, lse.dtype):
+            raise ValueError(f"states[{i}] has output {tuple(o2.shape)} and lse {tuple(lse2.shape)} {lse2.dtype} on "
+                             f"{o2.device}; states[0] has {tuple(o.shape)}, {tuple(lse.shape)} {lse.dtype} on "
+                             f"{o.device}: every state must match")
+        o, lse = _merge_two(o, lse, o2, lse2)
+    return o, lse
+
+
+def _check_state(i: int, state: object) -> tuple[Tensor, Tensor]:
+    """``states[i]`` as ``(output (..., Ev), lse (...))``, both floating and on one device."""
+    if not isinstance(state, tuple | list) or len(state) != 2:
+        raise TypeError(f"states[{i}] must be an (output, lse) pair; got {type(state).__name__}")
+    o = tensor(f"states[{i}] output", state[0], shape="(..., Ev)")
+    lse = tensor(f"states[{i}] lse", state[1], shape="(...)")
+    if o.ndim < 1 or tuple(lse.shape) != tuple(o.shape[:-1]) or lse.device != o.device:
+        raise ValueError(f"states[{i}] needs output (..., Ev) and lse (...) on one device; got output "
+                         f"{tuple(o.shape)} on {o.device}, lse {tuple(lse.shape)} on {lse.device}")
+    return o, lse
+
+
+def _merge_two(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    """The merge of two checked states: weights in the lse's dtype, an empty state's output never read."""
+    lse = torch.logaddexp(lse1, lse2)  # (...): -inf only when both are empty
+    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)  # both empty: exp(-inf - 0) = 0, not NaN
+    parts = [torch.where(torch.isneginf(l)[..., None], 0.0, torch.exp(l - shift)[..., None] * o.to(l.dtype))
+             for o, l in ((o1, lse1), (o2, lse2))]  # (..., Ev): an empty state adds 0, even if its output is NaN
+    return (parts[0] + parts[1]).to(torch.promote_types(o1.dtype, o2.dtype)), lse
 
 
 def soft_cap(scores: Tensor, cap: float) -> Tensor:
@@ -207,9 +274,9 @@ class _SinkFlashCPU(torch.autograd.Function):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale
         )  # (B, H, T, E), (B, H, T)
-        lse_all = torch.logaddexp(lse, sinks.view(1, -1, 1).to(lse.dtype))  # (B, H, T): keys and the sink
-        y = (out * torch.exp(lse - lse_all)[..., None]).to(q.dtype)  # a query that sees nothing: exp(-inf) = 0
-        y = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(y), y)  # even if the kernel gave NaN there
+        sink = sinks.view(1, -1, 1).to(lse.dtype).expand_as(lse)  # (B, H, T): the sink, a state with no value
+        y, lse_all = merge_states([(out, lse), (torch.zeros_like(out), sink)])  # the keys' state, then the sink's
+        y = y.to(q.dtype)  # a query that sees no key: 0, even if the kernel gave NaN there (lse = -inf: not read)
         ctx.save_for_backward(q, k, v, sinks, mask, y, lse_all)
         ctx.config = (is_causal, scale)
         return y

@@ -34,7 +34,7 @@ META = torch.device("meta")
 T_, V_ = TypeError, ValueError
 EITHER = (TypeError, ValueError)
 
-MODULES = ["mechanisms", "score_mods", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
+MODULES = ["mechanisms", "score_mods", "split_kv", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
            "lab.pattern_model", "lab.hybrid_models", "lab.long_context"]
 
 
@@ -193,6 +193,15 @@ def _specs_core() -> None:
     spec("score_mods.sink_flash_cpu", lambda **a: sm.sink_flash_cpu(**a), q=ten(qh), k=ten(qh), v=ten(qh), sinks=ten(torch.zeros(2)), is_causal=FLAG, mask=ten(torch.ones(3, 3, dtype=torch.bool), optional=True, rank=False),
          scale=Arg("positive", 0.5))
     spec("score_mods.sinks_as_a_key", lambda **a: sm.sinks_as_a_key(**a), q=ten(q4), k=ten(kv4), v=ten(kv4), mask=ten(keep, optional=True, rank=False), sinks=ten(sinks))
+    spec("score_mods.merge_states", lambda **a: sm.merge_states(**a), states=obj([(r(2, 3), r(2)), (r(2, 3), r(2))]))
+
+    import lessons_src.split_kv as sk
+
+    spec("split_kv.split_bounds", lambda **a: sk.split_bounds(**a), S=size0(8), split_size=size(2))
+    spec("split_kv.split_kv_attention", lambda **a: sk.split_kv_attention(**a), q=ten(q4), k=ten(kv4), v=ten(kv4), split_size=size(2), is_causal=FLAG_F,
+         scale=SCALE, score_mods=obj(sm.SoftCap(5.0), optional=True))
+    spec("split_kv.shared_prefix_attention", lambda **a: sk.shared_prefix_attention(**a), q=ten(q4), prefix_k=ten(kv4[:1]), prefix_v=ten(kv4[:1]), k=ten(kv4), v=ten(kv4),
+         is_causal=FLAG, scale=SCALE, score_mods=obj(sm.SoftCap(5.0), optional=True))
 
     spec("rope.RopeScaling", lambda **a: rp.rope_cos_sin(torch.arange(3), 4, scaling=rp.RopeScaling(**a)), inv_freq=ten(rp.rope_frequencies(4)), attention_factor=Arg("positive", 1.0))
     cos, sin = rp.rope_cos_sin(torch.arange(3), 4)
@@ -341,6 +350,11 @@ NOT_CHECKED.update({
     "lab.long_context.SENTENCES": "a tuple of sentences", "lab.long_context.read_indexer_log": "takes no argument",
     "lab.long_context.TopKResult": "a record a function fills with its results",
     "triton_flash.INTERPRETED": "a bool read from the environment",
+    "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/test_bad_inputs.py)",
+    "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/test_bad_inputs.py)",
+    "split_kv.split_kv_attention.attn_mask": "attention()'s mask, checked by prepare_mask (tests/test_masks.py)",
+    "split_kv.split_kv_attention.implementation": "attention()'s check_implementation (tests/test_attention_interface.py)",
+    "split_kv.shared_prefix_attention.implementation": "attention()'s check_implementation (tests/test_attention_interface.py)",
 })
 
 

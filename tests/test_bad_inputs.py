@@ -86,12 +86,14 @@ from lessons_src.score_mods import (
     check_score_mods,
     check_sinks,
     check_softcap,
+    merge_states,
     score_mod_arguments,
     sdpa_with_sinks,
     sink_flash_cpu,
     sinks_as_a_key,
     soft_cap,
 )
+from lessons_src.split_kv import shared_prefix_attention, split_bounds, split_kv_attention
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -541,6 +543,46 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"sink_flash_cpu runs torch's CPU flash kernel: float32 or float64 .* got q \(1, 2, 3, 4\) torch.float16"),
     ("sink_flash_cpu", "shape", lambda: sink_flash_cpu(torch.ones(1, 2, 3, 4), torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4),
      torch.zeros(2), is_causal=False, mask=None, scale=0.5), ValueError, r"one KV head per query head"),
+    # attention states and the pieces of a cache they merge (issue 81)
+    ("merge_states", "type", lambda: merge_states(torch.zeros(2, 3)), TypeError,  # type: ignore[arg-type]
+     r"states must be a non-empty list of \(output, lse\) pairs of tensors; got Tensor"),
+    ("merge_states", "value", lambda: merge_states([]), TypeError, r"states must be a non-empty list"),
+    ("merge_states", "type", lambda: merge_states([(torch.zeros(2, 3), [0.0, 0.0])]), TypeError,  # type: ignore[list-item]
+     r"states\[0\] lse must be a torch.Tensor \(\.\.\.\); got list"),
+    ("merge_states", "shape", lambda: merge_states([(torch.zeros(2, 3), torch.zeros(3))]), ValueError,
+     r"states\[0\] needs output \(\.\.\., Ev\) and lse \(\.\.\.\) on one device; got output \(2, 3\)"),
+    ("merge_states", "dtype", lambda: merge_states([(torch.zeros(2, 3), torch.zeros(2)), (torch.zeros(2, 3), torch.zeros(2).double())]),
+     ValueError, r"states\[1\] has output \(2, 3\) and lse \(2,\) torch.float64 .* every state must match"),
+    ("merge_states", "dtype", lambda: merge_states([(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2))]), ValueError,
+     r"states\[0\] output must have a floating dtype"),
+    ("merge_states", "device", lambda: merge_states([(torch.zeros(2, 3), torch.zeros(2, device=META))]), ValueError,
+     r"on one device; got output \(2, 3\) on cpu, lse \(2,\) on meta"),
+    ("split_bounds", "value", lambda: split_bounds(8, split_size=2, num_splits=2), ValueError,
+     r"give exactly one of split_size and num_splits; got split_size=2, num_splits=2"),
+    ("split_bounds", "type", lambda: split_bounds(8, split_size=2.0), TypeError, r"split_size must be an int"),  # type: ignore[arg-type]
+    ("split_bounds", "value", lambda: split_bounds(8, num_splits=0), ValueError, r"num_splits must be at least 1"),
+    ("split_kv_attention", "value", lambda: split_kv_attention(Q, KV, KV, split_size=2, implementation="sdpa"), ValueError,
+     r"implementation='sdpa' cannot return the log-sum-exp .*'eager'.*'tiled'"),
+    ("split_kv_attention", "value", lambda: split_kv_attention(Q, KV, KV), ValueError, r"give exactly one of split_size"),
+    ("split_kv_attention", "shape", lambda: split_kv_attention(Q, KV[0], KV[0], split_size=2), ValueError, r"q, k, v must be 4-D"),
+    ("split_kv_attention", "dtype", lambda: split_kv_attention(Q, KV.double(), KV.double(), split_size=2), ValueError,
+     r"q, k, v must share one floating dtype"),
+    ("split_kv_attention", "device", lambda: split_kv_attention(Q, KV.to(META), KV.to(META), split_size=2), ValueError,
+     r"q, k, v must be on one device"),
+    ("split_kv_attention", "type", lambda: split_kv_attention(Q, KV, KV, split_size=2, score_mods="cap"), TypeError,  # type: ignore[arg-type]
+     r"score_mods must be SoftCap\(cap\), Sinks\(logits\)"),
+    ("shared_prefix_attention", "shape", lambda: shared_prefix_attention(Q, KV.expand(2, 1, 5, 4), KV.expand(2, 1, 5, 4), KV, KV),
+     ValueError, r"prefix_k and prefix_v must be one copy \(1, K, P, E\) .* got prefix_k \(2, 1, 5, 4\)"),
+    ("shared_prefix_attention", "shape", lambda: shared_prefix_attention(Q, KV, KV, KV[:, :, :2], KV[:, :, :2]), ValueError,
+     r"with is_causal each request's T=3 queries must be among its own S=2 keys"),
+    ("shared_prefix_attention", "value", lambda: shared_prefix_attention(Q, KV, KV, KV, KV, implementation="sdpa"), ValueError,
+     r"cannot return the log-sum-exp"),
+    ("shared_prefix_attention", "type", lambda: shared_prefix_attention(Q, KV, KV, KV, KV, is_causal=1), TypeError,  # type: ignore[arg-type]
+     r"is_causal must be True or False"),
+    ("shared_prefix_attention", "dtype", lambda: shared_prefix_attention(Q, KV.double(), KV.double(), KV, KV), ValueError,
+     r"q, k, v must share one floating dtype"),
+    ("shared_prefix_attention", "device", lambda: shared_prefix_attention(Q, KV.to(META), KV.to(META), KV, KV), ValueError,
+     r"q, k, v must be on one device"),
 ]
 
 
@@ -569,9 +611,9 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import masks, rope
 
     public |= set(rope.__all__) | set(masks.__all__)
-    from lessons_src import flex, score_mods
+    from lessons_src import flex, score_mods, split_kv
 
-    public |= set(score_mods.__all__) | set(flex.__all__)
+    public |= set(score_mods.__all__) | set(flex.__all__) | set(split_kv.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}
@@ -628,6 +670,8 @@ def _size_calls() -> list[tuple[str, int, Callable[[object], object]]]:
         ("num_kv_heads", 2, lambda n: pool_kv_heads(torch.randn(16, 4), 4, n)),  # type: ignore[arg-type]
         ("num_kv_heads", 2, lambda n: mha_to_gqa(MultiHeadAttention(16, 4), n)),  # type: ignore[arg-type]
         ("dim", 4, lambda n: rope_cos_sin(torch.arange(3), n)),  # type: ignore[arg-type]
+        ("split_size", 2, lambda n: split_kv_attention(_q, _kv, _kv, split_size=n)),  # type: ignore[arg-type]
+        ("num_splits", 2, lambda n: split_bounds(4, num_splits=n)),  # type: ignore[arg-type]
     ]
 
 

@@ -148,6 +148,7 @@ def _on_meta() -> dict[str, object]:
     import lessons_src.rope as rp
     import lessons_src.score_mods as sm
     import lessons_src.sparse_selection as ss
+    import lessons_src.split_kv as sk
 
     q, kv, b = _meta(1, 4, 3, 8), _meta(1, 2, 5, 8), torch.bool
     keep = torch.empty(3, 5, dtype=b, device=META)
@@ -179,6 +180,14 @@ def _on_meta() -> dict[str, object]:
         "score_mods.sdpa_with_sinks": lambda: [sm.sdpa_with_sinks(q, kv, kv, _meta(4), mask=m, is_causal=c, scale=0.5)
                                                for m, c in ((None, True), (keep, False))],
         "score_mods.sinks_as_a_key": lambda: [sm.sinks_as_a_key(q, kv, kv, m, _meta(4)) for m in (None, keep)],
+        "score_mods.merge_states": lambda: sm.merge_states([(_meta(1, 4, 3, 8), _meta(1, 4, 3))] * 3),
+        "split_kv.split_kv_attention": lambda: [
+            sk.split_kv_attention(q, kv, kv, split_size=2, attn_mask=m, is_causal=True, implementation=impl,
+                                  score_mods=sm.Sinks(_meta(4)))
+            for impl in ("eager", "tiled") for m in (None, mk.sliding_window(2))] + [
+            sk.split_kv_attention(q, kv[:, :, :0], kv[:, :, :0], num_splits=2)],  # no cached key: the empty state
+        "split_kv.shared_prefix_attention": lambda: sk.shared_prefix_attention(
+            q, _meta(1, 2, 4, 8), _meta(1, 2, 4, 8), kv, kv, score_mods=sm.Sinks(_meta(4))),
         "mechanisms.PerHeadRMSNorm": lambda: [*mc.PerHeadRMSNorm(8, offset=1.0).to(META)(q, kv),
                                               mc.PerHeadRMSNorm(8, keys=False).to(META)(q, None)[0]],
         "mechanisms.ValueRMSNorm": lambda: mc.ValueRMSNorm()(kv),
@@ -314,6 +323,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "ring.RingStep": "a record of ints and strings",
     "ring.RingResult": "a record of the ranks' tensors",
     "ring.sequence_chunks": "arithmetic on ints",
+    "split_kv.split_bounds": "arithmetic on ints",
     "parallel.TPPlan": "a record of ints",
     "parallel.tp_plan": "arithmetic on ints",
     "parallel.valid_tp_degrees": "arithmetic on ints",
