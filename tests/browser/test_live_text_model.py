@@ -285,12 +285,12 @@ def test_bad_input_gets_a_message(live: Any) -> None:
 
 
 def test_the_script_loads_only_where_shown_and_after_instant_navigation(page: Any, server: str) -> None:
-    """widget-scripts.js loads the live models' scripts on their pages only: the home page fetches neither; a
-    click on the home page's link to this page (Material's instant navigation, no full load) brings the
-    widget up all the same, drawn and answering."""
+    """widget-scripts.js loads the live models' scripts on their pages only: a lesson that links this page
+    (choosing-keys) fetches neither; a click on its link (Material's instant navigation, no full load) brings the
+    widget up all the same, drawn and answering. (The home page now links each section's first page only.)"""
     fetched: list[str] = []
     page.on("request", lambda r: fetched.append(r.url))
-    goto(page, server)
+    goto(page, server + "lessons/choosing-keys/")
     assert [u for u in fetched if u.endswith(("live-model.js", "live-text-model.js"))] == []
     page.evaluate("() => { window.__sameDocument = true; }")  # gone if the click caused a full load
     page.locator(f'article a[href$="{PATH}"]').first.click()
