@@ -192,3 +192,9 @@ def test_each_core_code_page_names_the_files_a_copier_needs() -> None:
         if not paragraph or named != closure(module) or not (closure(module) or needs_only_torch):
             wrong[module] = f"names {sorted(named)}, needs {sorted(closure(module))}: {paragraph[:120]!r}"
     assert wrong == {}
+
+
+def test_the_package_docstring_names_every_core_file() -> None:
+    """lessons_src's docstring is the core's map, by role: every core file is on it, and nothing that is not one."""
+    named = set(re.findall(r"``(\w+)\.py``", lessons_src.__doc__ or ""))
+    assert named == set(CORE), f"missing {sorted(set(CORE) - named)}, not core files {sorted(named - set(CORE))}"
