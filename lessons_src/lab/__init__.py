@@ -21,6 +21,7 @@ the same from a wheel as from a checkout:
   one-vs-many-heads sweep, the linear, hybrid and attention models' copy accuracy, MiniLM's head ablations), and
   the decode benchmark's report (``tools/bench/bench_decode.py``), which the lessons' shown blocks read;
 * ``data/model_configs.json``: published attention configurations with their sources;
+* ``data/gpus.json``: a few GPUs' published FLOP rates and memory bandwidths, each with its data sheet;
 * ``data/course_text.txt``: the course's own prose, the text model's corpus (``tools/train/text_corpus.py``).
 
 >>> sorted(ARTIFACT_FILES)[:2]
@@ -72,7 +73,7 @@ ARTIFACT_FILES = (
 )
 """Every committed artifact the package loads (a test loads each from an installed wheel)."""
 
-DATA_FILES = ("course_text.txt", "model_configs.json")
+DATA_FILES = ("course_text.txt", "gpus.json", "model_configs.json")
 """Every data file the package loads."""
 
 
