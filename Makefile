@@ -221,6 +221,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_long_context.py
 	$(BIN)/python tools/bench/bench_flex.py
 	$(BIN)/python tools/bench/bench_sparse.py
+	$(BIN)/python tools/bench/bench_roofline.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
