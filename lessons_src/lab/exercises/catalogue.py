@@ -276,6 +276,12 @@ def _flex_sink_cases() -> list[Case]:
     return out
 
 
+def _intensity_cases() -> list[Case]:
+    sizes = [(2, 8, 2, 4, 5, 2), (1, 6, 3, 8, 7, 4), (3, 4, 4, 2, 3, 2)]  # n_rep 4, then 2, then MHA (n_rep 1)
+    return [Case(f"batch={B}, num_heads={H}, num_kv_heads={K}, head_dim={E}, cached={S}, bytes_per_number={b}",
+                 (B, H, K, E, S, b)) for B, H, K, E, S, b in sizes]
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 EXERCISES: dict[str, Exercise] = {
@@ -470,6 +476,18 @@ EXERCISES: dict[str, Exercise] = {
              "With the sink the normaliser's log is `torch.logaddexp(lse, sink)`; every weight `exp(s - lse)` becomes "
              "`exp(s - lse_all)`, so multiply `out` by `exp(lse - lse_all)` (one number per query)."),
             _flex_sink_cases, ("lessons_src.flex.flex_attend",),
+        ),
+        Exercise(
+            "gqa_decode_intensity", "The arithmetic intensity of a GQA decoding step",
+            Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
+                 "Why decoding waits on memory: one decoding step, counted"),
+            ("FLOPs: every query head does `cached * head_dim` multiply-adds for its scores and as many for its "
+             "weighted sum, for each of the `batch` sequences; a multiply-add is 2 FLOPs.",
+             "Bytes: the cache holds `num_kv_heads` heads of keys and as many of values, `cached` positions of "
+             "`head_dim` numbers each, per sequence. A group's query heads share what their KV head read.",
+             "`intensity = flops / bytes`: `2 * num_heads / (num_kv_heads * bytes_per_number)`, whatever the "
+             "batch and the cache length."),
+            _intensity_cases,
         ),
     )
 }

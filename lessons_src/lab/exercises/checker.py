@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import json
 import linecache
+import math
 import re
 import sys
 import textwrap
@@ -385,6 +386,10 @@ def _difference(got: Any, want: Any) -> tuple[str, str] | None:
         if isinstance(got, bool) or not isinstance(got, int):
             return "type", f"is a {type(got).__name__} ({got!r}), expected an int"
         return None if got == want else ("values", f"is {got:,}, expected {want:,}")
+    if isinstance(want, float):
+        if isinstance(got, bool) or not isinstance(got, int | float):
+            return "type", f"is a {type(got).__name__} ({got!r}), expected a float"
+        return None if math.isclose(got, want, rel_tol=RTOL) else ("values", f"is {got:.6g}, expected {want:.6g}")
     return None if got == want else ("values", f"is {got!r}, expected {want!r}")
 
 
@@ -421,6 +426,8 @@ def _same(a: Any, b: Any) -> bool:
         return bool(torch.isclose(a.detach(), b.detach(), rtol=RTOL, atol=ATOL, equal_nan=True).all())
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=RTOL)
     return type(a) is type(b) and bool(a == b)
 
 

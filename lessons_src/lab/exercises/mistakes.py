@@ -74,6 +74,8 @@ _OTHER_PIECES = Link(_READING, "where-the-other-pieces-go",
 _SCALE_ANCHOR = "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k"
 _SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_model")
 _SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
+_STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
+                     "Why decoding waits on memory: one decoding step, counted")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -272,6 +274,26 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "is not the row's softmax. Apply it after the kernel, with the log-sum-exp FlexAttention returns.",
             Link("lessons/mask-is-a-function.md", "score-changes-and-the-sink-that-is-not-one",
                  "A mask is a function: the sink that is not one"),
+        ),
+        Misconception(
+            "kv_read_per_query_head", "K and V read once per query head",
+            "In GQA the n_rep query heads of a group share one KV head: a decoding step reads each cached key and "
+            "value once per KV head, and every query head of the group uses what was read. Counting a read per "
+            "query head gives MHA's bytes and hides the very thing GQA saves.",
+            _STEP_COUNTED,
+        ),
+        Misconception(
+            "forgot_v", "the values forgotten",
+            "A decoding step reads both halves of the cache: the keys for the scores, then the values for the "
+            "weighted sum, as many numbers again, with as many multiply-adds.",
+            _STEP_COUNTED,
+        ),
+        Misconception(
+            "mac_as_one_flop", "a multiply-add counted as one FLOP",
+            "FLOP counts (PyTorch's FlopCounterMode, the GPUs' data sheets) count a multiply and an add as two "
+            "FLOPs: a product of an (m, k) and a (k, n) matrix is 2 m k n FLOPs. Count one per multiply-add and "
+            "every intensity you compare with a machine's ratio is half what it should be.",
+            _STEP_COUNTED,
         ),
     )
 }
@@ -569,6 +591,26 @@ def _no_relu(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
     return _pick(per_head.sum(dim=1), top_k, visible)[:, None]
 
 
+def _intensity(flops: int, read: int) -> dict[str, float]:
+    return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def _intensity_per_query_head(B: int, H: int, K: int, E: int, S: int, b: int) -> dict[str, float]:
+    return _intensity(4 * B * H * S * E, 2 * B * H * S * E * b)  # K and V counted for every query head
+
+
+def _intensity_no_v_bytes(B: int, H: int, K: int, E: int, S: int, b: int) -> dict[str, float]:
+    return _intensity(4 * B * H * S * E, B * K * S * E * b)  # the keys' bytes alone
+
+
+def _intensity_no_v(B: int, H: int, K: int, E: int, S: int, b: int) -> dict[str, float]:
+    return _intensity(2 * B * H * S * E, B * K * S * E * b)  # the scores alone, and the keys alone
+
+
+def _intensity_mac_one_flop(B: int, H: int, K: int, E: int, S: int, b: int) -> dict[str, float]:
+    return _intensity(2 * B * H * S * E, 2 * B * K * S * E * b)  # 1 FLOP per multiply-add
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -737,5 +779,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("flex_sink_attention", "sink_normalised_per_score", "sink_in_scores",
             "turned each score into `sigmoid(score - sinks[h])` in a `score_mod` (each score against the sink "
             "alone, as `transformers` once did), which FlexAttention then softmaxes again", _sink_normalised_per_score),
+    Variant("gqa_decode_intensity", "intensity_per_query_head", "kv_read_per_query_head",
+            "counted the keys and values read once per query head (`num_heads`) instead of once per KV head",
+            _intensity_per_query_head),
+    Variant("gqa_decode_intensity", "intensity_no_v_bytes", "forgot_v",
+            "counted the values' multiply-adds but not their bytes: only the keys were read", _intensity_no_v_bytes),
+    Variant("gqa_decode_intensity", "intensity_no_v", "forgot_v",
+            "left the values out: the scores' FLOPs and the keys' bytes alone", _intensity_no_v),
+    Variant("gqa_decode_intensity", "intensity_mac_one_flop", "mac_as_one_flop",
+            "counted each multiply-add as one FLOP", _intensity_mac_one_flop),
     *_SCALE_VARIANTS,
 )

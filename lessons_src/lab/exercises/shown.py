@@ -23,6 +23,7 @@ __all__ = [
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
+    "gqa_decode_intensity",
     "indexer_top_k",
     "masked_softmax",
     "merge_heads",
@@ -206,3 +207,13 @@ def delta_rule_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b
     S = S + k[..., :, None] * write[..., None, :]  # (B, H, Dk, Dv): written under the key
     state.copy_(S)  # in place: the caller keeps it for the next token
     return torch.einsum("bhkv,bhk->bhv", S, q)  # (B, H, Dv): the query reads the new state
+
+
+def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim: int, cached: int,
+                         bytes_per_number: int) -> dict[str, float]:
+    # every query head: `cached` scores of `head_dim` multiply-adds, then a weighted sum of as many values;
+    # two products, 2 FLOPs per multiply-add
+    flops = 2 * 2 * batch * num_heads * cached * head_dim
+    # the keys and the values of each KV head, read once for the whole group of query heads that share them
+    read = 2 * batch * num_kv_heads * cached * head_dim * bytes_per_number
+    return {"flops": flops, "bytes": read, "intensity": flops / read}

@@ -25,6 +25,7 @@ from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
 from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
+from ..roofline import count_flops
 
 __all__ = [
     "absorb_query",
@@ -37,6 +38,7 @@ __all__ = [
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
+    "gqa_decode_intensity",
     "indexer_top_k",
     "masked_softmax",
     "merge_heads",
@@ -173,3 +175,14 @@ def causal_mask_mod(q_idx: Tensor, kv_idx: Tensor, T: int, S: int) -> Tensor:
 
 def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tensor:
     return flex_attend(q, k, v, sinks=sinks)  # lessons_src.flex: the sink through the returned log-sum-exp
+
+
+def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim: int, cached: int,
+                         bytes_per_number: int) -> dict[str, float]:
+    dtype = {2: torch.bfloat16, 4: torch.float32}[bytes_per_number]
+    with torch.device("meta"):  # shapes only: PyTorch counts the products without computing them
+        q = torch.empty(batch, num_heads, 1, head_dim, dtype=dtype)  # (B, H, 1, E): one new token
+        k, v = (torch.empty(batch, num_kv_heads, cached, head_dim, dtype=dtype) for _ in range(2))  # (B, K, S, E)
+        flops, _ = count_flops(lambda: attention(q, k, v, implementation="eager"))  # FlopCounterMode
+    read = k.nbytes + v.nbytes
+    return {"flops": flops, "bytes": read, "intensity": flops / read}

@@ -287,3 +287,19 @@ def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tenso
         q, k, v: ``(B, H, T, E)``, sinks: ``(H,)``; output: ``(B, H, T, E)``.
     """
     raise NotImplementedError
+
+
+def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim: int, cached: int,
+                         bytes_per_number: int) -> dict[str, float]:
+    """The arithmetic intensity of one GQA decoding step's attention: FLOPs per byte read from the cache.
+
+    Each of the ``batch`` sequences has one new query per query head; each query head scores the ``cached`` keys
+    of its group's KV head (size ``head_dim``) and takes the weighted sum of as many values. Count as PyTorch's
+    ``FlopCounterMode`` and the GPUs' data sheets do: the two matrix products only (softmax, scaling and masking
+    count 0), 2 FLOPs per multiply-add. Count the bytes of the cached keys and values the step reads
+    (``bytes_per_number`` each), read once per KV head; leave out the weights, the query and the output.
+
+    Returns:
+        ``{"flops": ..., "bytes": ..., "intensity": ...}``: two ints, and FLOPs / bytes as a float.
+    """
+    raise NotImplementedError
