@@ -277,7 +277,7 @@ def ridge_figure(points: Mapping[str, tuple[float, float | None]], machines: Map
 
     Args:
         points: ``variant -> (decode intensity, prefill intensity or None)``, top row first.
-        machines: ``name -> ridge`` in FLOPs per byte.
+        machines: ``name -> ridge`` in FLOPs per byte (the legend names each line by its machine).
         size: the figure's size in inches; font: its type size in points.
     """
     from .plotting import figure
@@ -292,7 +292,7 @@ def ridge_figure(points: Mapping[str, tuple[float, float | None]], machines: Map
                label="prefill", zorder=3)
     styles = ["-", "--", "-.", ":"]
     for i, (machine, ridge) in enumerate(machines.items()):
-        ax.axvline(ridge, color="0.35", linestyle=styles[i % len(styles)], linewidth=1.2, label=f"{machine} ridge")
+        ax.axvline(ridge, color="0.35", linestyle=styles[i % len(styles)], linewidth=1.2, label=machine)
     ax.set_xscale("log")
     ax.set_yticks(list(ys), labels=names)
     ax.set_ylim(0.4, len(names) + 0.6)
