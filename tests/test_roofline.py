@@ -41,7 +41,7 @@ def test_a_formula_missing_a_term_fails() -> None:
     assert _without(formula("GQA-2", s, S), seq_bytes=K * S * E * b) != gqa  # values not read
     assert _without(formula("MLA naive", s, S), flops=4 * S * C * H * E) != naive  # cache not up-projected
     with pytest.raises(ValueError, match="prefill is counted for"):
-        counted("DSA", s, S, prefill=True)
+        counted("V3.2 top-k", s, S, prefill=True)
     with pytest.raises(ValueError, match="unknown variant"):
         formula("GQA-x", s, S)
 

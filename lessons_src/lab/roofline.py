@@ -59,9 +59,12 @@ __all__ = [
     "ridge_figure",
 ]
 
-VARIANTS = ("MHA", "GQA-8", "GQA-2", "MQA", "GQA-8 window", "MLA naive", "MLA absorbed", "DSA")
+VARIANTS = ("MHA", "GQA-8", "GQA-2", "MQA", "GQA-8 window", "MLA naive", "MLA absorbed", "V3.2 top-k")
 """The lesson's variants: ``GQA-<K>`` has ``K`` KV heads; ``<variant> window`` caches its last ``window``
-positions; ``DSA`` is absorbed MLA over the ``top_k`` rows a lightning indexer picks (DeepSeek-V3.2)."""
+positions; ``V3.2 top-k`` is absorbed MLA over the ``top_k`` rows a lightning indexer picks (DeepSeek-V3.2's sparse
+attention, DSA)."""
+
+TOP_K = VARIANTS[-1]
 
 PREFILL_VARIANTS = ("MHA", "GQA-8", "GQA-2", "MQA", "MLA naive", "MLA absorbed")
 """The variants whose prefill :func:`counted` runs (a window's or a selection's prefill, in the course's eager code,
@@ -180,9 +183,9 @@ def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
             dtype: torch.dtype = torch.bfloat16) -> Cost:
     """One step of one sequence through the course's layer ``name``, counted on the ``meta`` device.
 
-    Decoding (default): one new token after ``context - 1`` cached ones (a window keeps ``window`` positions, DSA
-    attends to ``top_k`` latent rows and its indexer scores all ``context`` keys). Prefill: ``context`` tokens into
-    an empty cache, causal (the eager code computes every score of the square, then masks half of them).
+    Decoding (default): one new token after ``context - 1`` cached ones (a window keeps ``window`` positions, the
+    top-k step attends to ``top_k`` latent rows and its indexer scores all ``context`` keys). Prefill: ``context``
+    tokens into an empty cache, causal (the eager code computes every score of the square, then masks half).
 
     Raises:
         ValueError: an unknown variant, or a prefill of one not in :data:`PREFILL_VARIANTS`.
@@ -194,16 +197,16 @@ def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
     with torch.device("meta"):
         x = torch.empty(1, new, D, dtype=dtype)
         extra: list[torch.Tensor] = []
-        if name.startswith(("MLA", "DSA")):
+        if name.startswith("MLA") or name == TOP_K:
             layer: torch.nn.Module = MultiHeadLatentAttention(D, H, kv_latent_dim=C, rope_dim=R, head_dim=E).to(dtype)
-            held = min(context, sizes.top_k) if name == "DSA" else context
+            held = min(context, sizes.top_k) if name == TOP_K else context
             latent = LatentCache(1, C, R, held, dtype=dtype, device="meta")
             if not prefill and held > 1:
                 latent.update(torch.empty(1, held - 1, C, dtype=dtype), torch.empty(1, held - 1, R, dtype=dtype))
             cache: KVCache | LatentCache = latent
             mode = "naive" if name == "MLA naive" else "absorbed"
             steps: list[Callable[[], Any]] = [lambda: layer(x, cache=latent, mode=mode)]
-            if name == "DSA":  # the indexer: its queries against every cached position's key
+            if name == TOP_K:  # the indexer: its queries against every cached position's key
                 Hi, Di = sizes.indexer_heads, sizes.indexer_dim
                 keys = torch.empty(1, context, Di, dtype=dtype)
                 q, w = torch.empty(1, Hi, 1, Di, dtype=dtype), torch.empty(1, Hi, 1, dtype=dtype)
@@ -238,21 +241,21 @@ def formula(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
     ``2 P T + 4 H T S (C + R)``: the course's code uses the whole cached row ``[latent | rope key]`` as the value
     and drops its last ``R`` columns after. Naive: ``2 (P - 2 C H E) T + 4 S C H E + 4 H T S (E + R)``: every
     cached latent up-projected to keys and values (``2 C H E`` multiply-adds a row), values padded to the keys'
-    width ``E + R``. Per sequence ``S (C + R) + 2 T D`` numbers. DSA: absorbed over ``top_k`` rows, plus the
+    width ``E + R``. Per sequence ``S (C + R) + 2 T D`` numbers. Top-k: absorbed over ``top_k`` rows, plus the
     indexer's ``2 Hi (Di + 1) S`` FLOPs and its ``S Di`` cached key numbers.
     """
     if prefill and name not in PREFILL_VARIANTS:
         raise ValueError(f"prefill is counted for {', '.join(PREFILL_VARIANTS)}; got {name!r}")
     D, H, E, C, R = sizes.d_model, sizes.num_heads, sizes.E, sizes.kv_latent_dim, sizes.rope_dim
     T, S, b = (context if prefill else 1), context, bytes_per_number
-    if name.startswith(("MLA", "DSA")):
+    if name.startswith("MLA") or name == TOP_K:
         P = D * H * (E + R) + D * (C + R) + 2 * C * H * E + H * E * D
         if name == "MLA naive":
             flops = 2 * (P - 2 * C * H * E) * T + 4 * S * C * H * E + 4 * H * T * S * (E + R)
             numbers = S * (C + R) + 2 * T * D
         elif name == "MLA absorbed":
             flops, numbers = 2 * P * T + 4 * H * T * S * (C + R), S * (C + R) + 2 * T * D
-        elif name == "DSA":
+        elif name == TOP_K:
             k, Hi, Di = min(S, sizes.top_k), sizes.indexer_heads, sizes.indexer_dim
             flops = 2 * P + 4 * H * k * (C + R) + 2 * Hi * (Di + 1) * S
             numbers = k * (C + R) + S * Di + 2 * D
