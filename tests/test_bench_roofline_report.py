@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+from bench_roofline import COPY_MIB, MATMUL_N, REPEATS  # tools/bench, on pytest's pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "_data" / "bench" / "roofline.json"
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
-from bench_roofline import COPY_MIB, MATMUL_N, REPEATS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
