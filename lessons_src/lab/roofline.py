@@ -269,6 +269,13 @@ def formula(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
     return Cost(flops=flops, weight_bytes=P * b, seq_bytes=numbers * b)
 
 
+def _decade(d: int) -> str:
+    """``10**d`` as plain text: 0.1, 1, 10, 100, 1K, 10K, 100K, 1M."""
+    if d < 0:
+        return f"{10.0**d:g}"
+    return f"{10**d // 1000**(d // 3)}" + ("", "K", "M", "G")[d // 3]
+
+
 def ridge_figure(points: Mapping[str, tuple[float, float | None]], machines: Mapping[str, float], *,
                  size: tuple[float, float], font: float) -> Figure:
     """Each variant's decoding and prefill intensity on a log axis, against each machine's ridge.
@@ -297,6 +304,12 @@ def ridge_figure(points: Mapping[str, tuple[float, float | None]], machines: Map
     for i, (machine, ridge) in enumerate(machines.items()):
         ax.axvline(ridge, color="0.35", linestyle=styles[i % len(styles)], linewidth=1.2, label=machine)
     ax.set_xscale("log")
+    values = [v for pair in points.values() for v in pair if v is not None] + list(machines.values())
+    low, high = min(values) / 2, max(values) * 2
+    decades = range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)
+    ax.set_xticks([10.0**d for d in decades], labels=[_decade(d) for d in decades])  # plain type, no superscripts
+    ax.set_xlim(low, high)
+    ax.minorticks_off()
     ax.set_yticks(list(ys), labels=names)
     ax.set_ylim(0.4, len(names) + 0.6)
     ax.set_xlabel("FLOPs per byte (log scale)", fontsize=font)
