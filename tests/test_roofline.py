@@ -26,6 +26,13 @@ def test_counted_equals_the_formula(name: str, prefill: bool) -> None:
     assert counted(name, prefill=prefill) == formula(name, prefill=prefill)
 
 
+@pytest.mark.parametrize("name", ["MLA naive", "MLA absorbed", "V3.2 top-k"])
+def test_counted_equals_the_formula_with_heads_wider_than_d_model_over_h(name: str) -> None:
+    """DeepSeek-V3's 128 heads of 128 in a 7,168-wide model (the lesson's exercise)."""
+    v3 = Sizes(d_model=7168, num_heads=128, head_dim=128)
+    assert counted(name, v3, 4096) == formula(name, v3, 4096)
+
+
 def _without(cost: Cost, flops: int = 0, seq_bytes: int = 0) -> Cost:
     return dataclasses.replace(cost, flops=cost.flops - flops, seq_bytes=cost.seq_bytes - seq_bytes)
 

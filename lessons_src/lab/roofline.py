@@ -223,7 +223,9 @@ def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
                 kv.update(*(torch.empty(1, K, held - 1, E, dtype=dtype) for _ in range(2)))
             cache = kv
             steps = [lambda: layer(x, cache=kv, is_causal=True)]
-        flops, outputs = count_flops(lambda: [step() for step in steps])
+    # run outside the device context: every tensor is on meta already, and ops under the context cost an import
+    # of torch._dynamo (about 2 CPU seconds) the first time
+    flops, outputs = count_flops(lambda: [step() for step in steps])
     weights = sum(p.nbytes for p in layer.parameters())
     seq = cache.nbytes + x.nbytes + outputs[0].nbytes + sum(t.nbytes for t in extra)
     return Cost(flops=flops, weight_bytes=weights, seq_bytes=seq)
