@@ -62,6 +62,17 @@ def test_the_fused_cpu_kernel_counts_nothing_and_the_eager_path_counts_the_produ
     assert count_flops(lambda: attention(q, k, v, implementation="eager"))[0] == 2 * 2 * 4 * 16 * 8
 
 
+@pytest.mark.parametrize(("B", "H", "K", "E", "S"), [(2, 8, 2, 4, 5), (1, 6, 3, 8, 7), (3, 4, 4, 2, 3)])
+def test_the_exercises_answer_is_what_flopcountermode_counts(B: int, H: int, K: int, E: int, S: int) -> None:
+    """The intensity exercise's reference (lessons_src.lab.exercises.solutions) against PyTorch's counter."""
+    from lessons_src.lab.exercises.solutions import gqa_decode_intensity
+
+    q, k, v = torch.randn(B, H, 1, E), torch.randn(B, K, S, E), torch.randn(B, K, S, E)
+    answer = gqa_decode_intensity(B, H, K, E, S, 4)
+    assert answer["flops"] == count_flops(lambda: attention(q, k, v, implementation="eager"))[0]
+    assert answer["bytes"] == k.nbytes + v.nbytes and answer["intensity"] == answer["flops"] / answer["bytes"]
+
+
 @pytest.mark.parametrize("ridge", [1.0, 4.5, 153.0, 295.2])
 def test_batch_to_reach_is_the_first_batch_at_the_ridge(ridge: float) -> None:
     costs = (Cost(flops=600, weight_bytes=1000, seq_bytes=2), counted("MQA", TINY, 4), counted("MLA naive", TINY, 40))

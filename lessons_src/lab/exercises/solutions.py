@@ -25,7 +25,6 @@ from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
 from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
-from ..roofline import count_flops
 
 __all__ = [
     "absorb_query",
@@ -179,10 +178,10 @@ def flex_sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor) -> Tenso
 
 def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim: int, cached: int,
                          bytes_per_number: int) -> dict[str, float]:
-    dtype = {2: torch.bfloat16, 4: torch.float32}[bytes_per_number]
-    with torch.device("meta"):  # shapes only: PyTorch counts the products without computing them
-        q = torch.empty(batch, num_heads, 1, head_dim, dtype=dtype)  # (B, H, 1, E): one new token
-        k, v = (torch.empty(batch, num_kv_heads, cached, head_dim, dtype=dtype) for _ in range(2))  # (B, K, S, E)
-        flops, _ = count_flops(lambda: attention(q, k, v, implementation="eager"))  # FlopCounterMode
-    read = k.nbytes + v.nbytes
+    dtype = {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[bytes_per_number]
+    k, v = (torch.empty(batch, num_kv_heads, cached, head_dim, dtype=dtype, device="meta") for _ in range(2))
+    read = k.nbytes + v.nbytes  # the cache's keys and values, measured (meta: shapes only, nothing allocated)
+    # what FlopCounterMode counts for attention(q, k, v, implementation="eager") with one query per head
+    # (tests/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
+    flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
