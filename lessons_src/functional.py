@@ -299,6 +299,8 @@ def check_supports(implementation: str, **wanted: object) -> None:
     check_implementation(implementation)
     can = ATTENTION_SUPPORTS[implementation]
     for feature, given in wanted.items():
+        if feature not in _WHAT:
+            raise ValueError(f"{feature} is not a feature an implementation declares; the features are {sorted(_WHAT)}")
         if given is None or given is False or (isinstance(given, int | float) and given == 0):
             continue
         if not getattr(can, feature):
@@ -310,6 +312,8 @@ def check_supports(implementation: str, **wanted: object) -> None:
 
 def check_implementation(name: str) -> None:
     """Raise a ValueError naming ``name`` and the registered implementations unless it is one of them."""
+    if not isinstance(name, str):
+        raise TypeError(f"implementation must be a name (a str) in ATTENTION_FUNCTIONS; got {type(name).__name__}")
     if name not in ATTENTION_FUNCTIONS:
         raise ValueError(f"unknown attention implementation {name!r}; choose one of {sorted(ATTENTION_FUNCTIONS)}")
 

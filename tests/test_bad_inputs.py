@@ -33,7 +33,7 @@ from lessons_src import (
 from lessons_src.convert import expand_kv_heads, pool_kv_heads
 from lessons_src.flash import block_kind, count_rescales, softmax_statistics, tile_plan, tiled_attention_function
 from lessons_src.flex import block_mask, block_sparsity, flex_attend, soft_cap_mod
-from lessons_src.functional import attention, register_attention
+from lessons_src.functional import attention, check_implementation, check_supports, register_attention
 from lessons_src.kv_cache import ChunkedKVCache, RollingKVCache, kv_bytes_per_token, latent_bytes_per_token
 from lessons_src.masks import (
     CausalTiles,
@@ -169,6 +169,14 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("repeat_kv", "value", lambda: repeat_kv(KV, 0), ValueError, r"n_rep must be at least 1; got n_rep=0"),
     ("repeat_kv", "type", lambda: repeat_kv(KV, 1.5), TypeError, r"n_rep must be an int; got 1.5"),  # type: ignore[arg-type]
     ("repeat_kv", "shape", lambda: repeat_kv(KV[0], 2), ValueError, r"x must be \(B, K, S, E\); got shape \(1, 5, 4\)"),
+    ("check_implementation", "value", lambda: check_implementation("fast"), ValueError,
+     r"unknown attention implementation 'fast'; choose one of"),
+    ("check_implementation", "type", lambda: check_implementation(["sdpa"]), TypeError,  # type: ignore[arg-type]
+     r"implementation must be a name \(a str\) in ATTENTION_FUNCTIONS; got list"),
+    ("check_supports", "value", lambda: check_supports("sdpa", windw=3), ValueError,
+     r"windw is not a feature an implementation declares; the features are .*'softcap'"),
+    ("check_supports", "value", lambda: check_supports("sdpa", softcap=50.0), ValueError,
+     r"implementation='sdpa' cannot soft-cap the scores \(got softcap=50.0\); use one that can"),
     ("register_attention", "value", lambda: register_attention("", lambda *a, **k: None), ValueError,  # type: ignore[arg-type]
      r"non-empty name; got ''"),
     ("register_attention", "type", lambda: register_attention("x", "not callable"), TypeError,  # type: ignore[arg-type]
@@ -598,7 +606,7 @@ def test_every_public_function_of_the_core_is_covered() -> None:
 
     covered = {c[0].split(".")[0] for c in CASES}
     public = set(lessons_src.__all__) - {"__version__"}
-    public |= {"attention", "prepare_mask", "register_attention", "pool_kv_heads", "expand_kv_heads",
+    public |= {"attention", "prepare_mask", "register_attention", "check_implementation", "check_supports", "pool_kv_heads", "expand_kv_heads",
                "kv_bytes_per_token", "latent_bytes_per_token", "combine_masks", "rope_cos_sin"}
     from lessons_src import flash, paged_cache, parallel, ring
 
