@@ -18,6 +18,7 @@ letter) or everyday words are exempt, each on :data:`EXEMPT` with its reason. Th
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ def glossary_terms(path: Path = DOCS / "glossary.md") -> list[str]:
     section = text.split("\n## Words", 1)[1].split("\n## ", 1)[0]
     lines = [line[4:] if line.startswith("    ") else line for line in section.splitlines()[1:]]
     terms: list[str] = []
-    for line, below in zip(lines, lines[1:]):
+    for line, below in itertools.pairwise(lines):
         if line and not line[0].isspace() and not line.startswith(":") and below.startswith(":"):
             terms += [t.strip() for t in line.split(",") if t.strip()]
     return terms
