@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from hf_weights import copy_deepseek_weights
 
 from lessons_src.functional import attention
 from lessons_src.masks import causal_mask
@@ -189,7 +190,6 @@ def test_numpy_ints_and_a_top_k_above_the_keys_are_taken() -> None:
 def test_mla_over_the_indexers_pick_is_deepseek_v32s_attention() -> None:
     """DeepSeek-V3.2's attention layer (its indexer's pick, then MLA over it) and ours with its weights: the same
     output in both modes, not the dense one; and decoding the last token from a cache gives the full pass's row."""
-    from test_mla import copy_deepseek_weights
     from transformers import DeepseekV32Config
     from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
 

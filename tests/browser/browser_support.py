@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import html
 import http.server
 import json
 import os
@@ -299,6 +300,26 @@ def goto(page: Any, url: str) -> None:
 def reload(page: Any) -> None:
     page.reload(wait_until="load")
     settle(page)
+
+
+def open_by_navigation(page: Any, server: str, path: str) -> None:
+    """Open the home page, then click the nav link to `path`; assert the page was swapped in, not reloaded."""
+    goto(page, server)
+    page.evaluate("window.__not_reloaded = true")
+    target = server + path
+    links = page.locator("nav.md-nav--primary a.md-nav__link")
+    hrefs = links.evaluate_all("as => as.map(a => a.href)")
+    assert target in hrefs, f"no navigation link to {path} on the home page"
+    link = links.nth(hrefs.index(target))
+    link.scroll_into_view_if_needed()
+    title = re.search(r"<title>(.*?)</title>", page_file(path).read_text(encoding="utf-8"), re.S)
+    assert title is not None
+    link.click()
+    page.wait_for_url(target)
+    # The URL changes before the new content is swapped in; the title changes with the content.
+    page.wait_for_function("t => document.title === t", arg=html.unescape(title.group(1)))
+    settle(page)
+    assert page.evaluate("window.__not_reloaded === true"), "the navigation reloaded the page"
 
 
 def pages_with(marker: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from dev_loop_steps import INDEX, OTHER, PACKAGE
-from test_build_fails_loudly import build_env, run_python, write_project
+from tiny_project import build_env, run_python, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 
