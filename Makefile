@@ -115,7 +115,7 @@ test-reproducible: build-again ## Build the site again and compare it with site/
 	SITE_AGAIN=$(SITE_AGAIN) $(PYTEST) $(REPRODUCIBLE_TESTS) --list-checks=$(CHECKS)/reproducible.txt
 
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
-	$(BIN)/ruff check lessons_src tests tools
+	$(BIN)/ruff check conftest.py lessons_src tests tools
 	$(BIN)/mypy
 	$(BIN)/zizmor --offline --no-progress .github/workflows
 
@@ -202,7 +202,7 @@ $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	touch $@
 test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
 	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
-		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" \
+		lessons_src/triton_flash.py \
 		tests/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
 		--list-checks=$(CHECKS)/triton.txt
 

@@ -129,7 +129,7 @@ def test_core_file_runs_copied_with_at_most_three_siblings(module: str, tmp_path
     (pkg / "__init__.py").write_text("")
     for name in {module, *needed}:
         shutil.copy(PKG / f"{name}.py", pkg / f"{name}.py")
-    # python -c in a child forked from a parent that imported torch alone (tests/warm_python.py): 3 CPU-s less a file
+    # python -c in a child forked from a parent that imported torch alone (warm_python.py): 3 CPU-s less a file
     proc = warm_python.TORCH.run(["-c", f"import mycopy.{module} as m; print(sorted(m.__all__))"], cwd=tmp_path)
     if module in EXTRA_IMPORTS and importlib.util.find_spec("triton") is None:  # without its extra: says which
         assert proc.returncode == 1 and 'pip install "mha-computed[triton]"' in proc.stderr, proc.stderr

@@ -100,7 +100,7 @@ LOG_TOLERANCE = 5e-4
 def test_retraining_from_the_seed_reproduces_the_logged_losses(tmp_path: Path) -> None:
     """The training script, run from its seed, logs the committed run's losses step for step (first steps)."""
     script = ROOT / "tools" / "train" / "train_induction.py"
-    # python SCRIPT in a child forked from a parent that imported torch alone (tests/warm_python.py)
+    # python SCRIPT in a child forked from a parent that imported torch alone (tests/helpers/warm_python.py)
     proc = warm_python.TORCH.run([str(script), "--out", str(tmp_path), "--steps", str(PREFIX_STEPS)], cwd=os.getcwd())
     assert proc.returncode == 0, proc.stderr[-3000:]
     retrained = json.loads((tmp_path / "induction_training.json").read_text())["log"]

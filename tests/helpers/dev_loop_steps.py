@@ -1,11 +1,11 @@
 """Builds a tiny project as ``make serve`` does, one edit after another, for tests/site/test_dev_cache.py.
 
-    python tests/site/dev_loop_steps.py PROJECT KEY
+    python tests/helpers/dev_loop_steps.py PROJECT KEY
 
 PROJECT holds the tiny project (``mkdocs.yml``, ``docs/``) and its own package, ``pkg/fixmod.py``, which the
 pages' blocks import and every block's run appends a line to ``runs.log``. In ONE process, as ``mkdocs serve
 --dirty`` does (the configuration loaded afresh, a dirty build into the same folder), it builds, makes the
-next edit, builds again, ...; ``python tests/site/dev_loop_steps.py PROJECT KEY again``, a second process
+next edit, builds again, ...; ``python tests/helpers/dev_loop_steps.py PROJECT KEY again``, a second process
 (tests/site/test_dev_cache.py starts it after the first has ended), builds once more on the same cache, as the
 next ``make serve`` does. KEY: ``real`` (dev_cache.block_key) or ``naive`` (a block's source alone: the first
 three edits only, no new serve). Prints one JSON object: per step, each page's printed results and how many blocks

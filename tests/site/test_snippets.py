@@ -119,7 +119,7 @@ class Runner:
 
     def __init__(self, home: Path) -> None:
         self.proc = subprocess.Popen(
-            [str(installed_python()), str(Path(__file__).with_name("snippet_runner.py"))], cwd=home,
+            [str(installed_python()), str(ROOT / "tests" / "helpers" / "snippet_runner.py")], cwd=home,
             env=reader_env(str(home)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
 

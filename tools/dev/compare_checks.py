@@ -3,7 +3,7 @@
     python tools/dev/compare_checks.py BEFORE.txt AFTER.txt
 
 Browser checks are compared as (check, page, width) triples. The per-page tests of the suite before the shared
-view fixture (tests/browser/views.py) bundled several checks into one test; OLD_TO_NEW says which checks each
+view fixture (tests/helpers/views.py) bundled several checks into one test; OLD_TO_NEW says which checks each
 became, so a check that was bundled and is now its own test counts as kept, not as lost and added. Every other
 id is compared as it is. Prints what was kept, moved, added and lost; exits 1 if anything was lost.
 """
