@@ -25,7 +25,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # make test, its steps (run two at a time), and the suites they run, each also usable alone:
 .PHONY: test test-steps test-build test-lint test-browser test-unit test-site-check test-browser-live \
 	test-browser-widgets test-unit-processes
-.PHONY: lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets
+.PHONY: lint quick unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets
 # Outside make test: the reproducibility build, the Triton kernels, the GPU, the other generators:
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
@@ -124,8 +124,11 @@ lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflo
 CHECKS := .cache/checks
 PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 
-unit: $(DEPS) ## Unit tests of lessons_src
+unit: $(DEPS) ## Unit tests and the core's docstring examples (no site needed)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks=$(CHECKS)/unit.txt
+
+quick: $(DEPS) ## The unit tests but those marked slow (2 s or more each: wheels, fresh environments, compiles)
+	$(PYTEST) --ignore=tests/site --ignore=tests/browser -m "not slow"
 
 # `make test` runs the unit tests in two steps: the multi-process ones (they start 2 and 4 Python processes joined
 # by gloo) last, after the site checks, the rest before them.

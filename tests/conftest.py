@@ -29,6 +29,14 @@ def _named(config: pytest.Config, path: Path) -> bool:
     return False
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tiers a folder sets: every test in tests/site is marked ``site``, in tests/browser ``browser``."""
+    for item in items:
+        for suite in SITE_SUITES:
+            if suite in item.path.parents:
+                item.add_marker(suite.name)
+
+
 def _site_built() -> bool:
     return (Path(os.environ.get("SITE_DIR", ROOT / "site")) / "sitemap.xml").exists()
 

@@ -471,6 +471,7 @@ def test_every_path_compiles_without_graph_breaks(impl: str) -> None:
 # Inductor's own import of torch.jit warns DeprecationWarning in torch 2.13 (torch's internals, not the code under
 # test); only that message is ignored.
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.slow
 def test_module_compiles_with_the_default_backend() -> None:
     """Copiers compile with torch.compile's default backend (inductor), not aot_eager: a causal and a windowed call."""
     import torch._dynamo

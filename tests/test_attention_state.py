@@ -193,6 +193,7 @@ def _capabilities() -> list[str]:
     return ladder[: ladder.index(have) + 1] if have in ladder else ["default"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("capability", _capabilities())
 def test_batch_invariance_both_ways(capability: str) -> None:
     """A merge of fixed per-request shapes gives a request the same bits in any batch; a split count chosen from

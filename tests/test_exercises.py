@@ -445,6 +445,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_command_line_start_check_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first two runs are real `python -m lessons_src.lab.exercises` processes; the rest call its main()
     in this process (the same code after the interpreter starts, without a torch import each)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbclient
 import nbformat
+import pytest
 
 from lessons_src.lab.exercises import EXERCISES, shown
 from lessons_src.lab.exercises.notebook import STUB_TAG, notebook_json
@@ -36,6 +37,7 @@ def test_every_exercise_has_one_tagged_stub_cell_and_a_check_after_it() -> None:
         assert cells[i + 1].source == f"check({name})"
 
 
+@pytest.mark.slow
 def test_notebook_with_the_answers_filled_in_passes_every_check(tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:

@@ -18,9 +18,12 @@ import sysconfig
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 from build_wheel import build_wheel  # noqa: E402
+
+pytestmark = pytest.mark.slow  # the notebook runs in a fresh environment with the wheel: seconds
 
 RUN = r"""
 import sys

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lessons_src.lab.plotting import (
@@ -14,6 +15,7 @@ from lessons_src.lab.plotting import (
 )
 
 
+@pytest.mark.slow
 def test_svg_is_reproducible_and_named() -> None:
     def make() -> str:
         torch.manual_seed(0)

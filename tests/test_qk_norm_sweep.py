@@ -58,6 +58,7 @@ def test_the_rule_flags_a_spike_a_divergence_and_a_worse_end_and_nothing_else() 
     }
 
 
+@pytest.mark.slow
 def test_the_script_reproduces_the_logged_first_steps() -> None:
     """`make train-qk-norm` reproducibility without its twelve runs: one run's first steps, with QK-norm at the
     highest learning rate, give the logged losses (another CPU may sum in another order: a little slack)."""

@@ -97,6 +97,7 @@ PREFIX_STEPS = 60  # the first three logged evaluations after the start: the see
 LOG_TOLERANCE = 5e-4
 
 
+@pytest.mark.slow
 def test_retraining_from_the_seed_reproduces_the_logged_losses(tmp_path: Path) -> None:
     """The training script, run from its seed, logs the committed run's losses step for step (first steps)."""
     script = ROOT / "tools" / "train" / "train_induction.py"

@@ -24,6 +24,8 @@ from build_wheel import build_wheel, fingerprint  # noqa: E402
 import lessons_src  # noqa: E402
 from lessons_src.lab import ARTIFACT_FILES, DATA_FILES  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each builds or installs the wheel: seconds
+
 CHECK = r"""
 import contextlib, hashlib, importlib.metadata, io, json, sys
 from importlib import resources
