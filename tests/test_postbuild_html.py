@@ -44,3 +44,32 @@ def test_every_script_from_another_host_is_dropped_however_its_src_is_quoted() -
                "<SCRIPT SRC=//cdn.example.org/e.js></SCRIPT>"]
     page = "<head>" + "\n".join(kept + dropped) + "</head>"
     assert math_render.drop_remote_scripts(page) == "<head>" + "\n".join(kept + [""] * len(dropped)) + "</head>"
+
+
+def test_the_installed_themes_bundle_mounts_tables_with_the_selector_page_fixes_patches(tmp_path: Path) -> None:
+    """The pinned Material's bundle, as pip installed it (no build needed): the string page_fixes.patch_bundle rewrites
+    is there once, as the selector of the call that mounts (re-wraps) the article's tables, and the patch takes.
+
+    A theme release that changes how tables are mounted fails here, at the upgrade, naming the patch; a release
+    that keeps the string for something else fails the browser check that each table is wrapped exactly once
+    (tests/browser/test_pages.py)."""
+    import re
+    import shutil
+
+    import material
+    from page_fixes import BUNDLE_TABLES, BUNDLE_TABLES_PATCHED, patch_bundle
+
+    scripts = Path(material.__file__).parent / "templates" / "assets" / "javascripts"
+    bundles = sorted(scripts.glob("bundle.*.min.js"))
+    assert len(bundles) == 1, bundles
+    js = bundles[0].read_text(encoding="utf-8")
+    mounts = re.findall(r"\w+\(" + re.escape(BUNDLE_TABLES) + r",\w+\)\.map\(\w+=>\w+\(\w+\)\)", js)
+    assert js.count(BUNDLE_TABLES) == 1 and len(mounts) == 1, (
+        f"{bundles[0].name}: Material no longer mounts tables with {BUNDLE_TABLES} once: review "
+        "page_fixes.wrap_tables and patch_bundle against the new theme")
+    site = tmp_path / "assets" / "javascripts"
+    site.mkdir(parents=True)
+    shutil.copy(bundles[0], site / bundles[0].name)
+    patch_bundle(tmp_path)
+    patched = (site / bundles[0].name).read_text(encoding="utf-8")
+    assert patched.count(BUNDLE_TABLES_PATCHED) == 1 and BUNDLE_TABLES not in patched
