@@ -132,7 +132,7 @@ quick: $(DEPS) ## The unit tests but those marked slow (2 s or more each: wheels
 
 # `make test` runs the unit tests in two steps: the multi-process ones (they start 2 and 4 Python processes joined
 # by gloo) last, after the site checks, the rest before them.
-UNIT_PROCESSES := tests/test_parallel.py
+UNIT_PROCESSES := tests/core/test_parallel.py
 unit-rest: $(DEPS)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser $(addprefix --ignore=,$(UNIT_PROCESSES)) \
 		--list-checks=$(CHECKS)/unit.txt
@@ -194,7 +194,7 @@ test-unit-processes: test-unit
 # pytest). The file is named because collecting all of tests/ needs a built site/.
 test-gpu: ## The core on a CUDA GPU in float32, float16 and bfloat16 against float64 and SDPA (tests marked gpu)
 	@python3 -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
-	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py tests/test_triton_flash.py
+	PYTHONPATH=. python3 -m pytest -m gpu tests/core/test_gpu.py tests/core/test_triton_flash.py
 
 # Triton (the [triton] extra, a large install) goes into a folder of its own, not .venv, so `make test` never
 # imports it and `make serve` never waits for it. Its interpreter runs the kernels on CPU tensors, so CI needs no GPU.
@@ -204,9 +204,9 @@ $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(TRITON_SITE) -r requirements-triton.txt
 	touch $@
 test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
-	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
+	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/core/test_triton_flash.py \
 		lessons_src/triton_flash.py \
-		tests/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
+		tests/core/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
 		--list-checks=$(CHECKS)/triton.txt
 
 # Like test-gpu: the GPU machine's own python3, with its CUDA torch and Triton.
@@ -263,7 +263,7 @@ train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artif
 	$(BIN)/python tools/train/train_induction.py
 
 train-check: $(DEPS) ## Retrain the induction model from its seed in a temporary folder: the same heads as committed?
-	FULL_RETRAIN=1 $(PYTEST) tests/test_toy_models.py -k retraining
+	FULL_RETRAIN=1 $(PYTEST) tests/lab/test_toy_models.py -k retraining
 
 train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with head snapshots, into lessons_src/lab/artifacts/ (seeded, 1 thread)
 	$(BIN)/python tools/train/train_text.py

@@ -198,7 +198,7 @@ def _capabilities() -> list[str]:
 def test_batch_invariance_both_ways(capability: str) -> None:
     """A merge of fixed per-request shapes gives a request the same bits in any batch; a split count chosen from
     the batch size does not (a fresh process per capability: torch reads ATEN_CPU_CAPABILITY once)."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, root], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (a table of cases: one spec per line reads better than wrapped ones)
 """Every argument of every public name of the 2025-26 modules, given each kind of wrong value (issue 79).
 
-The table of ``tests/test_bad_inputs.py`` holds chosen cases; this one is generated. Each public callable of
+The table of ``tests/core/test_bad_inputs.py`` holds chosen cases; this one is generated. Each public callable of
 :data:`MODULES` (its list read from the module's ``__all__``) has a spec: how to call it well, and for each of
 its arguments the *kind* of value it takes (a size, a positive finite number, an epsilon, a flag, a tensor, ...).
 Each kind has one rule (``lessons_src/_checks.py``), so each kind has one list of wrong values here, with the one
@@ -10,7 +10,7 @@ negative where the kind forbids it a ``ValueError``; a numpy integer is accepted
 integer tensor where floats are needed is refused. Every error names the argument and says what it must be (the
 message holds the argument's name and one of "must", "use", "need", "expect"); none escapes from inside torch or
 Python. Beside the generated rows: half precision and the meta device for each callable that takes tensors (meta
-where ``tests/test_devices.py`` says the name runs on meta), and the cases of the issue that are not one argument.
+where ``tests/core/test_devices.py`` says the name runs on meta), and the cases of the issue that are not one argument.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def _specs_core() -> None:
 
 
 def _flex(f: Callable[..., object], **a: Any) -> object:
-    """FlexAttention's dense path without its TorchDynamo trace (a second a call otherwise; tests/test_flex.py)."""
+    """FlexAttention's dense path without its TorchDynamo trace (a second a call otherwise; tests/core/test_flex.py)."""
     import torch.nn.attention.flex_attention as flex_module
 
     debug = flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
@@ -350,11 +350,11 @@ NOT_CHECKED.update({
     "lab.long_context.SENTENCES": "a tuple of sentences", "lab.long_context.read_indexer_log": "takes no argument",
     "lab.long_context.TopKResult": "a record a function fills with its results",
     "triton_flash.INTERPRETED": "a bool read from the environment",
-    "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/test_bad_inputs.py)",
-    "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/test_bad_inputs.py)",
-    "split_kv.split_kv_attention.attn_mask": "attention()'s mask, checked by prepare_mask (tests/test_masks.py)",
-    "split_kv.split_kv_attention.implementation": "attention()'s check_implementation (tests/test_attention_interface.py)",
-    "split_kv.shared_prefix_attention.implementation": "attention()'s check_implementation (tests/test_attention_interface.py)",
+    "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
+    "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
+    "split_kv.split_kv_attention.attn_mask": "attention()'s mask, checked by prepare_mask (tests/core/test_masks.py)",
+    "split_kv.split_kv_attention.implementation": "attention()'s check_implementation (tests/core/test_attention_interface.py)",
+    "split_kv.shared_prefix_attention.implementation": "attention()'s check_implementation (tests/core/test_attention_interface.py)",
 })
 
 

@@ -75,7 +75,7 @@ def test_mha_with_weights_builds_its_mask_on_the_inputs_device():
 # --------------------------------------------------------------------------- every public core name
 
 # Every core file but triton_flash: its kernels run on a CUDA GPU or through Triton's interpreter, never on meta or
-# the CPU by themselves (tests/test_triton_flash.py covers both; `make test-gpu` and `make test-triton` run it)
+# the CPU by themselves (tests/core/test_triton_flash.py covers both; `make test-gpu` and `make test-triton` run it)
 SKIP = ("__init__", "triton_flash")
 CORE = sorted(p.stem for p in Path(lessons_src.__file__).parent.glob("*.py") if p.stem not in SKIP)
 
@@ -428,7 +428,7 @@ def _cpu_cases() -> dict[str, object]:
             bm = block_mask(causal(), 3, 5, block_size=2)
             debug = flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
             flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
-            try:  # the dense path without its TorchDynamo trace (tests/test_flex.py says why)
+            try:  # the dense path without its TorchDynamo trace (tests/core/test_flex.py says why)
                 out = flex_attend(q, kv, kv, bm, sinks=sinks)
             finally:
                 flex_module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = debug

@@ -75,7 +75,7 @@ def closure(module: str) -> set[str]:
 
 def test_core_and_lab_are_where_their_readme_says() -> None:
     """lessons_src/README.md has a row for every module, the core's in its core table and the lab's in the lab's
-    (tests/test_repository.py checks that every file it names exists)."""
+    (tests/tools/test_repository.py checks that every file it names exists)."""
     tables: dict[str, set[str]] = {}
     section = ""
     for line in (PKG / "README.md").read_text(encoding="utf-8").splitlines():

@@ -1,7 +1,7 @@
 """Weights copied from a transformers attention module into the package's, for the tests that compare the two.
 
-Shared by tests/test_mla.py (DeepSeek-V2's MLA) and tests/test_sparse_selection.py (DeepSeek-V3.2's MLA under its
-sparse attention).
+Shared by tests/core/test_mla.py (DeepSeek-V2's MLA) and tests/core/test_sparse_selection.py (DeepSeek-V3.2's MLA
+under its sparse attention).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def copy_deepseek_weights(ref: torch.nn.Module, ours: MultiHeadLatentAttention) -> None:
     """Copy a transformers DeepSeek (V2, V3, V3.2) attention's weights into ours, RoPE rows permuted.
 
-    transformers pairs RoPE features (2i, 2i+1) where the package pairs (i, i + R/2): tests/test_mla.py's hf_pair.
+    transformers pairs RoPE features (2i, 2i+1) where the package pairs (i, i + R/2): tests/core/test_mla.py's hf_pair.
     """
     H, E, R, Ev, C = ours.num_heads, ours.head_dim, ours.rope_dim, ours.v_head_dim, ours.kv_latent_dim
     perm = torch.cat([torch.arange(0, R, 2), torch.arange(1, R, 2)])  # our RoPE feature j is HF's perm[j]

@@ -3,7 +3,7 @@
 Some checks start Python many times to run something as a new interpreter would: the tiny projects' MkDocs builds
 of tests/site (test_build_fails_loudly.py's ``run_python``: about 4.5 of a tiny build's 6 CPU seconds were
 imports: torch, mkdocs-jupyter with nbconvert and jupytext, MkDocs, Markdown), the core files run copied alone
-(tests/test_layout.py: 3 CPU seconds each, nearly all torch's import). Started as ``python warm_python.py MODULE
+(tests/core/test_layout.py: 3 CPU seconds each, nearly all torch's import). Started as ``python warm_python.py MODULE
 ...``, this parent imports those third-party modules once; each run is then a child forked from it, as ``python
 -m MODULE ARGS``, ``python SCRIPT ARGS`` or ``python -c CODE`` would run in a new interpreter: its own process,
 environment (replaced whole by the request's), working folder, ``sys.argv``, ``sys.path[0]``, ``__main__``,

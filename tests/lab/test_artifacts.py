@@ -9,7 +9,7 @@ import torch
 
 from lessons_src.lab import minilm, read_artifact_json
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_minilm_ablation_recomputes() -> None:

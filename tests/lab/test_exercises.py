@@ -46,7 +46,7 @@ from lessons_src.lab.exercises.checker import WRAP, LearnerFileError, check_func
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 MISTAKE_TABLE = json.loads((ROOT / "docs" / "_data" / "exercise_mistakes.json").read_text(encoding="utf-8"))["pairs"]
 SHOWN_IMPORTS = {"math", "torch", "torch.nn.attention.flex_attention"}  # from torch: Tensor; FlexAttention

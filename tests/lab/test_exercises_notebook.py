@@ -14,7 +14,7 @@ import pytest
 from lessons_src.lab.exercises import EXERCISES, shown
 from lessons_src.lab.exercises.notebook import STUB_TAG, notebook_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "practice" / "exercises.ipynb"
 
 

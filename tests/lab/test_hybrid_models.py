@@ -24,7 +24,7 @@ from lessons_src.lab.hybrid_models import (
 )
 from lessons_src.layer import MultiHeadAttention
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import train_hybrids  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from lessons_src.lab.text_model import load_text_model
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = Path(lessons_src.__file__).resolve().parent / "lab"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 # The top-level modules each extra's distributions install, as the lab imports them.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lessons_src.lab.text_model import encode
 
-JS = Path(__file__).resolve().parent.parent / "docs" / "assets" / "js" / "live-text-model.js"
+JS = Path(__file__).resolve().parents[2] / "docs" / "assets" / "js" / "live-text-model.js"
 
 
 def page_functions(*names: str) -> str:

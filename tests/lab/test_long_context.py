@@ -13,7 +13,7 @@ from lessons_src.lab.heads import first_token_mass
 from lessons_src.lab.long_context import receptive_field, toy_logits_with_mask
 from lessons_src.masks import causal_mask
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import train_indexer  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from lessons_src.lab.text_model import (
 )
 from lessons_src.rope import apply_rope, rope_cos_sin
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 import train_text  # noqa: E402
 
 SMALL = TextConfig(d_model=16, num_heads=2, num_layers=2, max_len=12, d_ff=32)

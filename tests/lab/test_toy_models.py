@@ -15,7 +15,7 @@ import warm_python
 from lessons_src.lab import read_artifact_json, toy_models
 from lessons_src.lab.toy_models import TinyConfig, TinyTransformer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The committed checkpoint must show the circuit clearly: these are the thresholds the lesson states.
 INDUCTION_MIN = toy_models.INDUCTION_THRESHOLD

@@ -33,7 +33,7 @@ from lessons_src.lab import read_artifact_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "docs" / "_data" / "bench"
 
 

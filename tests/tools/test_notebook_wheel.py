@@ -1,7 +1,7 @@
 """The lab notebook runs top to bottom in a fresh environment, installing the package from the wheel itself.
 
 A fresh virtual environment borrows only the project's installed third-party packages (torch, Jupyter's
-kernel machinery) through a plain path line in a .pth file, as tests/test_wheel.py does, leaving out the
+kernel machinery) through a plain path line in a .pth file, as tests/tools/test_wheel.py does, leaving out the
 project's own editable install: it has no lessons_src. The repository's notebook, with its first cell's
 WHEEL pointed at a locally built wheel, is run by nbclient from that environment's Python, in a directory
 outside the repository, with pip kept off the network: the first cell must install the wheel, every later
@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 from build_wheel import build_wheel  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the notebook runs in a fresh environment with the wheel: seconds

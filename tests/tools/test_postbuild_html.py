@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import figures  # noqa: E402
 import math_render  # noqa: E402
 

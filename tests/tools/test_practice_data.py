@@ -20,7 +20,7 @@ from lessons_src.lab.lesson_tools import attention_flops
 from lessons_src.masks import causal_mask
 from lessons_src.mla import MultiHeadLatentAttention
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import practice_pages as pp  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import torch
 
 from lessons_src.lab import read_artifact_json
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 import train_qk_norm as sweep  # noqa: E402
 import train_text  # noqa: E402
 

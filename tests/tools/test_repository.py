@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "site.yml"
 DOCS = ("README.md", "CONTRIBUTING.md", "lessons_src/README.md", "tests/README.md", "tools/README.md")
 # What a build, make or a test run creates: named in the documents, absent from a fresh clone.

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import mkdocs_code_hooks  # noqa: E402
 import site_links  # noqa: E402
 from site_links import Links, git_remote, github_repo, resolve  # noqa: E402

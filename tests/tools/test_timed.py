@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A child that forks a grandchild and exits at once without waiting for it: the grandchild, orphaned, burns
 # BURN_S of CPU. Chromium's renderers are left behind like this, and their CPU was missing from the step's line.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 import wheel_env  # noqa: E402
 from build_wheel import build_wheel, fingerprint  # noqa: E402
 
