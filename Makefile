@@ -127,7 +127,7 @@ PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 unit: $(DEPS) ## Unit tests and the core's docstring examples (no site needed)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks=$(CHECKS)/unit.txt
 
-quick: $(DEPS) ## The unit tests but those marked slow (2 s or more each: wheels, fresh environments, compiles)
+quick: $(DEPS) ## The unit tests but those marked slow (wheels, fresh environments, compiles, notebook runs)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser -m "not slow"
 
 # `make test` runs the unit tests in two steps: the multi-process ones (they start 2 and 4 Python processes joined
