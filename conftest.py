@@ -52,27 +52,41 @@ def _triton_skip_reason() -> str | None:
     return None
 
 
+class _Skipped(pytest.File):
+    """A module whose examples cannot run here: skipped with the reason, never imported (a failed import would leave
+    a half-made module in sys.modules for the tests that import it on purpose)."""
+
+    reason = ""
+
+    def collect(self) -> list[pytest.Item]:
+        pytest.skip(self.reason)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Generator[None, list, list]:
     """The core's modules are collected for their examples only; the tests and their helpers, never for examples."""
     collected = yield
     doctests = [c for c in collected if type(c).__name__ == "DoctestModule"]
-    if file_path.parent == CORE:
-        return doctests
-    return [c for c in collected if c not in doctests]
+    if file_path.parent != CORE:
+        return [c for c in collected if c not in doctests]
+    if file_path == TRITON and doctests and (reason := _triton_skip_reason()):
+        skipped = _Skipped.from_parent(parent, path=file_path)
+        skipped.reason = reason
+        return [skipped]
+    return doctests
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-    """A core module whose docstrings show no example fails collection, naming itself; the Triton module's examples
-    are skipped, with the reason, where they cannot run (importing the module needs Triton)."""
+    """A core module whose docstrings show no example fails collection, naming itself."""
     report = yield
+    if isinstance(collector, _Skipped):  # named by its own path, not this file's line
+        where = (str(collector.path), 0, f"Skipped: {collector.reason}")
+        return pytest.CollectReport(collector.nodeid, "skipped", where, [])
     if not isinstance(collector, pytest.File) or collector.path.parent != CORE:
         return report
-    if collector.path == TRITON and (reason := _triton_skip_reason()):
-        return pytest.CollectReport(collector.nodeid, "skipped", (str(TRITON), 0, f"Skipped: {reason}"), [])
     if report.passed and not report.result:
         report.outcome = "failed"
         report.longrepr = f"{collector.path.relative_to(ROOT)} has no docstring example: every core module shows one"
