@@ -6,6 +6,7 @@ tests/site/test_code_terms.py (the words and abbreviations in the lessons' shown
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,12 +18,17 @@ if TYPE_CHECKING:
 
 
 def glossary_terms(path: Path = DOCS / "glossary.md") -> list[str]:
-    """The terms of the glossary's "Words" section: each definition-list entry, split at commas."""
+    """The terms of the glossary's "Words" section: each definition-list entry, split at commas.
+
+    An entry is the line right above a definition (a line starting ``:``), at the left margin or, inside one of
+    the section's folded groups (a ``???`` collapsible), indented by four.
+    """
     text = path.read_text(encoding="utf-8")
     section = text.split("\n## Words", 1)[1].split("\n## ", 1)[0]
+    lines = [line[4:] if line.startswith("    ") else line for line in section.splitlines()[1:]]
     terms: list[str] = []
-    for line in section.splitlines()[1:]:
-        if line and not line[0].isspace() and not line.startswith(":"):
+    for line, below in itertools.pairwise(lines):
+        if line and not line[0].isspace() and not line.startswith(":") and below.startswith(":"):
             terms += [t.strip() for t in line.split(",") if t.strip()]
     return terms
 
