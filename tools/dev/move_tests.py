@@ -34,9 +34,9 @@ TABLE = {
              "devices", "gpu", "gqa", "layout", "rolling_cache", "sliding_window"),
     # lab: lessons_src.lab's artifacts, configurations, extras, the exercises notebook and the live model's script
     "lab": ("artifacts", "configs_cache", "configs_windows", "exercises_notebook", "lab_extras", "live_text_model_js"),
-    # tools: tools/ (site_build, package, train, dev) and what the repository says about itself
+    # tools: tools/ (site_build, package, train, dev, generators) and what the repository says about itself
     "tools": ("atlas_cards", "notebook_wheel", "postbuild_html", "practice_data", "qk_norm_sweep", "repository",
-              "site_links", "timed", "wheel"),
+              "site_links", "tests_layout", "timed", "wheel", "zensical_canary"),
 }
 # committed records of earlier output: the text model's corpus (a snapshot of the prose), benchmark logs
 FROZEN = ("lessons_src/lab/data/", "lessons_src/lab/artifacts/", "docs/_data/bench/")
