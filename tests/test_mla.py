@@ -13,7 +13,7 @@ from lessons_src import causal_mask
 from lessons_src.functional import explicit_attention
 from lessons_src.kv_cache import LatentCache, latent_bytes_per_token
 from lessons_src.mla import MultiHeadLatentAttention
-from lessons_src.rope import apply_rope, rope_cos_sin
+from lessons_src.rope import apply_rope, interleaved_to_rotate_half, rope_cos_sin
 
 FUSED_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 MATH = "aten::_scaled_dot_product_attention_math"
@@ -138,7 +138,7 @@ def test_bad_input() -> None:
 def copy_deepseek_weights(ref: torch.nn.Module, ours: MultiHeadLatentAttention) -> None:
     """Copy a transformers DeepSeek (V2, V3, V3.2) attention's weights into ours, RoPE rows permuted (see hf_pair)."""
     H, E, R, Ev, C = ours.num_heads, ours.head_dim, ours.rope_dim, ours.v_head_dim, ours.kv_latent_dim
-    perm = torch.cat([torch.arange(0, R, 2), torch.arange(1, R, 2)])  # our RoPE feature j is HF's perm[j]
+    perm = interleaved_to_rotate_half(R)  # our RoPE feature j is HF's perm[j]
     with torch.no_grad():
         q_b = ref.q_proj if ours.q_down_proj is None else ref.q_b_proj
         q_w = q_b.weight.view(H, E + R, -1)  # type: ignore[union-attr, operator]
@@ -158,8 +158,8 @@ def hf_pair(q_latent_dim: int | None):
 
     HF applies RMSNorms to the latents (not part of section 2.1; replaced by identities here) and pairs
     RoPE features as (2i, 2i+1) where we pair (i, i + R/2): the same rotation on permuted features, so
-    the RoPE rows are permuted when copying. Scores are unchanged since queries and keys get the same
-    permutation.
+    the RoPE rows are permuted when copying (``lessons_src.rope.interleaved_to_rotate_half``). Scores are
+    unchanged since queries and keys get the same permutation.
     """
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v2 import modeling_deepseek_v2 as hf
