@@ -5,6 +5,17 @@ layout of GPT-NeoX and Hugging Face Llama); the pair at position ``m`` is rotate
 A rotated query at position ``m`` dotted with a rotated key at position ``n`` depends only on ``m - n``,
 which is how attention scores learn relative positions.
 
+**Two layouts** pair the features differently: rotate-half pairs ``(i, i + R/2)`` (:func:`apply_rope`; GPT-NeoX,
+Hugging Face Llama, this course), interleaved pairs ``(2i, 2i + 1)`` (:func:`apply_rope_interleaved`; Meta's
+original Llama code, DeepSeek's MLA and V4). Pair ``i`` turns at the same frequency in both, so they are one
+rotation of permuted features, and a checkpoint moves from one to the other by permuting the rows of ``W_Q`` and
+``W_K`` (:func:`interleaved_to_rotate_half`).
+
+**Multimodal RoPE** (M-RoPE) gives an image token a position per axis (time, height, width) and splits the
+pairs into frequency sections, one per axis (:func:`mrope_pair_axes`, :func:`mrope_cos_sin`): Qwen3.5
+interleaves the sections along the frequencies (t h w t h w ...), Qwen2-VL puts them in blocks. A text token has
+the same position on every axis, and M-RoPE is then 1-D RoPE.
+
 **Scaling** stretches a trained context by changing the frequencies ``base^(-2i/R)`` (and, for YaRN, the
 size of the rotated vectors) without retraining from scratch. Each rule returns a :class:`RopeScaling`, the
 frequencies and an attention factor, which :func:`rope_cos_sin` (and :class:`lessons_src.mechanisms.Rotary`)
@@ -31,6 +42,8 @@ References:
     Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021 (arXiv:2104.09864).
     Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", 2023 (arXiv:2309.00071).
     Meta, "The Llama 3 Herd of Models", 2024 (arXiv:2407.21783), and its reference code: the 3.1 RoPE rule.
+    Wang et al., "Qwen2-VL", 2024 (arXiv:2409.12191), section 2.1: M-RoPE; its interleaved sections as in
+    ``transformers``' ``Qwen3_5TextRotaryEmbedding`` (Qwen3-VL and Qwen3.5).
 """
 
 from __future__ import annotations
