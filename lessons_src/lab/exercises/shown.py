@@ -32,6 +32,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
     "split_heads",
@@ -217,3 +218,11 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # the keys and the values of each KV head, read once for the whole group of query heads that share them
     read = 2 * batch * num_kv_heads * cached * head_dim * bytes_per_number
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    E = x.shape[-1]
+    c, s = cos[..., : E // 2], sin[..., : E // 2]  # (T, E/2): column i holds pair i's angle
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, E/2): the pairs' features 2i and 2i + 1
+    out = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)  # (..., T, E/2, 2): each pair turned
+    return out.flatten(-2)  # (..., T, E): features 2i and 2i + 1 back side by side

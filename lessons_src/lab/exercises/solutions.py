@@ -22,7 +22,7 @@ from ...masks import causal, mask_mod
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
-from ...rope import apply_rope
+from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
 
@@ -46,6 +46,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
     "split_heads",
@@ -185,3 +186,7 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # (tests/lab/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
     flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return apply_rope_interleaved(x, cos, sin)  # lessons_src.rope: pairs (2i, 2i + 1)

@@ -303,3 +303,17 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
         ``{"flops": ..., "bytes": ..., "intensity": ...}``: two ints, and FLOPs / bytes as a float.
     """
     raise NotImplementedError
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """RoPE in the interleaved layout: features ``2i`` and ``2i + 1`` form pair ``i`` (Meta's Llama code, DeepSeek).
+
+    Pair ``i`` turns by its angle ``a``: ``(x[2i], x[2i + 1]) -> (x[2i] cos a - x[2i + 1] sin a,
+    x[2i + 1] cos a + x[2i] sin a)``, and the result keeps each pair where it was. ``cos`` and ``sin`` come
+    from ``lessons_src.rope.rope_cos_sin``, made for the rotate-half layout: column ``i`` (and column
+    ``i + E/2`` again) holds pair ``i``'s angle.
+
+    Shapes:
+        x: ``(B, H, T, E)``; cos, sin: ``(T, E)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
