@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
     from torch import Tensor
 
 __all__ = ["LAYER_STEPS", "LayerStep", "layer_map", "sink_column_map"]
@@ -106,7 +107,8 @@ def _highlighted(highlight: Iterable[str]) -> set[str]:
 def _column(ax: Axes, steps: tuple[LayerStep, ...], x: float, top: float, row: float, box_w: float, wrap: int,
             lit: set[str]) -> list[tuple[float, float]]:
     """Draw ``steps`` top down from ``top`` (axes in inches); returns each box's (top, bottom) edge."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    with requires_extra("plot"):
+        from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     edges = []
     box_h = row * 0.62
@@ -189,8 +191,6 @@ def layer_map(highlight: Iterable[str] = ()) -> Figure:
     """
     from .plotting import set_narrow
 
-    with requires_extra("plot"):
-        import matplotlib  # noqa: F401  (the extra's error, before any drawing)
     lit = _highlighted(highlight)
     return set_narrow(_wide(lit), _narrow(lit))
 
@@ -222,10 +222,11 @@ def _sink_panel(weights: Tensor, width: float, height: float) -> Figure:
     return fig
 
 
-def _cell(x: float, y: float, value: float, *, sink: bool) -> object:
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-    from matplotlib.patches import Rectangle
+def _cell(x: float, y: float, value: float, *, sink: bool) -> Rectangle:
+    with requires_extra("plot"):
+        from matplotlib import colormaps
+        from matplotlib.colors import to_hex
+        from matplotlib.patches import Rectangle
 
     colour = "#f1f3f5" if value == 0 else to_hex(colormaps["Oranges" if sink else "Blues"](0.08 + 0.85 * value))
     return Rectangle((x + 0.03, y + 0.03), 0.94, 0.94, fc=colour, ec="none")
