@@ -3,7 +3,7 @@
 :data:`LAYER_STEPS` lists the steps of one attention layer from its input to ``W_O``, each with the models
 whose own code has it (as the pinned ``transformers`` ships them). :func:`layer_map` draws that list, with the
 pieces a page teaches highlighted; :func:`sink_column_map` draws one head's softmax with its sink column. The
-layer's figure draws the data and nothing else, and ``tests/test_layer_map.py`` reads the same list against the
+layer's figure draws the data and nothing else, and ``tests/lab/test_layer_map.py`` reads the same list against the
 course's layer and the models' modules: a step moved here fails there.
 
 The rules behind the order, each written out on the lesson that teaches it:

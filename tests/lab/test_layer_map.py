@@ -5,7 +5,7 @@ step in its code (issue 78).
 Each source below is read as text (``inspect.getsource``) and each step is found in it by a line that does it;
 the test fails when a step the figure places is missing from a source, found more than once, or found out of the
 figure's order. The numbers behind each piece (ours == theirs with copied weights, and a misplaced piece
-failing) are ``tests/test_mechanisms.py``'s; this file holds the figure to the same code.
+failing) are ``tests/core/test_mechanisms.py``'s; this file holds the figure to the same code.
 """
 
 from __future__ import annotations
