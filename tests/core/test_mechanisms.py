@@ -246,6 +246,97 @@ def test_sinks_are_gpt_oss(impl: str) -> None:
     _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL64)
 
 
+# --------------------------------------------------------------------------- whole layers, read line by line (issue 78)
+
+
+def _windowed(window: int | None) -> torch.Tensor:
+    """The additive mask HF's eager path takes: causal, and the last ``window`` keys if given."""
+    return torch.zeros(B, 1, T, T).masked_fill(~causal_mask(T, window=window), float("-inf"))
+
+
+@pytest.mark.parametrize("left_out", [None, "sinks", "window"])
+@pytest.mark.parametrize("layer_idx", [0, 1])  # a "sliding_attention" layer, then a "full_attention" one
+def test_the_layer_is_gpt_oss_on_each_layer_type(layer_idx: int, left_out: str | None) -> None:
+    """gpt-oss's whole attention (biases, YaRN RoPE, a window on its sliding layers, sinks) is the course's layer
+    given those pieces; with the sinks or the window left out it is not (on the full layer the window is none)."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
+
+    from lessons_src.rope import yarn_scaling
+
+    cfg = transformers.GptOssConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=K, head_dim=E,
+                                    num_hidden_layers=2, intermediate_size=16, vocab_size=16, attention_bias=True,
+                                    sliding_window=3)
+    cfg._attn_implementation = "eager"
+    ref = GptOssAttention(cfg, layer_idx=layer_idx).eval()
+    with torch.no_grad():
+        ref.sinks.zero_()  # left uninitialised by the module (torch.empty)
+    _randomise(ref, 0)
+    r = cfg.rope_parameters
+    yarn = yarn_scaling(E, base=r["rope_theta"], factor=r["factor"], beta_fast=r["beta_fast"], beta_slow=r["beta_slow"],
+                        original_max_positions=r["original_max_position_embeddings"], truncate=r["truncate"])
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, bias=True, sinks=left_out != "sinks",
+                              rope=Rotary(E, base=r["rope_theta"], scaling=yarn))
+    _copy_projections(ours, ref)
+    if ours.sinks is not None:
+        with torch.no_grad():
+            ours.sinks.copy_(ref.sinks)
+    window = cfg.sliding_window if cfg.layer_types[layer_idx] == "sliding_attention" else None
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(x, position_embeddings=GptOssRotaryEmbedding(cfg)(x, torch.arange(T)[None]),
+                   attention_mask=_windowed(window))[0]
+        mine = None if window is None or left_out == "window" else sliding_window(window)
+        got = ours(x, is_causal=True, attn_mask=mine)
+    gap = (got - want).abs().max().item()
+    if left_out is None or (left_out == "window" and window is None):
+        torch.testing.assert_close(got, want, **TOL32)
+    else:
+        assert gap > 1e-2, f"{left_out} left out, layer {layer_idx}: still gpt-oss (max |diff| {gap:.1e})"
+
+
+@pytest.mark.parametrize("change", [None, "norm after rope", "no offset", "default scale"])
+@pytest.mark.parametrize("layer_idx", [0, 5])  # a local layer (base 10k), then the global one (base 1M)
+def test_the_layer_is_gemma3_on_each_layer_type(layer_idx: int, change: str | None) -> None:
+    """Gemma 3's whole attention (QK-norm with ``1 + w`` before RoPE, ``query_pre_attn_scalar``'s scale, a window
+    and a RoPE base per layer type) is the course's layer given those pieces; with the norm moved after RoPE, its
+    ``1 +`` dropped, or the default scale, it is not."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3RotaryEmbedding
+
+    cfg = transformers.Gemma3TextConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=K, head_dim=E,
+                                        num_hidden_layers=6, intermediate_size=16, vocab_size=16, rms_norm_eps=1e-6,
+                                        sliding_window=3)
+    cfg._attn_implementation = "eager"
+    ref = Gemma3Attention(cfg, layer_idx=layer_idx).eval()
+    _randomise(ref, 0)
+    kind = cfg.layer_types[layer_idx]
+    norm = PerHeadRMSNorm(E, eps=1e-6, offset=0.0 if change == "no offset" else 1.0)
+    scale = None if change == "default scale" else cfg.query_pre_attn_scalar**-0.5
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, scale=scale,
+                              rope=Rotary(E, base=cfg.rope_parameters[kind]["rope_theta"]))
+    _copy_projections(ours, ref)
+    with torch.no_grad():
+        norm.q_weight.copy_(ref.q_norm.weight)
+        norm.k_weight.copy_(ref.k_norm.weight)
+    window = cfg.sliding_window if kind == "sliding_attention" else None
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(x, position_embeddings=Gemma3RotaryEmbedding(cfg)(x, torch.arange(T)[None], kind),
+                   attention_mask=_windowed(window))[0]
+        if change == "norm after rope":
+            q, k, v = ours.project_qkv(x)
+            q, k = ours.qk_norm(*ours.rope(q, k, start=0))
+            out = attention(q, k, v, attn_mask=None if window is None else sliding_window(window), is_causal=True,
+                            scale=scale).output
+            got = ours.out_proj(out.transpose(1, 2).reshape(B, T, D))
+        else:
+            got = ours(x, is_causal=True, attn_mask=None if window is None else sliding_window(window))
+    if change is None:
+        torch.testing.assert_close(got, want, **TOL32)
+    else:
+        gap = (got - want).abs().max().item()
+        assert gap > 1e-2, f"{change}, layer {layer_idx}: still Gemma 3 (max |diff| {gap:.1e})"
+
+
 # --------------------------------------------------------------------------- output gate (Qwen3-Next)
 
 

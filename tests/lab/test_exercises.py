@@ -620,3 +620,27 @@ def test_every_lesson_link_names_a_heading_of_its_page() -> None:
             explicit = re.search(r"\{ *#([\w-]+)", heading)
             anchors.add(explicit.group(1) if explicit else slugify(heading, "-"))
         assert link.anchor in anchors, f"{link.page} has no heading with id {link.anchor!r}"
+
+
+def test_the_kernel_exercises_answers_are_attentions() -> None:
+    """The references of the three kernel exercises (issue 78) against attention itself: two tiles folded by
+    ``flash_tile_step`` give ``attention()``'s output; ``causal_key_ends`` is the Triton kernel's bound,
+    ``(i_block + 1) * block_q + S - T`` clamped into ``[0, S]``; ``lse_in_base_2`` is ``torch.logsumexp``."""
+    from lessons_src import attention
+
+    g = torch.Generator().manual_seed(0)
+    T, S, E = 5, 7, 4
+    q, k, v = torch.randn(T, E, generator=g), torch.randn(S, E, generator=g), torch.randn(S, E, generator=g)
+    scores = (q @ k.T / E**0.5).masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T), float("-inf"))
+    m, l, acc = torch.full((T,), float("-inf")), torch.zeros(T), torch.zeros(T, E)
+    for j0, j1 in ((0, 3), (3, S)):  # two tiles of keys
+        step = solutions.flash_tile_step(m, l, acc, scores[:, j0:j1], v[j0:j1])
+        m, l, acc = step["m"], step["l"], step["acc"]
+    want = attention(q[None, None], k[None, None], v[None, None], is_causal=True).output[0, 0]
+    torch.testing.assert_close(acc / l[:, None], want)
+    for T_, S_, b in [(6, 10, 4), (7, 3, 2), (5, 5, 2), (1, 9, 4), (9, 9, 4)]:
+        kernel = [min(max((i + 1) * b + S_ - T_, 0), S_) for i in range(-(-T_ // b))]
+        assert solutions.causal_key_ends(T_, S_, b) == kernel
+    x = torch.randn(3, 7, generator=g)
+    x[1] = float("-inf")
+    torch.testing.assert_close(solutions.lse_in_base_2(x, 3), torch.logsumexp(x, dim=-1))

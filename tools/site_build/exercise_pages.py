@@ -40,7 +40,8 @@ PAGES = {  # which page shows which exercises, in the catalogue's order
     "practice/exercises-inference.md": ("gqa_attention", "decode_step", "online_softmax", "absorb_query"),
     "practice/exercises-today.md": ("softcapped_softmax", "sink_attention", "qk_norm_scores", "gated_output",
                                     "delta_rule_step"),
-    "practice/exercises-kernels.md": ("indexer_top_k", "causal_mask_mod", "flex_sink_attention"),
+    "practice/exercises-kernels.md": ("indexer_top_k", "causal_mask_mod", "flex_sink_attention",
+                                     "flash_tile_step", "causal_key_ends", "lse_in_base_2"),
     "practice/exercises-serving.md": ("gqa_decode_intensity",),
     "practice/exercises-positions.md": ("rope_interleaved",),
 }

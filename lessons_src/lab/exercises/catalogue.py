@@ -294,8 +294,47 @@ def _rope_cases() -> list[Case]:
     return out
 
 
+def _tile_cases() -> list[Case]:
+    g = _gen(29)
+    out = []
+    for Q, K0, K, E in [(4, 3, 3, 2), (3, 2, 4, 3)]:
+        s0, v0 = _randn(g, Q, K0), _randn(g, K0, E)  # the tiles before this one
+        s0[Q - 2 :] = float("-inf")  # the last two queries have seen no key yet
+        m = s0.amax(dim=-1)
+        p0 = torch.exp(s0 - torch.where(m == float("-inf"), 0.0, m)[:, None])
+        s = _randn(g, Q, K)
+        s[0] += 4.0  # query 0's maximum rises: what was summed must be rescaled
+        s[1] -= 4.0  # query 1's stays
+        if Q == 4:
+            s[3] = float("-inf")  # query 3 sees nothing in this tile either
+        out.append(Case(f"m, l (Q={Q},) and acc (Q={Q}, E={E}) after {K0} keys, the last two queries having seen "
+                        f"none; s (Q={Q}, K={K}) raising query 0's maximum"
+                        + (", query 3's all -inf" if Q == 4 else "") + f"; v (K={K}, E={E})",
+                        (m, p0.sum(dim=-1), p0 @ v0, s, _randn(g, K, E))))
+    return out
+
+
+def _key_end_cases() -> list[Case]:
+    sizes = [(6, 10, 4), (7, 3, 2), (5, 5, 2), (1, 9, 4), (8, 8, 8)]  # T < S with a short last block first
+    return [Case(f"T={T}, S={S}, block_q={b}", (T, S, b)) for T, S, b in sizes]
+
+
+def _lse_cases() -> list[Case]:
+    g = _gen(31)
+    rising = _randn(g, 2, 3, 6) + torch.arange(6.0)  # the maximum changes from block to block
+    rising[1, 2] = float("-inf")  # a row that sees nothing
+    masked = _randn(g, 3, 5)
+    masked[0, 3:] = float("-inf")
+    masked[1] = float("-inf")
+    sizes = [("x (2, 3, 6), rising along the row, one row of only -inf", rising, 2),
+             ("x (3, 5) with -inf entries and a row of only -inf", masked, 2), ("x (4, 7)", _randn(g, 4, 7), 3)]
+    return [Case(f"{label}, block_size={b}", (in_blocks(x, b),), {"block_size": b}) for label, x, b in sizes]
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
+_KERNEL = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-parts",
+               "FlashAttention in Triton: the forward kernel")
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in (
@@ -488,6 +527,38 @@ EXERCISES: dict[str, Exercise] = {
              "With the sink the normaliser's log is `torch.logaddexp(lse, sink)`; every weight `exp(s - lse)` becomes "
              "`exp(s - lse_all)`, so multiply `out` by `exp(lse - lse_all)` (one number per query)."),
             _flex_sink_cases, ("lessons_src.flex.flex_attend",),
+        ),
+        Exercise(
+            "flash_tile_step", "One tile of FlashAttention's loop",
+            _KERNEL,
+            ("The new maximum: `m_new = torch.maximum(m, s.amax(dim=-1))`; the tile's weights are "
+             "`torch.exp(s - m_new[:, None])`.",
+             "`l` and `acc` were both summed against the old `m`: multiply both by `alpha = torch.exp(m - m_new)` "
+             "before adding the tile's `p.sum(dim=-1)` and `p @ v`.",
+             "Where `m_new` is `-inf` (only `-inf` seen so far), shift by 0 instead: `exp(-inf - 0) = 0`, and "
+             "nothing becomes `NaN`."),
+            _tile_cases,
+        ),
+        Exercise(
+            "causal_key_ends", "The causal loop's bound, per block of queries",
+            _KERNEL,
+            ("Block `i_block` holds the queries `i_block * block_q` to `(i_block + 1) * block_q - 1` (fewer in a "
+             "short last block); its last query sees the most keys.",
+             "Query `i` sees the keys `0 .. i + S - T`: one past the last is `i + S - T + 1`.",
+             "Clamp into `[0, S]`: a short last block's bound passes `S`, and with `T > S` the first blocks see "
+             "no key."),
+            _key_end_cases, ("lessons_src.flash.block_kind",),
+        ),
+        Exercise(
+            "lse_in_base_2", "The log-sum-exp, kept in base 2",
+            _KERNEL,
+            ("The online softmax's running maximum and sum, on `x * log2(e)` (`1 / math.log(2)`), with "
+             "`torch.exp2` in place of `torch.exp`.",
+             "At the end, `m + torch.log2(l)` is the log-sum-exp in base 2; times `math.log(2)` it is the natural "
+             "one.",
+             "Shift by 0 where the running maximum is `-inf`; `torch.log2(0)` is `-inf`, the right answer for a "
+             "row that sees nothing."),
+            _lse_cases, ("lessons_src.flash.softmax_statistics",),
         ),
         Exercise(
             "gqa_decode_intensity", "The arithmetic intensity of a GQA decoding step",

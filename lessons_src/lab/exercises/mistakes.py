@@ -75,6 +75,8 @@ _SCALE_ANCHOR = "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k"
 _SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_model")
 _SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
 _LAYOUTS = Link("lessons/positions.md", "two-layouts-which-features-pair", "Positions: two layouts")
+_KERNEL_LESSON = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-parts",
+                      "FlashAttention in Triton: the forward kernel")
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
 MISCONCEPTIONS: dict[str, Misconception] = {
@@ -304,6 +306,59 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "RoPE turns (x, y) by the angle a: (x cos a - y sin a, y cos a + x sin a). With the signs swapped "
             "every pair turns by -a, so a model trained the usual way reads every offset reversed.",
             _LAYOUTS,
+        ),
+        Misconception(
+            "acc_not_rescaled", "the output's running sum not rescaled",
+            "`acc` is summed against the same running maximum as `l`: when a tile raises the maximum, both hold "
+            "terms `exp(s - m)` that must become `exp(s - m_new)`. Rescale `l` alone and the output `acc / l` "
+            "gives the earlier keys' values too much weight.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "rescale_inverted", "the rescale factor inverted",
+            "What was summed holds `exp(s - m)`; against the new maximum it is that times `exp(m - m_new)`, at most "
+            "1, since the maximum only rises. `exp(m_new - m)` makes the old terms larger instead, and is infinite "
+            "for a query that had seen nothing.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "bound_from_first_query", "the loop's bound taken from the block's first query",
+            "A program loads each tile of keys once for all its queries, so it must load every key any of them "
+            "sees: the block's last query sees the most, up to key `(i_block + 1) * block_q - 1 + S - T`. Stopping "
+            "at what the first query sees leaves the later queries without their last keys.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "end_not_clamped", "the loop's bound not clamped to the keys",
+            "`(i_block + 1) * block_q + S - T` passes `S` when the last block is short (`T` not a multiple of "
+            "`block_q`): the loop would load tiles of keys that do not exist. With `T > S` it is negative for the "
+            "first blocks, whose queries see no key: their count is 0.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "end_is_last_key", "the last key's index given as the bound",
+            "The loop runs `for j0 in range(0, end, BLOCK_K)`: `end` is one past the last key to load. The block's "
+            "last query sees keys up to `(i_block + 1) * block_q - 1 + S - T`, so `end` is one more.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "lse_in_base_2", "the log-sum-exp left in base 2",
+            "In base 2 the statistics give `log2(sum(exp(x)))`; the kernel multiplies by `ln 2` at the end, since "
+            "`ln(y) = log2(y) * ln 2`. Whoever reads it (the backward pass, a merge of partial results) expects the "
+            "natural log.",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "exp2_without_log2e", "`exp2` of scores not multiplied by `log2(e)`",
+            "`exp2(x)` is `2^x`, not `e^x`: the same weights come out only once the scores are multiplied by "
+            "`log2(e)`, which the kernel folds into its scale (`qk_scale = scale * log2(e)`).",
+            _KERNEL_LESSON,
+        ),
+        Misconception(
+            "lse_without_max", "the running maximum left out of the log-sum-exp",
+            "`l` is a sum of `exp2(x - m)`, taken relative to the maximum so that nothing overflows: the "
+            "log-sum-exp is `m + log2(l)` (in base 2), not `log2(l)` alone.",
+            _KERNEL_LESSON,
         ),
         Misconception(
             "kv_read_per_query_head", "K and V read once per query head",
@@ -666,6 +721,91 @@ def _intensity_mac_one_flop(B: int, H: int, K: int, E: int, S: int, b: int) -> d
     return _intensity(2 * B * H * S * E, 2 * B * K * S * E * b)  # 1 FLOP per multiply-add
 
 
+def _tile(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor, *, rescale_l: bool = True,
+          rescale_acc: bool = True, inverted: bool = False, safe: bool = True) -> dict[str, Tensor]:
+    m_new = torch.maximum(m, s.amax(dim=-1))
+    shift = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new) if safe else m_new
+    p = torch.exp(s - shift[:, None])
+    alpha = torch.exp(shift - m) if inverted else torch.exp(m - shift)
+    l_new = (alpha * l if rescale_l else l) + p.sum(dim=-1)
+    return {"m": m_new, "l": l_new, "acc": (alpha[:, None] * acc if rescale_acc else acc) + p @ v}
+
+
+def _tile_acc_not_rescaled(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    return _tile(m, l, acc, s, v, rescale_acc=False)
+
+
+def _tile_no_rescale(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    return _tile(m, l, acc, s, v, rescale_l=False, rescale_acc=False)
+
+
+def _tile_inverted(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    return _tile(m, l, acc, s, v, inverted=True)
+
+
+def _tile_nan(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    return _tile(m, l, acc, s, v, safe=False)
+
+
+def _key_ends(T: int, S: int, block_q: int, *, offset: int, first: bool = False, clamp: bool = True) -> list[int]:
+    ends = []
+    for i in range(math.ceil(T / block_q)):
+        end = (i * block_q + 1 if first else (i + 1) * block_q) + offset
+        ends.append(min(max(end, 0), S) if clamp else end)
+    return ends
+
+
+def _key_ends_top_left(T: int, S: int, block_q: int) -> list[int]:
+    return _key_ends(T, S, block_q, offset=0)
+
+
+def _key_ends_first_query(T: int, S: int, block_q: int) -> list[int]:
+    return _key_ends(T, S, block_q, offset=S - T, first=True)
+
+
+def _key_ends_not_clamped(T: int, S: int, block_q: int) -> list[int]:
+    return _key_ends(T, S, block_q, offset=S - T, clamp=False)
+
+
+def _key_ends_last_key(T: int, S: int, block_q: int) -> list[int]:
+    return _key_ends(T, S, block_q, offset=S - T - 1)
+
+
+def _lse2(x: Tensor, block_size: int, *, log2e: bool = True, natural: bool = True, with_max: bool = True,
+          safe: bool = True) -> Tensor:
+    c = 1 / math.log(2) if log2e else 1.0
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size] * c
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new) if safe else m_new
+        l = l * torch.exp2(m - shift) + torch.exp2(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+    lse = (m + torch.log2(l)) if with_max else torch.log2(l)
+    return lse * math.log(2) if natural else lse
+
+
+def _lse_base_2(x: Tensor, block_size: int) -> Tensor:
+    return _lse2(x, block_size, natural=False)
+
+
+def _lse_natural_exp2(x: Tensor, block_size: int) -> Tensor:
+    return _lse2(x, block_size, log2e=False)
+
+
+def _lse_no_max(x: Tensor, block_size: int) -> Tensor:
+    return _lse2(x, block_size, with_max=False)
+
+
+def _lse_nan(x: Tensor, block_size: int) -> Tensor:
+    return _lse2(x, block_size, safe=False)
+
+
+def _lse_whole_rows(x: Tensor, block_size: int) -> Tensor:
+    return torch.logsumexp(x, dim=-1)  # over each whole row at once
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -844,6 +984,36 @@ VARIANTS: tuple[Variant, ...] = (
             "took pair `i`'s angle from column `2i` of `cos` and `sin` (`cos[..., 0::2]`)", _rope_angle_from_column_2i),
     Variant("rope_interleaved", "rope_turned_backwards", "rope_turned_backwards",
             "swapped the signs of the sines: every pair turned by minus its angle", _rope_turned_backwards),
+    Variant("flash_tile_step", "tile_acc_not_rescaled", "acc_not_rescaled",
+            "multiplied `l` by `exp(m - m_new)` but added the tile to `acc` without rescaling it",
+            _tile_acc_not_rescaled),
+    Variant("flash_tile_step", "tile_no_rescale", "no_rescale",
+            "added the tile's sums to `l` and `acc` without multiplying either by `exp(m - m_new)`", _tile_no_rescale),
+    Variant("flash_tile_step", "tile_rescale_inverted", "rescale_inverted",
+            "multiplied what was summed by `exp(m_new - m)` instead of `exp(m - m_new)`", _tile_inverted),
+    Variant("flash_tile_step", "tile_nan_rows", "nan_rows",
+            "shifted by the running maximum even when it is `-inf`: a query that has seen only `-inf` gets `NaN`",
+            _tile_nan),
+    Variant("causal_key_ends", "key_ends_top_left", "top_left_causal",
+            "left out the offset `S - T`: the block's last query `i` taken to see the keys up to `i`",
+            _key_ends_top_left),
+    Variant("causal_key_ends", "key_ends_first_query", "bound_from_first_query",
+            "stopped at what the block's first query sees, `i_block * block_q + S - T + 1`", _key_ends_first_query),
+    Variant("causal_key_ends", "key_ends_not_clamped", "end_not_clamped",
+            "returned `(i_block + 1) * block_q + S - T` as it is: past `S` for a short last block, below 0 when "
+            "`T > S`", _key_ends_not_clamped),
+    Variant("causal_key_ends", "key_ends_last_key", "end_is_last_key",
+            "returned the index of the last key seen, not one past it", _key_ends_last_key),
+    Variant("lse_in_base_2", "lse_base_2", "lse_in_base_2",
+            "returned `m + log2(l)` without multiplying by `ln 2`", _lse_base_2),
+    Variant("lse_in_base_2", "lse_natural_exp2", "exp2_without_log2e",
+            "took `exp2` of the scores as they are, without multiplying them by `log2(e)`", _lse_natural_exp2),
+    Variant("lse_in_base_2", "lse_no_max", "lse_without_max",
+            "returned `log2(l) * ln 2` without the running maximum", _lse_no_max),
+    Variant("lse_in_base_2", "lse_nan_rows", "nan_rows",
+            "shifted by the running maximum even when it is `-inf`: a row of only `-inf` gives `NaN`", _lse_nan),
+    Variant("lse_in_base_2", "lse_whole_rows", "not_block_by_block",
+            "took `torch.logsumexp` over each whole row at once, ignoring `block_size`", _lse_whole_rows),
     Variant("gqa_decode_intensity", "intensity_per_query_head", "kv_read_per_query_head",
             "counted the keys and values read once per query head (`num_heads`) instead of once per KV head",
             _intensity_per_query_head),

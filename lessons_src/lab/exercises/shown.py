@@ -15,16 +15,19 @@ from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 __all__ = [
     "absorb_query",
     "attention_scores",
+    "causal_key_ends",
     "causal_mask",
     "causal_mask_mod",
     "decode_step",
     "delta_rule_step",
     "dimension_arithmetic",
+    "flash_tile_step",
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "lse_in_base_2",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -226,3 +229,34 @@ def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, E/2): the pairs' features 2i and 2i + 1
     out = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)  # (..., T, E/2, 2): each pair turned
     return out.flatten(-2)  # (..., T, E): features 2i and 2i + 1 back side by side
+
+
+def flash_tile_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    m_new = torch.maximum(m, s.amax(dim=-1))  # (Q,): the running maximum, this tile included
+    shift = torch.where(m_new == float("-inf"), 0.0, m_new)  # only -inf so far: shift by 0
+    p = torch.exp(s - shift[:, None])  # (Q, K): this tile's weights, not yet normalised
+    alpha = torch.exp(m - shift)  # (Q,): moves what was summed against m onto the new maximum
+    l_new = l * alpha + p.sum(dim=-1)
+    acc_new = acc * alpha[:, None] + p @ v  # (Q, E): the output's running sum, rescaled as l is
+    return {"m": m_new, "l": l_new, "acc": acc_new}
+
+
+def causal_key_ends(T: int, S: int, block_q: int) -> list[int]:
+    ends = []
+    for i_block in range(math.ceil(T / block_q)):
+        end = (i_block + 1) * block_q + S - T  # one past the last key the block's last query sees
+        ends.append(min(max(end, 0), S))  # a short last block: at most S; T > S: early blocks see none
+    return ends
+
+
+def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
+    log2e = 1 / math.log(2)
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)  # running maximum, in base 2
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)  # running sum of exp2(x * log2(e) - m)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size] * log2e  # exp(x) == exp2(x * log2(e))
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)  # only -inf so far: shift by 0
+        l = l * torch.exp2(m - shift) + torch.exp2(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+    return (m + torch.log2(l)) * math.log(2)  # back to natural log: log2(y) * ln(2) == ln(y)

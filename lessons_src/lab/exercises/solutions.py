@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ...delta_rule import delta_rule_recurrent
 from ...flash import online_softmax as _online_softmax
+from ...flash import softmax_statistics, tile_plan
 from ...flex import flex_attend
 from ...functional import _softmax_zero_rows, attention
 from ...layer import MultiHeadAttention
@@ -29,16 +30,19 @@ from ...sparse_selection import lightning_indexer_scores, top_k_mask
 __all__ = [
     "absorb_query",
     "attention_scores",
+    "causal_key_ends",
     "causal_mask",
     "causal_mask_mod",
     "decode_step",
     "delta_rule_step",
     "dimension_arithmetic",
+    "flash_tile_step",
     "flex_sink_attention",
     "gated_output",
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "lse_in_base_2",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -190,3 +194,22 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
 
 def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return apply_rope_interleaved(x, cos, sin)  # lessons_src.rope: pairs (2i, 2i + 1)
+
+
+def flash_tile_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    # the step of lessons_src.flash's loop (_forward), on one block of queries of one head
+    m_new = torch.maximum(m, s.amax(dim=-1))  # (Q,)
+    shift = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
+    p = torch.exp(s - shift[:, None])  # (Q, K)
+    alpha = torch.exp(m - shift)  # (Q,)
+    return {"m": m_new, "l": alpha * l + p.sum(dim=-1), "acc": alpha[:, None] * acc + p @ v}
+
+
+def causal_key_ends(T: int, S: int, block_q: int) -> list[int]:
+    # a tile of one key is skipped exactly when the block's last query cannot see it (lessons_src.flash.tile_plan)
+    return [sum(kind != "skip" for kind in row) for row in tile_plan(T, S, block_q, 1, causal=True)]
+
+
+def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
+    *_, (m, l) = softmax_statistics(x, block_size=block_size)  # lessons_src.flash: block by block; the last
+    return m + torch.log(l)  # natural log; -inf + log(0) = -inf for a row that sees nothing

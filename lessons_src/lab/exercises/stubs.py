@@ -317,3 +317,48 @@ def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         x: ``(B, H, T, E)``; cos, sin: ``(T, E)``; output: ``(B, H, T, E)``.
     """
     raise NotImplementedError
+
+
+def flash_tile_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> dict[str, Tensor]:
+    """One step of FlashAttention's forward loop for a block of queries: fold in one tile of keys.
+
+    ``m`` is each query's running maximum score (``-inf`` while it has seen no key), ``l`` its running sum of
+    ``exp(score - m)`` and ``acc`` its running sum of ``exp(score - m) * value``, over the tiles before this one.
+    ``s`` holds this tile's scores (already scaled; ``-inf`` where a key is hidden) and ``v`` its values. Return
+    the three after the tile: ``acc / l`` is then the output over every key so far. A query that has seen only
+    ``-inf`` keeps ``m = -inf``, ``l = 0`` and ``acc = 0``, with no ``NaN``.
+
+    Shapes:
+        m, l: ``(Q,)``; acc: ``(Q, E)``; s: ``(Q, K)``; v: ``(K, E)``.
+
+    Returns:
+        ``{"m": ..., "l": ..., "acc": ...}`` with the shapes of ``m``, ``l`` and ``acc``.
+    """
+    raise NotImplementedError
+
+
+def causal_key_ends(T: int, S: int, block_q: int) -> list[int]:
+    """How many keys each program of a causal FlashAttention kernel must load, from key 0.
+
+    The ``T`` queries are cut into blocks of ``block_q`` (the last may be shorter), one program each. With the
+    bottom-right causal mask (query ``i`` sees key ``j`` when ``j <= i + S - T``), a block needs the keys up to
+    the last one its last query sees, and none after: return, for each block, one past that key (0 if the
+    block sees no key, never more than ``S``).
+
+    Returns:
+        A list of ``ceil(T / block_q)`` ints.
+    """
+    raise NotImplementedError
+
+
+def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
+    """Each row's log-sum-exp, ``log(sum(exp(x)))``, kept in base 2 as the Triton kernel keeps it.
+
+    Read ``x`` one block of ``block_size`` entries at a time. Work in base 2, where ``exp(x) == exp2(x * log2(e))``:
+    keep a running maximum ``m`` of ``x * log2(e)`` and a running sum ``l`` of ``exp2(x * log2(e) - m)``. At the
+    end return the natural log-sum-exp. A row of only ``-inf`` gives ``-inf``, not ``NaN``.
+
+    Shapes:
+        x: ``(..., n)``; output: ``(...)``.
+    """
+    raise NotImplementedError
