@@ -69,6 +69,12 @@ class SharedKVCache:
         return sum(t.nbytes for t in (self.kv, self.entries) if t is not None)
 
 
+def _cache(cache: object) -> SharedKVCache | None:
+    if cache is not None and not isinstance(cache, SharedKVCache):
+        raise TypeError(f"cache must be a SharedKVCache or None; got {type(cache).__name__}")
+    return cache
+
+
 class GroupedOutput(nn.Module):
     """``W_O`` in two steps: each group of heads projected to ``rank`` features, then all groups mixed to ``d_model``.
 
@@ -147,6 +153,8 @@ class WindowCompressor(nn.Module):
         self.kv_norm = nn.RMSNorm(E, eps=check_eps("eps", eps))
 
     def forward(self, x: Tensor, *, start: int, cache: SharedKVCache | None) -> tuple[Tensor, Tensor]:
+        x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
+        start, cache = size("start", start, minimum=0), _cache(cache)
         B, T, _ = x.shape
         kv, gate = self.kv_proj(x), self.gate_proj(x)  # (B, T, E) each
         first = start  # the position of kv's first token
@@ -242,9 +250,7 @@ class SharedKVAttention(nn.Module):
         """
         x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
         start = size("start", start, minimum=0)
-        if cache is not None:
-            if not isinstance(cache, SharedKVCache):
-                raise TypeError(f"cache must be a SharedKVCache or None; got {type(cache).__name__}")
+        if _cache(cache) is not None:
             if start not in (0, cache.length):
                 raise ValueError(f"start={start} but the cache holds {cache.length} tokens; x goes after them")
             start = cache.length
