@@ -7,7 +7,9 @@ their trailing features, so the values do too; the layer turns each head's outpu
 learned sink per head joins the softmax (:class:`lessons_src.score_mods.Sinks`), and the heads' outputs reach
 ``d_model`` through a grouped low-rank projection (:class:`GroupedOutput`). A window-only layer sees the last
 ``window`` tokens; a compressed layer also sees one entry per ``rate`` tokens (:class:`WindowCompressor`, V4's
-heavily compressed attention, HCA). The layer is *given* its position pieces, as
+heavily compressed attention, HCA), or the few of them an indexer picks among entries pooled over overlapping
+windows (:class:`OverlapCompressor` with :class:`lessons_src.sparse_selection.CompressedIndexer`, V4's compressed
+sparse attention, CSA). The layer is *given* its position pieces, as
 :class:`lessons_src.layer.MultiHeadAttention` is, so it imports none of them.
 
 Needs ``functional.py`` (and what it needs: ``masks.py``, ``score_mods.py``) and ``_checks.py``.
@@ -31,7 +33,7 @@ from .functional import attention, check_implementation
 from .masks import mask_tensor, sliding_window
 from .score_mods import Sinks
 
-__all__ = ["GroupedOutput", "SharedKVAttention", "SharedKVCache", "WindowCompressor"]
+__all__ = ["GroupedOutput", "OverlapCompressor", "SharedKVAttention", "SharedKVCache", "WindowCompressor"]
 
 
 class SharedKVCache:
@@ -73,6 +75,11 @@ def _cache(cache: object) -> SharedKVCache | None:
     if cache is not None and not isinstance(cache, SharedKVCache):
         raise TypeError(f"cache must be a SharedKVCache or None; got {type(cache).__name__}")
     return cache
+
+
+def _latent(latent: object) -> None:
+    if latent is not None:
+        tensor("latent", latent, ndim=3, shape="(B, T, q_rank), the layer's query latent")
 
 
 class GroupedOutput(nn.Module):
@@ -119,6 +126,17 @@ class GroupedOutput(nn.Module):
         return self.mix(low.reshape(B, T, -1))  # (B, T, D)
 
 
+def _pooled(kv: Tensor, gate: Tensor, norm: nn.Module) -> Tensor:
+    """``norm(sum_j softmax_j(gate) * kv)`` over each window's slots (dim 2): ``(B, n, slots, E)`` to ``(B, n, E)``."""
+    return norm((kv * gate.softmax(dim=2)).sum(dim=2))
+
+
+def _seen(rate: int, entries: int, start: int, T: int, device: torch.device) -> Tensor:
+    """Entry ``w`` (tokens up to ``(w+1)*rate - 1``) is seen by the queries at or after its window's last token."""
+    ends = rate * (torch.arange(entries, device=device) + 1) - 1  # (N,): each window's last position
+    return (ends <= torch.arange(start, start + T, device=device)[:, None]).view(1, 1, T, entries)  # (1, 1, T, N)
+
+
 class WindowCompressor(nn.Module):
     """One key-value entry per ``rate`` tokens, pooled with learned gates (DeepSeek-V4's heavily compressed layers).
 
@@ -152,9 +170,11 @@ class WindowCompressor(nn.Module):
         self.position_bias = nn.Parameter(torch.zeros(self.rate, E))  # (rate, E): b_j per slot of a window
         self.kv_norm = nn.RMSNorm(E, eps=check_eps("eps", eps))
 
-    def forward(self, x: Tensor, *, start: int, cache: SharedKVCache | None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, *, start: int, cache: SharedKVCache | None,
+                latent: Tensor | None = None) -> tuple[Tensor, Tensor]:
         x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
         start, cache = size("start", start, minimum=0), _cache(cache)
+        _latent(latent)  # unused here: a selector's input
         B, T, _ = x.shape
         kv, gate = self.kv_proj(x), self.gate_proj(x)  # (B, T, E) each
         first = start  # the position of kv's first token
@@ -166,16 +186,76 @@ class WindowCompressor(nn.Module):
             cache.pending = (kv[:, n * self.rate:], gate[:, n * self.rate:])  # the incomplete window waits
         E = kv.shape[-1]
         windows = kv[:, : n * self.rate].view(B, n, self.rate, E)  # (B, n, rate, E)
-        weights = (gate[:, : n * self.rate].view(B, n, self.rate, E) + self.position_bias).softmax(dim=2)
-        pooled = self.kv_norm((windows * weights).sum(dim=2)).unsqueeze(1)  # (B, 1, n, E)
+        gates = gate[:, : n * self.rate].view(B, n, self.rate, E) + self.position_bias  # (B, n, rate, E)
+        pooled = _pooled(windows, gates, self.kv_norm).unsqueeze(1)  # (B, 1, n, E)
         at = first + self.rate * torch.arange(n, device=x.device)  # (n,): each window's first position
         entries = self.rope.rotate(pooled, at)  # (B, 1, n, E)
         if cache is not None:
             entries = entries if cache.entries is None else torch.cat([cache.entries, entries], dim=2)
             cache.entries = entries
-        ends = self.rate * (torch.arange(entries.shape[2], device=x.device) + 1) - 1  # (N,): each window's last
-        query = torch.arange(start, start + T, device=x.device)  # (T,)
-        return entries, (ends <= query[:, None]).view(1, 1, T, -1)  # (B, 1, N, E), (1, 1, T, N)
+        return entries, _seen(self.rate, entries.shape[2], start, T, x.device)  # (B, 1, N, E), (1, 1, T, N)
+
+
+class OverlapCompressor(nn.Module):
+    """One entry per ``rate`` tokens pooled over two windows, the entries a selector picks from (V4's CSA).
+
+    Each token is projected to two key-values and two gates, ``a`` and ``b`` (``2E`` features): entry ``w`` pools
+    the ``a`` halves of window ``w - 1`` with the ``b`` halves of window ``w``, ``2 * rate`` slots in one softmax
+    per feature (window 0 has no previous one), then is normed and turned by the layer's RoPE at ``w * rate``. A
+    query sees an entry once its window has ended and, with a ``selector`` (a
+    :class:`lessons_src.sparse_selection.CompressedIndexer`), only the entries it picks. Full passes only: cached
+    decoding is not built for it.
+
+    Args:
+        d_model: ``D``.
+        head_dim: ``E`` of an entry.
+        rate: tokens per entry (V4: 4).
+        rope: the layer's :class:`lessons_src.mechanisms.Rotary` (its ``rotate``).
+        selector: picks entries per query, ``(x, latent=, start=) -> keep (B, 1, T, N)``, or ``None``.
+        eps: the norm's.
+
+    Shapes:
+        x: ``(B, T, D)``; latent: the layer's query latent ``(B, T, q_rank)``; returns entries ``(B, 1, N, E)`` and
+        which each query sees ``(B or 1, 1, T, N)`` (bool).
+    """
+
+    def __init__(self, d_model: int, head_dim: int, rate: int, rope: nn.Module, *, selector: nn.Module | None = None,
+                 eps: float = 1e-6) -> None:
+        super().__init__()
+        D, E, self.rate = size("d_model", d_model), size("head_dim", head_dim), size("rate", rate)
+        if not callable(getattr(rope, "rotate", None)):
+            raise TypeError(f"rope must be a position piece with rotate(x, positions) (a Rotary); "
+                            f"got {type(rope).__name__}")
+        if selector is not None and not isinstance(selector, nn.Module):
+            raise TypeError(f"selector must be an nn.Module (a CompressedIndexer) or None; got {type(selector).__name__}")
+        self.rope, self.selector, self.head_dim = rope, selector, E
+        self.kv_proj = nn.Linear(D, 2 * E, bias=False)  # [a | b] per token
+        self.gate_proj = nn.Linear(D, 2 * E, bias=False)
+        self.position_bias = nn.Parameter(torch.zeros(self.rate, 2 * E))  # (rate, 2E)
+        self.kv_norm = nn.RMSNorm(E, eps=check_eps("eps", eps))
+
+    def forward(self, x: Tensor, *, start: int, cache: SharedKVCache | None,
+                latent: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
+        start = size("start", start, minimum=0)
+        if _cache(cache) is not None or start != 0:
+            raise ValueError(f"start must be 0 and cache None (got start={start}, cache={type(cache).__name__}): "
+                             "OverlapCompressor computes full passes only; its cached decoding is not built")
+        _latent(latent)
+        B, T, _ = x.shape
+        E, n = self.head_dim, T // self.rate
+        kv = self.kv_proj(x)[:, : n * self.rate].view(B, n, self.rate, 2 * E)  # (B, n, rate, 2E)
+        gate = self.gate_proj(x)[:, : n * self.rate].view(B, n, self.rate, 2 * E) + self.position_bias
+        slots = kv.new_zeros(B, n, 2 * self.rate, E)  # (B, n, 2 rate, E): [a of w - 1 | b of w]
+        gates = gate.new_full((B, n, 2 * self.rate, E), float("-inf"))  # window 0 has no previous: weight 0
+        slots[:, :, self.rate:], gates[:, :, self.rate:] = kv[..., E:], gate[..., E:]
+        slots[:, 1:, : self.rate], gates[:, 1:, : self.rate] = kv[:, :-1, :, :E], gate[:, :-1, :, :E]
+        pooled = _pooled(slots, gates, self.kv_norm).unsqueeze(1)  # (B, 1, n, E)
+        entries = self.rope.rotate(pooled, self.rate * torch.arange(n, device=x.device))  # (B, 1, n, E)
+        sees = _seen(self.rate, n, start, T, x.device)  # (1, 1, T, n)
+        if self.selector is not None and n > 0:
+            sees = sees & self.selector(x, latent=latent, start=start)  # (B, 1, T, n): the picked ones
+        return entries, sees
 
 
 class SharedKVAttention(nn.Module):
@@ -196,7 +276,8 @@ class SharedKVAttention(nn.Module):
             window-only layers, 160,000 with YaRN on compressed ones).
         output: the heads' outputs to ``d_model``, ``(B, H, T, E) -> (B, T, D)`` (:class:`GroupedOutput`).
         output_rotation: :class:`lessons_src.mechanisms.ConjugateRotation` of ``rope``, or ``None``.
-        compressor: a :class:`WindowCompressor` (a compressed layer), or ``None`` (window only).
+        compressor: a :class:`WindowCompressor` or :class:`OverlapCompressor` (a compressed layer), or ``None``
+            (window only): ``(x, start=, cache=, latent=) -> (entries (B, 1, N, E), seen (B or 1, 1, T, N))``.
         eps: the norms'.
         implementation: the attention function, a name :func:`lessons_src.functional.attention` takes.
 
@@ -256,7 +337,8 @@ class SharedKVAttention(nn.Module):
             start = cache.length
         B, T, _ = x.shape
         H, E = self.num_heads, self.head_dim
-        q = self.q_up(self.q_norm(self.q_down(x))).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)
+        latent = self.q_norm(self.q_down(x))  # (B, T, q_rank): a compressed layer's selector reads it too
+        q = self.q_up(latent).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)
         q = F.rms_norm(q, (E,), eps=self.eps)  # each head's query to RMS 1, no weight
         kv = self.kv_norm(self.kv_proj(x)).unsqueeze(1)  # (B, 1, T, E): one head
         q, kv = self.rope(q, kv, start=start)  # trailing features turned at start .. start + T - 1
@@ -264,8 +346,9 @@ class SharedKVAttention(nn.Module):
         S = kv.shape[2]
         mask = mask_tensor(sliding_window(self.window), T, S, device=x.device)  # (1, 1, T, S)
         if self.compressor is not None:
-            entries, sees = self.compressor(x, start=start, cache=cache)  # (B, 1, N, E), (1, 1, T, N)
-            kv, mask = torch.cat([kv, entries], dim=2), torch.cat([mask, sees], dim=-1)  # (B, 1, S + N, E)
+            entries, sees = self.compressor(x, start=start, cache=cache, latent=latent)  # (B, 1, N, E), (., 1, T, N)
+            mask = torch.cat([mask.expand(sees.shape[0], 1, T, S), sees], dim=-1)  # (B or 1, 1, T, S + N)
+            kv = torch.cat([kv, entries], dim=2)  # (B, 1, S + N, E)
         y = attention(q, kv, kv, attn_mask=mask, scale=E ** -0.5, implementation=self.implementation,
                       score_mods=Sinks(self.sinks.to(q.dtype))).output  # (B, H, T, E): K = V
         if self.output_rotation is not None:

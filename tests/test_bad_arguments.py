@@ -156,8 +156,19 @@ def _specs_shared_kv(q: torch.Tensor) -> None:
     spec("shared_kv.GroupedOutput", lambda **a: sk.GroupedOutput(**a), num_heads=size(2), head_dim=size(4), d_model=size(8), groups=size(2), rank=size(3))
     spec("shared_kv.GroupedOutput.forward", lambda y: sk.GroupedOutput(2, 4, 8, groups=2, rank=3)(y), y=ten(q))
     spec("shared_kv.WindowCompressor", lambda **a: sk.WindowCompressor(**a), d_model=size(8), head_dim=size(4), rate=size(2), rope=obj(rope), eps=EPS)
-    spec("shared_kv.WindowCompressor.forward", lambda x, start, cache: sk.WindowCompressor(8, 4, 2, rope)(x, start=start, cache=cache),
-         x=ten(r(1, 3, 8)), start=size0(0), cache=obj(None, optional=True))
+    spec("shared_kv.WindowCompressor.forward", lambda x, start, cache, latent: sk.WindowCompressor(8, 4, 2, rope)(x, start=start, cache=cache, latent=latent),
+         x=ten(r(1, 3, 8)), start=size0(0), cache=obj(None, optional=True), latent=obj(None, optional=True))
+    spec("shared_kv.OverlapCompressor", lambda **a: sk.OverlapCompressor(**a), d_model=size(8), head_dim=size(4), rate=size(2), rope=obj(rope),
+         selector=obj(None, optional=True), eps=EPS)
+    spec("shared_kv.OverlapCompressor.forward", lambda x, start, cache, latent: sk.OverlapCompressor(8, 4, 2, rope)(x, start=start, cache=cache, latent=latent),
+         x=ten(r(1, 3, 8)), start=Arg("size0", 0, extra=[("after 0", 1, V_)]), cache=obj(None, optional=True), latent=obj(None, optional=True))
+    import lessons_src.sparse_selection as ss
+
+    keys = sk.OverlapCompressor(8, 4, 2, rope)
+    spec("sparse_selection.CompressedIndexer", lambda **a: ss.CompressedIndexer(**a), d_model=size(8), q_rank=size(3), num_heads=size(2),
+         head_dim=size(4), top_k=size(2), keys=obj(keys), rope=obj(rope))
+    spec("sparse_selection.CompressedIndexer.forward", lambda x, latent, start: ss.CompressedIndexer(8, 3, 2, 4, 2, keys=keys, rope=rope)(
+        x, latent=latent, start=start), x=ten(r(1, 4, 8)), latent=ten(r(1, 4, 3)), start=Arg("size0", 0, extra=[("after 0", 1, V_)]))
     layer = {"d_model": size(8), "num_heads": size(2), "head_dim": size(4), "q_rank": size(3), "window": size(2), "rope": obj(rope),
              "output": obj(sk.GroupedOutput(2, 4, 8, groups=2, rank=3)), "output_rotation": obj(mc.ConjugateRotation(rope), optional=True),
              "compressor": obj(None, optional=True), "eps": EPS}

@@ -15,7 +15,8 @@ from lessons_src import shared_kv
 from lessons_src.functional import attention
 from lessons_src.mechanisms import ConjugateRotation, Rotary
 from lessons_src.rope import yarn_scaling
-from lessons_src.shared_kv import GroupedOutput, SharedKVAttention, SharedKVCache, WindowCompressor
+from lessons_src.shared_kv import GroupedOutput, OverlapCompressor, SharedKVAttention, SharedKVCache, WindowCompressor
+from lessons_src.sparse_selection import CompressedIndexer
 
 v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
 
@@ -56,6 +57,17 @@ def copied(ref: nn.Module, rope: Rotary, *, conjugate: bool = True) -> SharedKVA
         for name in ("kv_proj", "gate_proj", "kv_norm"):
             getattr(comp, name).load_state_dict(getattr(ref.compressor, name).state_dict())
         comp.position_bias.data.copy_(ref.compressor.position_bias)
+    if kind == "compressed_sparse_attention":
+        theirs = ref.compressor.indexer
+        keys = OverlapCompressor(D, 8, RATES[kind], rope)
+        indexer = CompressedIndexer(D, 8, 2, 8, 2, keys=keys, rope=rope)
+        comp = OverlapCompressor(D, E, RATES[kind], rope, selector=indexer)
+        for mine, their in ((comp, ref.compressor), (keys, theirs)):
+            for name in ("kv_proj", "gate_proj", "kv_norm"):
+                getattr(mine, name).load_state_dict(getattr(their, name).state_dict())
+            mine.position_bias.data.copy_(their.position_bias)
+        indexer.q_up.load_state_dict(theirs.q_b_proj.state_dict())
+        indexer.weights_proj.load_state_dict(theirs.scorer.weights_proj.state_dict())
     out = GroupedOutput(H, E, D, groups=2, rank=4)
     layer = SharedKVAttention(D, H, E, q_rank=8, window=W, rope=rope, output=out, compressor=comp,
                               output_rotation=ConjugateRotation(rope) if conjugate else None).double()
@@ -102,7 +114,7 @@ def values_without_rope(monkeypatch: pytest.MonkeyPatch, rope: Rotary) -> None:
     monkeypatch.setattr(shared_kv, "attention", attend)
 
 
-@pytest.mark.parametrize("kind", KINDS[:2])
+@pytest.mark.parametrize("kind", KINDS)
 def test_full_pass_equals_transformers_and_fails_without_each_piece(config: object, kind: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     ref = reference(config, kind)
@@ -113,6 +125,10 @@ def test_full_pass_equals_transformers_and_fails_without_each_piece(config: obje
         assert not torch.allclose(copied(ref, rotary(config, kind), conjugate=False)(x), want, atol=1e-3)
         other = KINDS[1] if kind == KINDS[0] else KINDS[0]  # the other layer kind's RoPE base
         assert not torch.allclose(copied(ref, rotary(config, other))(x), want, atol=1e-3)
+        if kind == "compressed_sparse_attention":  # every complete entry, not the indexer's pick
+            unpicked = copied(ref, rotary(config, kind))
+            unpicked.compressor.selector = None
+            assert not torch.allclose(unpicked(x), want, atol=1e-3)
         if kind == "sliding_attention":  # the keys' positions are 0 .. S - 1 here
             rope = rotary(config, kind)
             values_without_rope(monkeypatch, rope)
