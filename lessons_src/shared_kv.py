@@ -23,6 +23,8 @@ References:
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -69,6 +71,15 @@ class SharedKVCache:
     def nbytes(self) -> int:
         """Bytes held: the window's key-values and the compressed entries (one tensor each, no separate values)."""
         return sum(t.nbytes for t in (self.kv, self.entries) if t is not None)
+
+
+class _Rotates(Protocol):
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor: ...
+
+
+def _turn(rope: nn.Module, x: Tensor, positions: Tensor) -> Tensor:
+    """The position piece's rotation of ``x`` at ``positions`` (a :class:`lessons_src.mechanisms.Rotary`'s)."""
+    return cast("_Rotates", rope).rotate(x, positions)
 
 
 def _cache(cache: object) -> SharedKVCache | None:
@@ -118,17 +129,19 @@ class GroupedOutput(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         y = tensor("y", y, ndim=4, shape="(B, H, T, E)")
         B, H, T, E = y.shape
-        if (H, E) != (self.num_heads, self.head_dim):
+        if self.num_heads != H or self.head_dim != E:
             raise ValueError(f"y must have num_heads={self.num_heads} heads of head_dim={self.head_dim}; "
                              f"got shape {tuple(y.shape)}")
         grouped = y.transpose(1, 2).reshape(B, T, self.groups, -1)  # (B, T, G, H*E/G): heads in order
         low = torch.einsum("btgi,gri->btgr", grouped, self.blocks)  # (B, T, G, r): one block per group
-        return self.mix(low.reshape(B, T, -1))  # (B, T, D)
+        out: Tensor = self.mix(low.reshape(B, T, -1))  # (B, T, D)
+        return out
 
 
 def _pooled(kv: Tensor, gate: Tensor, norm: nn.Module) -> Tensor:
     """``norm(sum_j softmax_j(gate) * kv)`` over each window's slots (dim 2): ``(B, n, slots, E)`` to ``(B, n, E)``."""
-    return norm((kv * gate.softmax(dim=2)).sum(dim=2))
+    out: Tensor = norm((kv * gate.softmax(dim=2)).sum(dim=2))
+    return out
 
 
 def _seen(rate: int, entries: int, start: int, T: int, device: torch.device) -> Tensor:
@@ -189,7 +202,7 @@ class WindowCompressor(nn.Module):
         gates = gate[:, : n * self.rate].view(B, n, self.rate, E) + self.position_bias  # (B, n, rate, E)
         pooled = _pooled(windows, gates, self.kv_norm).unsqueeze(1)  # (B, 1, n, E)
         at = first + self.rate * torch.arange(n, device=x.device)  # (n,): each window's first position
-        entries = self.rope.rotate(pooled, at)  # (B, 1, n, E)
+        entries = _turn(self.rope, pooled, at)  # (B, 1, n, E)
         if cache is not None:
             entries = entries if cache.entries is None else torch.cat([cache.entries, entries], dim=2)
             cache.entries = entries
@@ -227,7 +240,8 @@ class OverlapCompressor(nn.Module):
             raise TypeError(f"rope must be a position piece with rotate(x, positions) (a Rotary); "
                             f"got {type(rope).__name__}")
         if selector is not None and not isinstance(selector, nn.Module):
-            raise TypeError(f"selector must be an nn.Module (a CompressedIndexer) or None; got {type(selector).__name__}")
+            raise TypeError(f"selector must be an nn.Module (a CompressedIndexer) or None; "
+                            f"got {type(selector).__name__}")
         self.rope, self.selector, self.head_dim = rope, selector, E
         self.kv_proj = nn.Linear(D, 2 * E, bias=False)  # [a | b] per token
         self.gate_proj = nn.Linear(D, 2 * E, bias=False)
@@ -251,7 +265,7 @@ class OverlapCompressor(nn.Module):
         slots[:, :, self.rate:], gates[:, :, self.rate:] = kv[..., E:], gate[..., E:]
         slots[:, 1:, : self.rate], gates[:, 1:, : self.rate] = kv[:, :-1, :, :E], gate[:, :-1, :, :E]
         pooled = _pooled(slots, gates, self.kv_norm).unsqueeze(1)  # (B, 1, n, E)
-        entries = self.rope.rotate(pooled, self.rate * torch.arange(n, device=x.device))  # (B, 1, n, E)
+        entries = _turn(self.rope, pooled, self.rate * torch.arange(n, device=x.device))  # (B, 1, n, E)
         sees = _seen(self.rate, n, start, T, x.device)  # (1, 1, T, n)
         if self.selector is not None and n > 0:
             sees = sees & self.selector(x, latent=latent, start=start)  # (B, 1, T, n): the picked ones
@@ -307,7 +321,8 @@ class SharedKVAttention(nn.Module):
             if piece is not None and not isinstance(piece, nn.Module):
                 raise TypeError(f"{name} must be an nn.Module piece or None; got {type(piece).__name__}")
         if rope is None or output is None:
-            raise TypeError("rope and output are needed: a Rotary, and GroupedOutput (or any (B, H, T, E) -> (B, T, D))")
+            raise TypeError("rope and output are needed: a Rotary, and a GroupedOutput (or any (B, H, T, E) -> "
+                            "(B, T, D))")
         self.q_down = nn.Linear(D, size("q_rank", q_rank), bias=False)  # W_DQ (q_a_proj)
         self.q_norm = nn.RMSNorm(q_rank, eps=self.eps)
         self.q_up = nn.Linear(q_rank, self.num_heads * self.head_dim, bias=False)  # W_UQ (q_b_proj)
@@ -331,7 +346,8 @@ class SharedKVAttention(nn.Module):
         """
         x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
         start = size("start", start, minimum=0)
-        if _cache(cache) is not None:
+        cache = _cache(cache)
+        if cache is not None:
             if start not in (0, cache.length):
                 raise ValueError(f"start={start} but the cache holds {cache.length} tokens; x goes after them")
             start = cache.length
@@ -353,4 +369,5 @@ class SharedKVAttention(nn.Module):
                       score_mods=Sinks(self.sinks.to(q.dtype))).output  # (B, H, T, E): K = V
         if self.output_rotation is not None:
             y = self.output_rotation(y, start=start)  # each value now turned by its offset from the query
-        return self.output(y)  # (B, T, D)
+        out: Tensor = self.output(y)  # (B, T, D)
+        return out

@@ -223,10 +223,12 @@ class CompressedIndexer(nn.Module):
         x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
         latent = tensor("latent", latent, ndim=3, shape="(B, T, q_rank)")
         B, T, _ = x.shape
+        entries: Tensor
+        seen: Tensor
         entries, seen = self.keys(x, start=start, cache=None)  # (B, 1, N, Di), (1, 1, T, N)
         positions = torch.arange(start, start + T, device=x.device)  # (T,)
         q = self.q_up(latent).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, Hi, T, Di)
-        q = self.rope.rotate(q, positions)
+        q = self.rope.rotate(q, positions)  # type: ignore[operator]  # a Rotary's rotate
         weights = (self.weights_proj(x) * self.num_heads ** -0.5).transpose(1, 2)  # (B, Hi, T)
         scores = lightning_indexer_scores(q, entries[:, 0], weights)  # (B, T, N)
         ranked = scores.masked_fill(~seen[:, 0], float("-inf"))  # an entry not yet complete is never picked
