@@ -71,7 +71,6 @@ from lessons_src.mechanisms import (
     WeightlessRMSNorm,
 )
 from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
-from lessons_src.shared_kv import GroupedOutput, OverlapCompressor, SharedKVAttention, SharedKVCache
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import (
@@ -101,6 +100,7 @@ from lessons_src.score_mods import (
     sinks_as_a_key,
     soft_cap,
 )
+from lessons_src.shared_kv import GroupedOutput, OverlapCompressor, SharedKVAttention, SharedKVCache
 from lessons_src.split_kv import shared_prefix_attention, split_bounds, split_kv_attention
 
 if TYPE_CHECKING:
