@@ -40,6 +40,7 @@ from ._checks import eps as check_eps
 from .rope import RopeScaling, apply_rope, apply_rope_interleaved, proportional_scaling, rope_cos_sin, rope_frequencies
 
 __all__ = [
+    "ConjugateRotation",
     "ElementwiseGate",
     "HeadwiseGate",
     "NoPETemperature",
@@ -292,7 +293,8 @@ class ValueRMSNorm(nn.Module):
 
 
 class Rotary(nn.Module):
-    """RoPE on the first ``dim`` features of each head (all of them by default), at the tokens' positions.
+    """RoPE on the first ``dim`` features of each head (all of them by default; the last ``dim`` with
+    ``features="trailing"``), at the tokens' positions.
 
     Qwen3-Next rotates a quarter of each head and passes the rest through unchanged (partial RoPE,
     ``partial_rotary_factor``; :meth:`partial` makes it from that fraction); most models rotate all of it;
@@ -300,13 +302,15 @@ class Rotary(nn.Module):
     The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``), or with
     ``layout="interleaved"`` :func:`lessons_src.rope.apply_rope_interleaved` (pairs ``2i`` and ``2i + 1``, as
     Meta's original Llama code and DeepSeek lay them out); ``scaling`` stretches the context
-    (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`).
+    (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`). DeepSeek-V4 lays each head
+    out as ``[no position | rotated]`` and rotates the trailing ``dim`` features (``features="trailing"``).
 
     Args:
         dim: features rotated per head ``R`` (even).
         base: the wavelength base (``rope_theta``); unused with ``scaling``.
         scaling: scaled frequencies (``R/2`` of them) and attention factor, or ``None``.
         layout: which features pair, ``"rotate_half"`` or ``"interleaved"``.
+        features: which ``dim`` features of a head turn, ``"leading"`` (most models) or ``"trailing"`` (DeepSeek-V4).
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` (or ``None``, for a layer that reuses another's keys) at positions
@@ -324,9 +328,10 @@ class Rotary(nn.Module):
     slot = "rope"  # where a layer takes it: MultiHeadAttention(rope=...)
 
     def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
-                 layout: str = "rotate_half") -> None:
+                 layout: str = "rotate_half", features: str = "leading") -> None:
         super().__init__()
         self.layout = choice("layout", layout, ("rotate_half", "interleaved"))
+        self.features = choice("features", features, ("leading", "trailing"))
         rope_frequencies(2, base=base)  # checks base, used or not
         self.dim, self.base, self.scaling = size("dim", dim), float(base), scaling
         if scaling is not None:
@@ -391,17 +396,74 @@ class Rotary(nn.Module):
             raise ValueError(f"q and k must be (B, heads, T, E) with E >= dim={R} and one T, rotated at the same "
                              f"positions; got q {tuple(q.shape)}, k {None if k is None else tuple(k.shape)}")
         positions = torch.arange(start, start + T, device=q.device)  # (T,)
-        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype, scaling=self.scaling)  # (T, R) each
-        rotate = apply_rope_interleaved if self.layout == "interleaved" else apply_rope
-        q = torch.cat([rotate(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
-        if k is None:
-            return q, None
-        return q, torch.cat([rotate(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
+        return self.rotate(q, positions), None if k is None else self.rotate(k, positions)  # (B, H, T, E), ...
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Turn this piece's ``dim`` features of ``x`` by the angles of ``positions``, one per row ``T``.
+
+        A negative position turns backwards: ``rotate(rotate(x, p), -p)`` is ``x`` (times the square of a
+        scaling's attention factor, which multiplies both rotations' cosines and sines).
+
+        Shapes:
+            x: ``(..., T, E)`` with ``E >= dim``; positions: ``(T,)`` integers; output: like ``x``.
+
+        Example:
+            >>> rope = Rotary(2, features="trailing")
+            >>> rope.rotate(torch.tensor([[5.0, 1.0, 0.0]]), torch.tensor([1]))  # the last two turned 1 radian
+            tensor([[5.0000, 0.5403, 0.8415]])
+        """
+        R = self.dim
+        if type(x) is not Tensor or x.ndim < 2 or x.shape[-1] < R:
+            x = tensor("x", x, shape="(..., T, E)")
+            raise ValueError(f"x must be (..., T, E) with E >= dim={R}; got shape {tuple(x.shape)}")
+        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=x.dtype, scaling=self.scaling)  # (T, R) each
+        turn = apply_rope_interleaved if self.layout == "interleaved" else apply_rope
+        if self.features == "trailing":
+            return torch.cat([x[..., :-R], turn(x[..., -R:], cos, sin)], dim=-1)  # (..., T, E): [kept | turned]
+        return torch.cat([turn(x[..., :R], cos, sin), x[..., R:]], dim=-1)  # (..., T, E): [turned | kept]
 
     def extra_repr(self) -> str:
         scaled = "" if self.scaling is None else f", scaling={self.scaling.attention_factor:g}x attention factor"
         layout = "" if self.layout == "rotate_half" else f", layout={self.layout!r}"
-        return f"dim={self.dim}, base={self.base}{scaled}{layout}"
+        features = "" if self.features == "leading" else f", features={self.features!r}"
+        return f"dim={self.dim}, base={self.base}{scaled}{layout}{features}"
+
+
+class ConjugateRotation(nn.Module):
+    """Undo a :class:`Rotary` on each head's output, at the query's position (DeepSeek-V4).
+
+    When the values are the rotated keys (one tensor read as both, K = V), each value carries its key's angle,
+    so a head's output is a mix of vectors turned by their keys' positions ``j``. Turning the output back by the
+    query's position ``i`` (the conjugate rotation, RoPE at ``-i``) leaves each value turned by ``j - i``: the
+    output depends on offsets only, like the scores. It is the layer's ``output_rotation``, given the layer's
+    own ``rope`` piece.
+
+    Args:
+        rope: the :class:`Rotary` the layer rotates its queries and keys with.
+
+    Shapes:
+        y: ``(B, H, T, E)`` at positions ``start .. start + T - 1``; output: the same.
+
+    Example:
+        >>> rope = Rotary(2)
+        >>> y = torch.randn(1, 1, 3, 2)
+        >>> _, turned = rope(y, y, start=4)
+        >>> torch.allclose(ConjugateRotation(rope)(turned, start=4), y, atol=1e-6)
+        True
+    """
+
+    slot = "output_rotation"
+
+    def __init__(self, rope: Rotary) -> None:
+        super().__init__()
+        instance("rope", rope, Rotary, "the layer's Rotary piece")
+        self.rope = rope
+
+    def forward(self, y: Tensor, *, start: int) -> Tensor:
+        _heads("y", y)
+        start = _start(start)
+        positions = torch.arange(start, start + y.shape[2], device=y.device)  # (T,)
+        return self.rope.rotate(y, -positions)  # (B, H, T, E): RoPE at -i
 
 
 class NoPETemperature(nn.Module):

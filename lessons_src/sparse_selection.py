@@ -9,6 +9,7 @@ attend, the package's one convention), or, for one decoding step, gather the pic
   score every visible key, ``I[t, s] = sum_h w[t, h] * ReLU(scale * q_h[t] . k[s])``, with one key per position
   shared by the heads; each query keeps its ``top_k`` best keys, and all the layer's attention heads use that one
   selection (the mask has one head). Causality comes first: a key the query may not see is never picked.
+  DeepSeek-V4's compressed sparse layers rank pooled entries instead of keys (:class:`CompressedIndexer`).
 * **MoBA** (Mixture of Block Attention, Lu et al. 2025, arXiv:2502.13189): keys in blocks of ``block_size``; each
   query scores every earlier block by its dot product with the block's mean key and keeps ``top_k`` blocks: its
   own (causally) and the ``top_k - 1`` best earlier ones, as MoBA's code counts them; each head picks for itself.
@@ -19,12 +20,12 @@ Positions are bottom-right aligned as everywhere in the package: the ``T`` queri
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ._checks import flag, positive, size, tensor
 from .masks import causal_mask
 
-__all__ = ["gather_selected", "lightning_indexer_scores", "moba_mask", "top_k_mask"]
+__all__ = ["CompressedIndexer", "gather_selected", "lightning_indexer_scores", "moba_mask", "top_k_mask"]
 
 
 def lightning_indexer_scores(q: Tensor, k: Tensor, weights: Tensor, *, scale: float | None = None) -> Tensor:
@@ -181,3 +182,54 @@ def gather_selected(k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]
     heads = torch.arange(K, device=k.device).view(1, K, 1)
     # Indexing copies whole rows of E numbers: about 3x faster on a CPU than gather with an index expanded over E.
     return k[rows, heads, index], v[rows, heads, index]  # (B, K, n, E), (B, K, n, Ev)
+
+
+class CompressedIndexer(nn.Module):
+    """DeepSeek-V4's lightning indexer: each query's ``top_k`` pooled entries, among those whose window has ended.
+
+    Its keys are entries of its own compressor (``keys``, an :class:`lessons_src.shared_kv.OverlapCompressor` of
+    ``head_dim`` features, given), its queries come from the layer's query latent, turned by the layer's RoPE
+    (``rope``, given) at the queries' positions; the scores are :func:`lightning_indexer_scores` with weights
+    from the hidden state times ``num_heads ** -0.5``, and the pick is :func:`top_k_mask` among the entries each
+    query sees.
+
+    Args:
+        d_model: ``D``.
+        q_rank: the layer's query latent width.
+        num_heads: indexer heads ``Hi``.
+        head_dim: their size ``Di``.
+        top_k: entries kept per query.
+        keys: ``(x, start=, cache=) -> (entries (B, 1, N, Di), seen (1, 1, T, N))``.
+        rope: ``rotate(x, positions)``: the layer's :class:`lessons_src.mechanisms.Rotary`.
+
+    Shapes:
+        x: ``(B, T, D)``; latent: ``(B, T, q_rank)``; output: keep ``(B, 1, T, N)`` (bool).
+    """
+
+    def __init__(self, d_model: int, q_rank: int, num_heads: int, head_dim: int, top_k: int, *, keys: nn.Module,
+                 rope: nn.Module) -> None:
+        super().__init__()
+        D, self.num_heads, self.head_dim = size("d_model", d_model), size("num_heads", num_heads), size("head_dim",
+                                                                                                       head_dim)
+        self.top_k = size("top_k", top_k)
+        for name, piece in (("keys", keys), ("rope", rope)):
+            if not isinstance(piece, nn.Module):
+                raise TypeError(f"{name} must be an nn.Module piece; got {type(piece).__name__}")
+        self.keys, self.rope = keys, rope
+        self.q_up = nn.Linear(size("q_rank", q_rank), self.num_heads * self.head_dim, bias=False)
+        self.weights_proj = nn.Linear(D, self.num_heads, bias=False)
+
+    def forward(self, x: Tensor, *, latent: Tensor, start: int) -> Tensor:
+        x = tensor("x", x, ndim=3, shape="(B, T, d_model)")
+        latent = tensor("latent", latent, ndim=3, shape="(B, T, q_rank)")
+        B, T, _ = x.shape
+        entries: Tensor
+        seen: Tensor
+        entries, seen = self.keys(x, start=start, cache=None)  # (B, 1, N, Di), (1, 1, T, N)
+        positions = torch.arange(start, start + T, device=x.device)  # (T,)
+        q = self.q_up(latent).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, Hi, T, Di)
+        q = self.rope.rotate(q, positions)  # type: ignore[operator]  # a Rotary's rotate
+        weights = (self.weights_proj(x) * self.num_heads ** -0.5).transpose(1, 2)  # (B, Hi, T)
+        scores = lightning_indexer_scores(q, entries[:, 0], weights)  # (B, T, N)
+        ranked = scores.masked_fill(~seen[:, 0], float("-inf"))  # an entry not yet complete is never picked
+        return top_k_mask(ranked, self.top_k, is_causal=False) & seen  # (B, 1, T, N)

@@ -34,7 +34,7 @@ META = torch.device("meta")
 T_, V_ = TypeError, ValueError
 EITHER = (TypeError, ValueError)
 
-MODULES = ["mechanisms", "score_mods", "split_kv", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
+MODULES = ["mechanisms", "shared_kv", "score_mods", "split_kv", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
            "lab.pattern_model", "lab.hybrid_models", "lab.long_context"]
 
 
@@ -147,6 +147,39 @@ DEVICE = Arg("device", None, optional=True)
 CPU = obj(torch.device("cpu"))
 
 
+def _specs_shared_kv(q: torch.Tensor) -> None:
+    import lessons_src.mechanisms as mc
+    import lessons_src.shared_kv as sk
+
+    rope = mc.Rotary(2, features="trailing")
+    spec("shared_kv.SharedKVCache", lambda **a: sk.SharedKVCache(**a), window=size(4))
+    spec("shared_kv.GroupedOutput", lambda **a: sk.GroupedOutput(**a), num_heads=size(2), head_dim=size(4), d_model=size(8), groups=size(2), rank=size(3))
+    spec("shared_kv.GroupedOutput.forward", lambda y: sk.GroupedOutput(2, 4, 8, groups=2, rank=3)(y), y=ten(q))
+    spec("shared_kv.WindowCompressor", lambda **a: sk.WindowCompressor(**a), d_model=size(8), head_dim=size(4), rate=size(2), rope=obj(rope), eps=EPS)
+    spec("shared_kv.WindowCompressor.forward", lambda x, start, cache, latent: sk.WindowCompressor(8, 4, 2, rope)(x, start=start, cache=cache, latent=latent),
+         x=ten(r(1, 3, 8)), start=size0(0), cache=obj(None, optional=True), latent=obj(None, optional=True))
+    spec("shared_kv.OverlapCompressor", lambda **a: sk.OverlapCompressor(**a), d_model=size(8), head_dim=size(4), rate=size(2), rope=obj(rope),
+         selector=obj(None, optional=True), eps=EPS)
+    spec("shared_kv.OverlapCompressor.forward", lambda x, start, cache, latent: sk.OverlapCompressor(8, 4, 2, rope)(x, start=start, cache=cache, latent=latent),
+         x=ten(r(1, 3, 8)), start=Arg("size0", 0, extra=[("after 0", 1, V_)]), cache=obj(None, optional=True), latent=obj(None, optional=True))
+    import lessons_src.sparse_selection as ss
+
+    keys = sk.OverlapCompressor(8, 4, 2, rope)
+    spec("sparse_selection.CompressedIndexer", lambda **a: ss.CompressedIndexer(**a), d_model=size(8), q_rank=size(3), num_heads=size(2),
+         head_dim=size(4), top_k=size(2), keys=obj(keys), rope=obj(rope))
+    spec("sparse_selection.CompressedIndexer.forward", lambda x, latent, start: ss.CompressedIndexer(8, 3, 2, 4, 2, keys=keys, rope=rope)(
+        x, latent=latent, start=start), x=ten(r(1, 4, 8)), latent=ten(r(1, 4, 3)), start=Arg("size0", 0, extra=[("after 0", 1, V_)]))
+    layer = {"d_model": size(8), "num_heads": size(2), "head_dim": size(4), "q_rank": size(3), "window": size(2), "rope": obj(rope),
+             "output": obj(sk.GroupedOutput(2, 4, 8, groups=2, rank=3)), "output_rotation": obj(mc.ConjugateRotation(rope), optional=True),
+             "compressor": obj(None, optional=True), "eps": EPS}
+    spec("shared_kv.SharedKVAttention", lambda **a: sk.SharedKVAttention(**a), **layer)
+
+    def run(x: torch.Tensor, cache: object, start: int) -> torch.Tensor:
+        return sk.SharedKVAttention(8, 2, 4, q_rank=3, window=2, rope=rope, output=sk.GroupedOutput(2, 4, 8, groups=2, rank=3))(
+            x, cache=cache, start=start)
+    spec("shared_kv.SharedKVAttention.forward", run, x=ten(r(1, 3, 8)), cache=obj(None, optional=True), start=size0(0))
+
+
 def _specs_core() -> None:
     import lessons_src.delta_rule as dr
     import lessons_src.flex as fx
@@ -167,7 +200,10 @@ def _specs_core() -> None:
     spec("mechanisms.ValueRMSNorm.forward", lambda v: mc.ValueRMSNorm()(v), v=ten(kv))
     scaling = rp.yarn_scaling(4, factor=2.0, original_max_positions=16)
     spec("mechanisms.Rotary", lambda **a: mc.Rotary(**a), dim=size(4, numpy=np.int64(4)), base=BASE, scaling=obj(scaling, optional=True),
-         layout=Arg("choice", "interleaved"))
+         layout=Arg("choice", "interleaved"), features=Arg("choice", "trailing"))
+    spec("mechanisms.ConjugateRotation", lambda **a: mc.ConjugateRotation(**a), rope=obj(mc.Rotary(4)))
+    spec("mechanisms.ConjugateRotation.forward", lambda y, start: mc.ConjugateRotation(mc.Rotary(4))(y, start=start), y=ten(q), start=size0(2))
+    _specs_shared_kv(q)
     spec("mechanisms.Rotary.forward", lambda q, k, start: mc.Rotary(4)(q, k, start=start), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(2))
     spec("mechanisms.Rotary.partial", lambda **a: mc.Rotary.partial(**a), head_dim=size(16), fraction=Arg("fraction", 0.25), base=BASE, scaling=obj(None, optional=True))
     spec("mechanisms.Rotary.proportional", lambda **a: mc.Rotary.proportional(**a), head_dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0))
@@ -363,6 +399,7 @@ NOT_CHECKED.update({
     "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
     "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
     "split_kv.split_kv_attention.attn_mask": "attention()'s mask, checked by prepare_mask (tests/core/test_masks.py)",
+    "shared_kv.SharedKVAttention.implementation": "attention()'s check_implementation (tests/core/test_attention_interface.py)",
     "split_kv.split_kv_attention.implementation": "attention()'s check_implementation (tests/core/test_attention_interface.py)",
     "split_kv.shared_prefix_attention.implementation": "attention()'s check_implementation (tests/core/test_attention_interface.py)",
 })

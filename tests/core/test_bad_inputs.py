@@ -60,6 +60,7 @@ from lessons_src.masks import (
     sliding_window,
 )
 from lessons_src.mechanisms import (
+    ConjugateRotation,
     ElementwiseGate,
     HeadwiseGate,
     NoPETemperature,
@@ -99,6 +100,7 @@ from lessons_src.score_mods import (
     sinks_as_a_key,
     soft_cap,
 )
+from lessons_src.shared_kv import GroupedOutput, OverlapCompressor, SharedKVAttention, SharedKVCache
 from lessons_src.split_kv import shared_prefix_attention, split_bounds, split_kv_attention
 
 if TYPE_CHECKING:
@@ -135,6 +137,11 @@ def _no_grad(f: Callable[[], object]) -> Callable[[], object]:
 
     return call
 
+
+
+
+def _shared_kv_layer() -> SharedKVAttention:
+    return SharedKVAttention(8, 2, 4, q_rank=3, window=2, rope=Rotary(2), output=GroupedOutput(2, 4, 8, groups=2, rank=3))
 
 CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     # (function, category, call, error, message pattern)
@@ -445,6 +452,18 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"factor must be at least 1 \(1 keeps the frequencies\); got factor=0.5"),
     ("proportional_scaling", "value", lambda: proportional_scaling(15, 0.25), ValueError, r"dim must be even and at least 2; got dim=15"),
     ("Rotary.proportional", "value", lambda: Rotary.proportional(8, 0.1), ValueError, r"fraction=0.1 of dim=8 turns 0.4 of its 4 pairs"),
+    ("Rotary", "value", lambda: Rotary(4, features="middle"), ValueError, r"features must be one of 'leading', 'trailing'"),
+    ("Rotary.rotate", "shape", lambda: Rotary(4).rotate(torch.randn(3, 2), torch.arange(3)), ValueError,
+     r"x must be \(\.\.\., T, E\) with E >= dim=4; got shape \(3, 2\)"),
+    ("ConjugateRotation", "type", lambda: ConjugateRotation(nn.Linear(2, 2)), TypeError,  # type: ignore[arg-type]
+     r"rope must be the layer's Rotary piece; got Linear"),
+    ("ConjugateRotation.forward", "shape", lambda: ConjugateRotation(Rotary(4))(torch.randn(2, 3, 4), start=0), ValueError,
+     r"y must be 4-D \(B, heads, T, E\); got shape \(2, 3, 4\)"),
+    ("SharedKVAttention.forward", "value", lambda: _shared_kv_layer()(torch.randn(1, 2, 8), cache=SharedKVCache(2), start=3),
+     ValueError, r"start=3 but the cache holds 0 tokens"),
+    ("GroupedOutput", "value", lambda: GroupedOutput(3, 4, 8, groups=2, rank=3), ValueError, r"groups=2 must divide num_heads=3"),
+    ("OverlapCompressor.forward", "value", lambda: OverlapCompressor(8, 4, 2, Rotary(2))(torch.randn(1, 4, 8), start=0,
+     cache=SharedKVCache(2)), ValueError, r"start must be 0 and cache None .*its cached decoding is not built"),
     ("PerHeadRMSNorm", "type", lambda: PerHeadRMSNorm(8.0), TypeError, r"head_dim must be an int; got 8.0 of type float"),  # type: ignore[arg-type]
     ("PerHeadRMSNorm", "value", lambda: PerHeadRMSNorm(8, eps=-1.0), ValueError, r"eps must be at least 0 .*; got eps=-1.0"),
     ("ProjectionRMSNorm", "value", lambda: ProjectionRMSNorm(4, 0, 8), ValueError, r"num_kv_heads must be at least 1; got num_kv_heads=0"),

@@ -271,9 +271,44 @@ def _on_meta() -> dict[str, object]:
         "sparse_selection.lightning_indexer_scores": lambda: ss.lightning_indexer_scores(
             _meta(1, 2, 3, 4), _meta(1, 5, 4), _meta(1, 2, 3)),
         "sparse_selection.top_k_mask": lambda: ss.top_k_mask(_meta(1, 3, 5), 2),
+        "mechanisms.ConjugateRotation": lambda: mc.ConjugateRotation(mc.Rotary(4, features="trailing"))(q, start=2),
+        **_shared_kv_on_meta(),
         "sparse_selection.moba_mask": lambda: ss.moba_mask(_meta(1, 2, 3, 4), _meta(1, 2, 5, 4), block_size=2, top_k=1),
         "ring.shard_sequence": lambda: rg.shard_sequence(_meta(1, 2, 8, 4), 2, 0, dim=2, order="zigzag"),
         "ring.unshard_sequence": lambda: rg.unshard_sequence([_meta(1, 2, 4, 4)] * 2, dim=2, order="zigzag"),
+    }
+
+
+def _shared_kv_on_meta() -> dict[str, object]:
+    """DeepSeek-V4's layer of each kind on meta, its cache and pieces with it."""
+    import lessons_src.mechanisms as mc
+    import lessons_src.shared_kv as sk
+    import lessons_src.sparse_selection as ss
+
+    rope = mc.Rotary(2, layout="interleaved", features="trailing")
+
+    def layer(compressor: object = None) -> sk.SharedKVAttention:
+        out = sk.GroupedOutput(2, 4, 8, groups=2, rank=3)
+        return sk.SharedKVAttention(8, 2, 4, q_rank=3, window=2, rope=rope, output=out,
+                                    output_rotation=mc.ConjugateRotation(rope), compressor=compressor).to(META)
+
+    def decoded() -> list[object]:
+        cache = sk.SharedKVCache(2)
+        hca = layer(sk.WindowCompressor(8, 4, 2, rope))
+        return [hca(_meta(1, 3, 8), cache=cache), hca(_meta(1, 1, 8), cache=cache), cache.kv, cache.entries]
+
+    def indexer() -> ss.CompressedIndexer:
+        return ss.CompressedIndexer(8, 3, 2, 4, 1, keys=sk.OverlapCompressor(8, 4, 2, rope), rope=rope)
+
+    return {
+        "shared_kv.SharedKVAttention": lambda: [layer()(_meta(1, 5, 8)), layer()(_meta(1, 5, 8), start=3)],
+        "shared_kv.SharedKVCache": decoded,
+        "shared_kv.WindowCompressor": decoded,
+        "shared_kv.GroupedOutput": lambda: sk.GroupedOutput(2, 4, 8, groups=2, rank=3).to(META)(_meta(1, 2, 3, 4)),
+        "shared_kv.OverlapCompressor": lambda: layer(sk.OverlapCompressor(8, 4, 2, rope, selector=indexer()))(
+            _meta(1, 6, 8)),
+        "sparse_selection.CompressedIndexer": lambda: indexer().to(META)(_meta(1, 6, 8), latent=_meta(1, 6, 3),
+                                                                         start=0),
     }
 
 
@@ -497,6 +532,8 @@ REVIEWED = {
     ("parallel.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
     ("mechanisms.py", "__init__", "full"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
     ("mechanisms.py", "__init__", "ones"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+    ("shared_kv.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
+    ("shared_kv.py", "__init__", "randn"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
 }
 
 

@@ -65,9 +65,9 @@ _OLD_DOCTEST = re.compile(
     r"^tests/test_docstrings\.py::test_docstring_examples_run\[lessons_src(?:\.(?P<module>\w+))?\]$"
 )
 _DOCTEST = re.compile(r"^lessons_src/(?P<file>\w+)\.py::")
-_B = "tests/test_bench_reports.py::test_report_agrees_with_the_code_that_wrote_it"
-# tests/test_bench_<report>_report.py::<test> -> the checks of tests/test_bench_reports.py it became. The old tests'
-# medians recomputed from the runs a report records (a report against itself) were not kept: the issue's point.
+_B = "tests/tools/test_bench_reports.py::test_report_agrees_with_the_code_that_wrote_it"
+# tests/test_bench_<report>_report.py::<test> -> the checks of tests/tools/test_bench_reports.py it became. The old
+# tests' medians recomputed from the runs a report records (a report against itself) were not kept: the issue's point.
 BENCH_76: dict[str, list[str]] = {
     f"tests/test_bench_{report}_report.py::{test}": [p if "::" in p else f"{_B}[{report}/{p}]" for p in parts]
     for report, tests in {
@@ -79,7 +79,7 @@ BENCH_76: dict[str, list[str]] = {
                  "test_medians_and_speedups_follow_from_the_runs": ["summary"]},
         "gpu": {"test_taken_on_a_named_gpu_over_the_whole_sweep": ["settings"],
                 "test_medians_and_tflops_follow_from_the_runs": ["counts"], "test_the_goal_is_judged_from_the_rows":
-                ["summary"], "test_flops_count_the_papers_way": ["tests/test_bench_reports.py::"
+                ["summary"], "test_flops_count_the_papers_way": ["tests/tools/test_bench_reports.py::"
                                                                  "test_gpu_flops_count_the_papers_way"]},
         "linear": {"test_taken_at_the_models_sizes_from_1k_to_64k_tokens": ["settings"],
                    "test_bytes_measured_are_the_formulas": ["counts"],
@@ -95,7 +95,7 @@ BENCH_76: dict[str, list[str]] = {
         "patterns": {"test_taken_from_1k_to_32k_cached_tokens": ["settings"],
                      "test_bytes_measured_are_the_bytes_computed": ["counts"],
                      "test_medians_and_ratios_follow_from_the_runs": ["summary"],
-                     "test_a_window_or_chunk_cache_stops_growing": ["tests/test_bench_reports.py::"
+                     "test_a_window_or_chunk_cache_stops_growing": ["tests/tools/test_bench_reports.py::"
                                                                     "test_a_window_or_chunk_cache_stops_growing"]},
         "roofline": {"test_taken_at_the_scripts_sizes_on_one_thread_and_every_core": ["settings"],
                      "test_rates_are_the_medians_of_the_recorded_samples": ["counts"]},
@@ -105,7 +105,7 @@ BENCH_76: dict[str, list[str]] = {
                    "test_medians_and_ratios_follow_from_the_runs": ["summary"],
                    "test_a_dense_mask_of_the_selection_does_not_beat_dense_attention": ["claims"],
                    "test_the_dense_mask_of_a_block_selection_keeps_its_blocks_causally": [
-                       "tests/test_bench_reports.py::test_the_dense_mask_of_a_block_selection_keeps_its_blocks_causally"]},
+                       "tests/tools/test_bench_reports.py::test_the_dense_mask_of_a_block_selection_keeps_its_blocks_causally"]},
     }.items()
     for test, parts in tests.items()
 }

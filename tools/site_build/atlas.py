@@ -39,6 +39,7 @@ LESSONS = {
     "rope": "lessons/positions.md",
     "rope-at-scale": "lessons/positions-at-scale.md",  # partial RoPE and RoPE scaling
     "nope": "lessons/positions-at-scale.md#nope-a-layer-without-positions",
+    "k-eq-v": "lessons/shared-kv.md",
 }
 ATLAS = "reference/atlas.md"
 LINEAR_NAMES = {"Gated DeltaNet": "Gated DeltaNet", "KDA": "Kimi Delta Attention"}
@@ -169,7 +170,8 @@ def parts(cfg: ModelConfig) -> list[Part]:
         picked = "compressed entries" if cfg.compress else "keys"
         out.append(Part("a ", "lightning indexer", f": {cfg.sparse['indexer_heads']} heads of "
                         f"{cfg.sparse['indexer_head_dim']}, top {cfg.sparse['top_k']:,} {picked} per query", "indexer"))
-    if cfg.compress:
+    if cfg.compress:  # DeepSeek-V4: shared-KV MQA, its RoPE turned back on the output
+        out.append(Part("", "one key that is also the value", ", rotated back on the output", "k-eq-v"))
         out.append(Part("", "keys pooled", " every " + " or ".join(f"{r}" for r in cfg.compress.values())
                         + " positions", "compress"))
     if cfg.qk_norm:
