@@ -44,6 +44,8 @@ from ..masks import key_mask
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from matplotlib.figure import Figure
+
     from ..kv_cache import KVCache
     from ..masks import MaskLike
 
@@ -57,6 +59,7 @@ __all__ = [
     "pack",
     "packed_documents",
     "packed_positions",
+    "padded_batch_figure",
     "padded_positions",
 ]
 
@@ -269,3 +272,55 @@ def packed_positions(cu_seqlens: Tensor) -> Tensor:
     N = int(cu_seqlens[-1])
     starts = torch.repeat_interleave(cu_seqlens[:-1].long(), steps)  # (N,): each position's document start
     return torch.arange(N, device=cu_seqlens.device) - starts  # (N,)
+
+
+def padded_batch_figure(lengths: Sequence[int], *, row: int = 0, size: tuple[float, float], font: float,
+                        stacked: bool = False) -> Figure:
+    """A left-padded batch as the model must see it: each slot's position, and one row's mask with the causal rule.
+
+    Left panel: ``B`` rows of ``T = max(lengths)`` slots, padding grey, each real token labelled with its position
+    (:func:`padded_positions`). Right panel: row ``row``'s queries (down) by keys (across), blue where the causal
+    rule and the row's padding mask both let the query see the key (:func:`lessons_src.masks.key_mask`), grey
+    where the key is padding; a padding query sees nothing.
+
+    Args:
+        lengths: each prompt's length.
+        row: the row whose mask is drawn.
+        size: the figure's size in inches; font: its type size in points.
+        stacked: the panels one above the other (a phone's column), not side by side.
+    """
+    from ..masks import causal, mask_tensor
+    from .plotting import figure
+
+    tokens, keep = left_pad([torch.zeros(n, dtype=torch.long) for n in lengths])
+    B, T = tokens.shape
+    pos = padded_positions(keep)
+    visible = mask_tensor(causal() & key_mask(keep), T, B=B)[row, 0]  # (T, T)
+    blue, grey, blank = (torch.tensor(c) for c in ([0.17, 0.42, 0.69], [0.8, 0.8, 0.8], [0.96, 0.96, 0.96]))  # RGB
+    slots = torch.where(keep[..., None], blue, grey)  # (B, T, 3)
+    seen = torch.where(visible[..., None], blue, torch.where(keep[row][None, :, None], blank, grey))  # (T, T, 3)
+    fig = figure(figsize=size)
+    left, right = fig.subplots(2, 1, height_ratios=[B, T]) if stacked else fig.subplots(1, 2)
+    left.imshow(slots.numpy(), aspect="equal")
+    for b in range(B):
+        for t in range(T):
+            if keep[b, t]:
+                left.text(t, b, str(int(pos[b, t])), ha="center", va="center", fontsize=font, color="white")
+    left.set_yticks(range(B), labels=[f"row {b}" for b in range(B)])
+    left.set_xlabel("slot", fontsize=font)
+    left.set_title("positions (grey: padding)", fontsize=font)
+    right.imshow(seen.numpy(), aspect="equal")
+    right.set_yticks(range(T))
+    right.set_xlabel("key slot", fontsize=font)
+    right.set_ylabel("query slot", fontsize=font)
+    right.set_title(f"row {row}: what each query sees", fontsize=font)
+    for ax, rows in ((left, B), (right, T)):
+        ax.set_xticks(range(T))
+        ax.tick_params(labelsize=font, length=0)
+        ax.set_xticks([x - 0.5 for x in range(1, T)], minor=True)
+        ax.set_yticks([y - 0.5 for y in range(1, rows)], minor=True)
+        ax.grid(which="minor", color="white", linewidth=1.5)
+        ax.tick_params(which="minor", length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+    return fig

@@ -25,6 +25,7 @@ __all__ = [
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "left_padded_positions",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -217,3 +218,9 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # the keys and the values of each KV head, read once for the whole group of query heads that share them
     read = 2 * batch * num_kv_heads * cached * head_dim * bytes_per_number
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def left_padded_positions(lengths: list[int], T: int) -> Tensor:
+    slot = torch.arange(T)  # (T,): 0 .. T - 1, padding included
+    pad = T - torch.tensor(lengths)[:, None]  # (B, 1): each row's own padding slots before its first real token
+    return (slot - pad).clamp(min=0)  # (B, T): 0 at the first real token; the padding (negative) at 0

@@ -25,6 +25,7 @@ from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
 from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
+from ..batching import padded_positions
 
 __all__ = [
     "absorb_query",
@@ -39,6 +40,7 @@ __all__ = [
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "left_padded_positions",
     "masked_softmax",
     "merge_heads",
     "mha_forward",
@@ -185,3 +187,8 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # (tests/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
     flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def left_padded_positions(lengths: list[int], T: int) -> Tensor:
+    keep = torch.arange(T) >= T - torch.tensor(lengths)[:, None]  # (B, T): True on the real tokens
+    return padded_positions(keep)  # lessons_src.lab.batching: keep.cumsum(-1) - 1, the padding at 0
