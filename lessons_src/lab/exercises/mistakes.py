@@ -301,7 +301,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "A prompt's first token is at position 0 whether or not padding precedes it: it is the prompt decoded "
             "alone that the batch must reproduce. Counting the padding shifts the whole row; RoPE, which sees only "
             "distances, forgives that, but a model that reads a position absolutely (learned positions, Llama 4's "
-            "NoPE temperature) or a row pushed past the trained context does not.",
+            "NoPE temperature) does not.",
             _PADDED,
         ),
         Misconception(
