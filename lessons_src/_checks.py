@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["autocast_on", "check_qkv", "choice", "device", "divisors", "eps", "flag", "instance", "integer", "number",
-           "positive", "probability", "size", "tensor"]
+           "positions", "positive", "probability", "size", "tensor"]
 
 
 def integer(name: str, value: object, what: str = "an int") -> int:
@@ -121,6 +121,20 @@ def tensor(name: str, value: object, *, ndim: int | tuple[int, ...] | None = Non
         example = {"floating": "torch.float32", "integer": "torch.int64", "bool": "torch.bool"}[dtype]
         raise ValueError(f"{name} must have a {dtype} dtype such as {example}; got {kind}")
     return value
+
+
+def positions(name: str, value: object, B: int, T: int, on: torch.device) -> Tensor:
+    """``value`` if it is an integer ``(B, T)`` tensor of positions, at least 0, on ``on``: the position of each
+    row's each token (a left-padded row counts from its first real token; a packed row restarts per document)."""
+    t = tensor(name, value, ndim=2, shape=f"(B, T) = ({B}, {T}), one position per row and token", dtype="integer")
+    if tuple(t.shape) != (B, T):
+        raise ValueError(f"{name} must be (B, T) = ({B}, {T}), one position per row and token; got shape "
+                         f"{tuple(t.shape)}")
+    if t.device != on:
+        raise ValueError(f"{name} are on {t.device} but the queries are on {on}; move them there")
+    if t.device.type != "meta" and t.numel() and bool((t < 0).any()):
+        raise ValueError(f"{name} must be at least 0 (a row's first real token is at 0); got {int(t.min())}")
+    return t
 
 
 def device(name: str, value: object) -> torch.device | None:

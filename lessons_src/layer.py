@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import autocast_on, divisors, size
+from ._checks import positions as check_positions
 from .functional import ATTENTION_FUNCTIONS, check_implementation, check_supports
 from .kv_cache import KVCache
 from .masks import prepare_mask
@@ -253,6 +254,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
         cache_position: int | None = None,
+        positions: Tensor | None = None,
         implementation: str | None = None,
     ) -> Tensor:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
@@ -275,6 +277,11 @@ class MultiHeadAttention(nn.Module):
                 tokens to a non-empty cache (a prompt in chunks); it must equal ``cache.length``. A new
                 prompt needs ``cache.reset()`` first: several tokens arriving at a non-empty cache
                 without ``cache_position`` are refused rather than attending to a stale prompt.
+            positions: each new token's position, one row per sequence, ``(B, T)`` integers of at least 0,
+                handed to ``rope`` in place of ``start``: a left-padded batch counts each row from its first real
+                token, packed documents restart at 0. ``None``: ``cache.length ..`` (``0 ..`` without a cache) for
+                every row. Positions only rotate; which keys a query sees is ``attn_mask``'s and ``is_causal``'s,
+                over the cache's slots (a left-padded row's padding is hidden by a mask, not by its positions).
             implementation: a name in :data:`ATTENTION_FUNCTIONS`; default ``self.implementation``.
 
         Returns:
@@ -288,10 +295,6 @@ class MultiHeadAttention(nn.Module):
                 not fit (see :meth:`lessons_src.kv_cache.KVCache.update`).
             TypeError: if ``cache`` is not a :class:`lessons_src.kv_cache.KVCache` (checked before it is touched).
 
-        Positions: the new tokens sit at ``cache.length ..`` (``0 ..`` without a cache), one position list for
-        every row. Positions given per row and per token (a padded batch) will enter as one more keyword,
-        ``positions`` ``(B, T)``, handed to ``rope`` in place of ``start``: an argument, not a second signature.
-
         Example:
             >>> from lessons_src.kv_cache import KVCache
             >>> gqa = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
@@ -301,9 +304,21 @@ class MultiHeadAttention(nn.Module):
             ...     y = gqa(torch.randn(1, 1, 16), is_causal=True, cache=cache)  # decode one
             >>> y.shape, cache.length
             (torch.Size([1, 1, 16]), 6)
+
+            Two prompts in one batch, the shorter left-padded: each row's own positions, its padding hidden.
+
+            >>> from lessons_src.masks import key_mask
+            >>> from lessons_src.mechanisms import Rotary
+            >>> layer = MultiHeadAttention(16, 4, rope=Rotary(4)).eval()
+            >>> keep = torch.tensor([[False, True, True], [True, True, True]])  # row 0: one padding slot
+            >>> at = (keep.cumsum(-1) - 1).clamp(min=0)  # [[0, 0, 1], [0, 1, 2]]
+            >>> y = layer(torch.randn(2, 3, 16), is_causal=True, attn_mask=key_mask(keep), positions=at)
+            >>> y.shape
+            torch.Size([2, 3, 16])
         """
         impl = self.implementation if implementation is None else implementation
-        return self._attend(x, context, attn_mask, is_causal, cache, cache_position, impl, weights=False)[0]
+        return self._attend(x, context, attn_mask, is_causal, cache, cache_position, impl, weights=False,
+                            positions=positions)[0]
 
     def with_weights(
         self,
@@ -314,6 +329,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
         cache_position: int | None = None,
+        positions: Tensor | None = None,
         implementation: str = "eager",
     ) -> tuple[Tensor, Tensor]:
         """:meth:`forward`, also returning the attention weights ``(B, H, T, S)``: what a head looked at.
@@ -328,16 +344,21 @@ class MultiHeadAttention(nn.Module):
             ((1, 5, 8), (1, 2, 5, 5), True)
         """
         out, weights = self._attend(x, context, attn_mask, is_causal, cache, cache_position, implementation,
-                                    weights=True)
+                                    weights=True, positions=positions)
         assert weights is not None  # check_supports refused an implementation without weights
         return out, weights
 
     def _attend(self, x: Tensor, context: Tensor | None, attn_mask: MaskLike, is_causal: bool,
                 cache: KVCache | None, cache_position: int | None, impl: str, *,
-                weights: bool) -> tuple[Tensor, Tensor | None]:
+                weights: bool, positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         self._check_inputs(x, context)
         check_implementation(impl)
         B, T, _ = x.shape
+        if positions is not None:
+            if context is not None:
+                raise ValueError("positions are for self-attention (they rotate the queries and keys of x); pass "
+                                 "context=None, or no positions")
+            check_positions("positions", positions, B, T, x.device)
         if cache is not None:
             self._check_cache(cache, T, is_causal, attn_mask, context, cache_position)
         elif cache_position is not None:
@@ -354,7 +375,9 @@ class MultiHeadAttention(nn.Module):
         start = 0 if cache is None else cache.length
         if self.qk_norm is not None:
             q, k = self.qk_norm(q, k)  # (B, H, T, E), (B, K, S, E)
-        if self.rope is not None:
+        if self.rope is not None and positions is not None:
+            q, k = self.rope(q, k, positions=positions)  # each row's own positions (B, T)
+        elif self.rope is not None:
             q, k = self.rope(q, k, start=start)  # the new tokens at positions start .. start + T - 1
         if self.v_norm is not None:
             v = self.v_norm(v)  # (B, K, S, E)

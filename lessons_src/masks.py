@@ -57,11 +57,11 @@ prompt, Gemma 3's image tokens) lets every query see a prefix of ``P`` keys in f
 **Every rule is written once, as a function of positions** (:class:`MaskRule`): ``rule(b, h, q, kv)`` is
 ``True`` where the query at position ``q`` of sequence ``b``, head ``h``, may see the key at position ``kv``.
 The rules are :func:`causal`, :func:`sliding_window`, :func:`same_chunk`, :func:`same_document`,
-:func:`prefix_lm` and :func:`padding`, composed with ``&`` and ``|`` (:func:`and_masks`, :func:`or_masks`). Each
-consumer turns a rule into what it needs, binding the bottom-right offset ``S - T`` there and nowhere else: a
-dense bool tensor (:func:`mask_tensor`; ``causal_mask`` and the other builders below are that, for one rule), or
-an index-space function for FlexAttention (:func:`mask_mod`, :func:`lessons_src.flex.block_mask`). A new mask is
-one ``MaskRule``: ``attention(q, k, v, attn_mask=rule)`` takes it as it is.
+:func:`prefix_lm`, :func:`padding` and :func:`key_mask`, composed with ``&`` and ``|`` (:func:`and_masks`,
+:func:`or_masks`). Each consumer turns a rule into what it needs, binding the bottom-right offset ``S - T`` there
+and nowhere else: a dense bool tensor (:func:`mask_tensor`; ``causal_mask`` and the other builders below are that,
+for one rule), or an index-space function for FlexAttention (:func:`mask_mod`, :func:`lessons_src.flex.block_mask`).
+A new mask is one ``MaskRule``: ``attention(q, k, v, attn_mask=rule)`` takes it as it is.
 
 References:
     Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", JMLR
@@ -105,6 +105,7 @@ __all__ = [
     "chunk_mask",
     "combine_masks",
     "document_mask",
+    "key_mask",
     "mask_mod",
     "mask_tensor",
     "or_masks",
@@ -361,6 +362,37 @@ def padding(lengths: Tensor | Sequence[int], *, device: torch.device | str | Non
     if isinstance(lengths, Tensor):
         checks += (_on_device("lengths", t),)
     return MaskRule("padding", lambda b, h, q, kv: kv < row(b, kv), checks)
+
+
+def key_mask(keep: Tensor) -> MaskRule:
+    """Row ``b`` sees key ``kv`` only where ``keep[b, kv]``: its real tokens, wherever the padding is.
+
+    ``keep`` is Hugging Face's ``attention_mask``: ``True`` (or 1) for a real token, ``False`` (or 0) for padding,
+    one entry per key position, cached ones included, ``(S,)`` or ``(B, S)``. A left-padded batch, whose rows end
+    together, needs it with the causal rule at every step, the prompt's and every decoded token's (:func:`padding`
+    is the right-padded case, by lengths). Not causal by itself.
+    """
+    if not isinstance(keep, Tensor):
+        raise TypeError(f"keep must be a tensor, True (or 1) for each real token; got {type(keep).__name__}")
+    if keep.dtype.is_floating_point or keep.dtype.is_complex:
+        raise TypeError(f"keep must be bool (or 0/1 integers), True for each real token; got dtype {keep.dtype}")
+    if keep.ndim not in (1, 2) or keep.shape[-1] == 0:
+        raise ValueError(f"keep must be (S,) or (B, S), one entry per key position, S >= 1; got shape "
+                         f"{tuple(keep.shape)}")
+    if keep.dtype != torch.bool and keep.device.type != "meta" and bool(((keep != 0) & (keep != 1)).any()):
+        raise ValueError("keep must hold 0 (padding) and 1 (a real token) only; got other values")
+    rows = (keep if keep.ndim == 2 else keep[None]).bool()  # (B or 1, S)
+    n = rows.shape[-1]
+
+    def covers(B: int, T: int, S: int, device: torch.device) -> None:
+        if n != S:
+            raise ValueError(f"keep gives {n} positions but there are S={S} keys: one entry per key position, the "
+                             "cached ones included")
+
+    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return rows[b if rows.shape[0] > 1 else torch.zeros_like(b), kv]
+
+    return MaskRule("key_mask", rule, (covers, _per_sequence("keep", rows.shape[0]), _on_device("keep", rows)))
 
 
 def mask_tensor(rule: MaskRule, T: int, S: int | None = None, *, B: int = 1, H: int = 1,

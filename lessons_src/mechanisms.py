@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from ._checks import choice, flag, instance, number, size, tensor
 from ._checks import eps as check_eps
+from ._checks import positions as check_positions
 from .rope import RopeScaling, apply_rope, apply_rope_interleaved, proportional_scaling, rope_cos_sin, rope_frequencies
 
 __all__ = [
@@ -80,6 +81,16 @@ def _eps(eps: object) -> float:
 def _start(start: object) -> int:
     """The first new token's position: an int of at least 0 (the positions before it are cached ones)."""
     return start if type(start) is int and start >= 0 else size("start", start, minimum=0, hint="a position")
+
+
+def _positions(q: Tensor, start: object, positions: Tensor | None) -> Tensor:
+    """Each token's position: ``start .. start + T - 1`` ``(T,)`` for every row, or ``positions`` ``(B, T)`` checked."""
+    first = _start(start)
+    if positions is None:
+        return torch.arange(first, first + q.shape[2], device=q.device)  # (T,)
+    if first != 0:
+        raise ValueError(f"give start={start!r} or positions, not both: positions already say where each token is")
+    return check_positions("positions", positions, q.shape[0], q.shape[2], q.device)  # (B, T)
 
 
 def _heads(name: str, t: object, width: int | None = None) -> None:
@@ -314,15 +325,21 @@ class Rotary(nn.Module):
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` (or ``None``, for a layer that reuses another's keys) at positions
-        ``start .. start + T - 1``; outputs: the same.
+        ``start .. start + T - 1``, or at ``positions`` ``(B, T)``, one per row and token (a left-padded batch, packed
+        documents); outputs: the same.
 
     Raises:
-        ValueError: if ``dim`` is odd or below 2, or ``scaling`` was made for another ``dim``.
+        ValueError: if ``dim`` is odd or below 2, or ``scaling`` was made for another ``dim``; in ``forward``, if
+            ``positions`` are not integers ``(B, T)`` of at least 0 on the queries' device, or come with a ``start``.
 
     Example:
         >>> q, k = Rotary(4)(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), start=0)
         >>> q[0, 0, 0].tolist()  # position 0: not rotated
         [1.0, 1.0, 1.0, 1.0]
+        >>> rows = torch.ones(2, 1, 2, 4)  # two sequences; the first starts with a padding token
+        >>> q, _ = Rotary(4)(rows, None, positions=torch.tensor([[0, 0], [0, 1]]))
+        >>> torch.equal(q[0, :, 1], q[1, :, 0])  # each row's first real token at position 0
+        True
     """
 
     slot = "rope"  # where a layer takes it: MultiHeadAttention(rope=...)
@@ -386,26 +403,29 @@ class Rotary(nn.Module):
             raise ValueError(f"Rotary(dim={self.dim}) rotates more features than a head has (head_dim={head_dim}); "
                              f"use dim <= {head_dim}")
 
-    def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor | None, *, start: int = 0,
+                positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         _heads("q", q)
         if k is not None:
             _heads("k", k)
-        start = _start(start)
-        T, R = q.shape[2], self.dim
-        if q.shape[-1] < R or (k is not None and (k.shape[-1] < R or k.shape[2] != T)):
-            raise ValueError(f"q and k must be (B, heads, T, E) with E >= dim={R} and one T, rotated at the same "
+        R = self.dim
+        if q.shape[-1] < R or (k is not None and (k.shape[-1] < R or (k.shape[0], k.shape[2]) != (q.shape[0],
+                                                                                                  q.shape[2]))):
+            raise ValueError(f"q and k must be (B, heads, T, E) with E >= dim={R} and one B and T, rotated at the same "
                              f"positions; got q {tuple(q.shape)}, k {None if k is None else tuple(k.shape)}")
-        positions = torch.arange(start, start + T, device=q.device)  # (T,)
-        return self.rotate(q, positions), None if k is None else self.rotate(k, positions)  # (B, H, T, E), ...
+        at = _positions(q, start, positions)  # (T,) or (B, T)
+        return self.rotate(q, at), None if k is None else self.rotate(k, at)  # (B, H, T, E), (B, K, T, E)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Turn this piece's ``dim`` features of ``x`` by the angles of ``positions``, one per row ``T``.
+        """Turn this piece's ``dim`` features of ``x`` by the angles of ``positions``: one per row ``T``, or per
+        sequence and row.
 
         A negative position turns backwards: ``rotate(rotate(x, p), -p)`` is ``x`` (times the square of a
         scaling's attention factor, which multiplies both rotations' cosines and sines).
 
         Shapes:
-            x: ``(..., T, E)`` with ``E >= dim``; positions: ``(T,)`` integers; output: like ``x``.
+            x: ``(..., T, E)`` with ``E >= dim``; positions: ``(T,)`` integers, or ``(B, T)`` for ``x`` of
+            ``(B, ..., T, E)``; output: like ``x``.
 
         Example:
             >>> rope = Rotary(2, features="trailing")
@@ -416,7 +436,7 @@ class Rotary(nn.Module):
         if type(x) is not Tensor or x.ndim < 2 or x.shape[-1] < R:
             x = tensor("x", x, shape="(..., T, E)")
             raise ValueError(f"x must be (..., T, E) with E >= dim={R}; got shape {tuple(x.shape)}")
-        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=x.dtype, scaling=self.scaling)  # (T, R) each
+        cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=x.dtype, scaling=self.scaling)  # (T, R), (B, T, R)
         turn = apply_rope_interleaved if self.layout == "interleaved" else apply_rope
         if self.features == "trailing":
             return torch.cat([x[..., :-R], turn(x[..., -R:], cos, sin)], dim=-1)  # (..., T, E): [kept | turned]
@@ -483,7 +503,8 @@ class NoPETemperature(nn.Module):
         attn_scale: how fast the scale grows with the log of the step (``>= 0``).
 
     Shapes:
-        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` or ``None`` at positions ``start .. start + T - 1``; outputs: the same.
+        q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` or ``None`` at positions ``start .. start + T - 1`` (or ``positions``
+        ``(B, T)``, as :class:`Rotary` takes them); outputs: the same.
 
     Raises:
         ValueError: if ``floor_scale`` is below 1 or ``attn_scale`` negative or not finite.
@@ -505,14 +526,15 @@ class NoPETemperature(nn.Module):
     def check(self, *, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         """Fits any layer: it has no weights."""
 
-    def forward(self, q: Tensor, k: Tensor | None, *, start: int) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor | None, *, start: int = 0,
+                positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         _heads("q", q)
         if k is not None:
             _heads("k", k)
-        start = _start(start)
-        positions = torch.arange(start, start + q.shape[2], device=q.device, dtype=torch.float64)  # (T,)
-        scale = 1.0 + self.attn_scale * torch.log1p(torch.floor((positions + 1) / self.floor_scale))  # (T,)
-        return q * scale.to(q.dtype)[:, None], k  # (B, H, T, E): each query times its position's scale
+        at = _positions(q, start, positions).to(torch.float64)  # (T,) or (B, T)
+        scale = 1.0 + self.attn_scale * torch.log1p(torch.floor((at + 1) / self.floor_scale))  # (T,) or (B, T)
+        scale = scale.to(q.dtype)[..., None]  # (T, 1) or (B, T, 1)
+        return q * (scale if at.ndim == 1 else scale[:, None]), k  # (B, H, T, E): each query times its scale
 
     def extra_repr(self) -> str:
         return f"floor_scale={self.floor_scale}, attn_scale={self.attn_scale}"

@@ -302,7 +302,8 @@ def rope_cos_sin(
     """Cosines and sines of the rotation angles for ``positions``.
 
     Args:
-        positions: integer positions, e.g. ``torch.arange(start, start + T)``.
+        positions: integer positions, e.g. ``torch.arange(start, start + T)``, or one row per sequence
+            ``(B, T)`` (a left-padded batch: each row counts from its first real token).
         dim: rotated features per head ``R``; must be even.
         base: the wavelength base (10000 in RoFormer and Llama 2); unused with ``scaling``.
         dtype: dtype of the result.
@@ -313,23 +314,27 @@ def rope_cos_sin(
         ``(cos, sin)``.
 
     Shapes:
-        positions: ``(T,)``; cos, sin: ``(T, R)``.
+        positions: ``(T,)`` or ``(B, T)``; cos, sin: ``(T, R)`` or ``(B, T, R)``.
 
     Raises:
-        ValueError: if ``dim`` is odd or below 2, or ``scaling`` has other than ``R/2`` frequencies.
+        ValueError: if ``dim`` is odd or below 2, ``positions`` are not integers of shape ``(T,)`` or ``(B, T)``,
+            or ``scaling`` has other than ``R/2`` frequencies.
 
     Example:
         >>> cos, sin = rope_cos_sin(torch.arange(3), 4)
         >>> cos.shape, cos[0].tolist()
         (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
+        >>> rope_cos_sin(torch.tensor([[0, 0, 1], [0, 1, 2]]), 4)[0].shape  # two rows, their own positions
+        torch.Size([2, 3, 4])
     """
     dim = _rotated(dim)
     if not isinstance(positions, Tensor):
-        raise TypeError(f"positions must be a tensor of integer positions (T,); got {type(positions).__name__}")
-    if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.ndim != 1:
-        raise ValueError(
-            f"positions must be integers of shape (T,); got dtype {positions.dtype}, shape {tuple(positions.shape)}"
-        )
+        raise TypeError(f"positions must be a tensor of integer positions (T,) or (B, T); got "
+                        f"{type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool or \
+            positions.ndim not in (1, 2):
+        raise ValueError(f"positions must be integers of shape (T,) or (B, T); got dtype {positions.dtype}, shape "
+                         f"{tuple(positions.shape)}")
     instance("dtype", dtype, torch.dtype, "a floating torch.dtype such as torch.float32")
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype such as torch.float32; got {dtype}")
@@ -343,33 +348,41 @@ def rope_cos_sin(
         if inv_freq.shape != (dim // 2,):
             raise ValueError(f"scaling has {tuple(inv_freq.shape)} frequencies but dim={dim} rotates {dim // 2} "
                              f"pairs; make it with dim={dim}")
-    angles = positions.to(torch.float64)[:, None] * inv_freq  # (T, R/2)
-    angles = torch.cat([angles, angles], dim=-1)  # (T, R): pair i is (i, i + R/2)
+    angles = positions.to(torch.float64)[..., None] * inv_freq  # (T, R/2) or (B, T, R/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (..., T, R): pair i is (i, i + R/2)
     if factor == 1.0:
         return angles.cos().to(dtype), angles.sin().to(dtype)
     return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
 
 
-def _check_rotated(x: Tensor, cos: Tensor, sin: Tensor) -> None:
+def _angles_for(x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Check ``x`` and its angles (one rule, both layouts); angles per row ``(B, T, R)`` viewed ``(B, 1.., T, R)``."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        tensor(name, t, shape="(..., T, R)" if name == "x" else "(T, R) from rope_cos_sin")
-    if x.ndim < 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
-        raise ValueError(
-            f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}; "
-            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
+        tensor(name, t, shape="(..., T, R)" if name == "x" else "(T, R) or (B, T, R) from rope_cos_sin")
+    per_row = cos.ndim == 3 and x.ndim >= 3 and cos.shape[0] == x.shape[0]
+    if x.ndim < 2 or cos.shape[-2:] != x.shape[-2:] or sin.shape != cos.shape or not (cos.ndim == 2 or per_row):
+        rows = f" or {(x.shape[0], *x.shape[-2:])}" if x.ndim >= 3 else ""
+        raise ValueError(f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}{rows}; got "
+                         f"{tuple(cos.shape)} and {tuple(sin.shape)}")
     if x.shape[-1] % 2:
         raise ValueError(f"x must have an even last dim R (RoPE rotates pairs of features); got shape {tuple(x.shape)}")
+    if cos.ndim == 3:  # (B, T, R): one row of angles per sequence, shared by its heads
+        cos = cos.view(cos.shape[0], *(1,) * (x.ndim - 3), *cos.shape[1:])  # (B, 1, .., T, R)
+        sin = sin.view(cos.shape)
+    return cos, sin
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate the last dim of ``x`` by the angles in ``cos``/``sin`` (from :func:`rope_cos_sin`).
 
+    Angles of shape ``(B, T, R)`` (positions per row) rotate row ``b`` of ``x`` ``(B, ..., T, R)`` by their row
+    ``b``, the same for each head.
+
     Shapes:
-        x: ``(..., T, R)``; cos, sin: ``(T, R)``; output: like ``x``.
+        x: ``(..., T, R)``; cos, sin: ``(T, R)``, or ``(B, T, R)`` for ``x`` of ``(B, ..., T, R)``; output: like ``x``.
 
     Raises:
-        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` for ``x``.
+        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` or ``(B, T, R)`` for ``x``, or ``R`` is odd.
 
     Example:
         >>> cos, sin = rope_cos_sin(torch.arange(2), 2)
@@ -377,7 +390,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         tensor([[1.0000, 0.0000],
                 [0.5403, 0.8415]])
     """
-    _check_rotated(x, cos, sin)
+    cos, sin = _angles_for(x, cos, sin)
     x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
     rotated = torch.cat([-x2, x1], dim=-1)  # (..., T, R)
     return x * cos + rotated * sin
@@ -397,17 +410,17 @@ def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     ``W_Q`` and ``W_K`` (:func:`interleaved_to_rotate_half`).
 
     Shapes:
-        x: ``(..., T, R)``; cos, sin: ``(T, R)``; output: like ``x``.
+        x: ``(..., T, R)``; cos, sin: ``(T, R)``, or ``(B, T, R)`` for ``x`` of ``(B, ..., T, R)``; output: like ``x``.
 
     Raises:
-        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` for ``x``, or ``R`` is odd.
+        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` or ``(B, T, R)`` for ``x``, or ``R`` is odd.
 
     Example:
         >>> cos, sin = rope_cos_sin(torch.arange(2), 4)
         >>> apply_rope_interleaved(torch.tensor([[1.0, 0.0, 0.0, 1.0]] * 2), cos, sin)[1]  # pair 0 turned 1 radian
         tensor([ 0.5403,  0.8415, -0.0100,  0.9999])
     """
-    _check_rotated(x, cos, sin)
+    cos, sin = _angles_for(x, cos, sin)
     c, s = cos[..., : x.shape[-1] // 2], sin[..., : x.shape[-1] // 2]  # (T, R/2): pair i's angle
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, R/2): the first and second feature of each pair
     return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)  # (..., T, R): pairs in place

@@ -469,12 +469,12 @@ def attention_targets(model: TextGPT, tokens: Tensor) -> list[tuple[Tensor, Tens
     """
     _text_model(model)
     tensor("tokens", tokens, ndim=2, shape="(B, T) of byte ids", dtype="integer")
-    cos, sin = model._rotations(tokens)
+    model._check_tokens(tokens)
     x = model.embed(tokens)  # (B, T, D)
     out = []
     for block in cast("list[Block]", list(model.blocks)):
         normed = block.ln1(x)  # (B, T, D): what the attention and the indexer read
-        x, weights = block(x, cos, sin, True)  # weights (B, H, T, T)
+        x, weights = block(x, need_weights=True)  # weights (B, H, T, T)
         assert weights is not None
         total = weights.sum(dim=1)  # (B, T, T)
         out.append((normed, total / total.sum(dim=-1, keepdim=True)))

@@ -32,15 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..functional import attention
+from .._checks import size
+from ..kv_cache import KVCache
 from ..layer import MultiHeadAttention
-from ..mechanisms import PerHeadRMSNorm
+from ..mechanisms import PerHeadRMSNorm, Rotary
 from ..rope import apply_rope, rope_cos_sin
 from . import artifact, data_file, read_artifact_json, requires_extra
 from .heads import first_token_mass, prefix_matching_score, previous_token_score
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from ..masks import MaskLike
 
 __all__ = [
     "CORPUS_FILE",
@@ -129,25 +132,42 @@ class TextConfig:
 
 
 class Block(nn.Module):
-    """``x = x + W_O(attention(RoPE(q), RoPE(k), v))`` on ``LayerNorm(x)``, then ``x = x + MLP(LayerNorm(x))``."""
+    """``x = x + W_O(attention(RoPE(q), RoPE(k), v))`` on ``LayerNorm(x)``, then ``x = x + MLP(LayerNorm(x))``.
+
+    The attention is the package's layer with its rotary piece (and QK-norm, if the config has it), so the full
+    pass and a cached decode run the same code: with ``cache``, the new tokens' keys and values are appended
+    and the queries attend to everything cached.
+    """
 
     def __init__(self, cfg: TextConfig) -> None:
         super().__init__()
+        E = cfg.d_model // cfg.num_heads
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads)
-        self.qk_norm = PerHeadRMSNorm(cfg.d_model // cfg.num_heads) if cfg.qk_norm else None
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, qk_norm=PerHeadRMSNorm(E) if cfg.qk_norm else None,
+                                       rope=Rotary(E, base=cfg.rope_base))
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        B, T, D = x.shape
-        q, k, v = self.queries_keys_values(x, cos, sin)  # (B, H, T, E) each
-        out, weights, _ = attention(q, k, v, is_causal=True, implementation="eager" if need_weights else "sdpa")
-        y = out.transpose(1, 2).reshape(B, T, D)  # concatenate heads: (B, T, D)
-        x = x + self.drop(self.attn.out_proj(y))  # W_O (a hook on out_proj ablates heads)
+    def forward(self, x: Tensor, *, need_weights: bool = False, cache: KVCache | None = None,
+                positions: Tensor | None = None, attn_mask: MaskLike = None) -> tuple[Tensor, Tensor | None]:
+        """One block on ``x`` ``(B, T, D)``: its output, and with ``need_weights`` the weights ``(B, H, T, S)``."""
+        h = self.ln1(x)  # (B, T, D)
+        at = None if cache is None or cache.length == 0 else cache.length  # a chunk after cached tokens
+        if need_weights:  # "eager": (B, T, D), (B, H, T, S)
+            y, weights = self.attn.with_weights(h, is_causal=True, cache=cache, cache_position=at, positions=positions,
+                                                attn_mask=attn_mask)
+        else:  # the fused kernel; a hook on out_proj ablates heads
+            y, weights = self.attn(h, is_causal=True, cache=cache, cache_position=at, positions=positions,
+                                   attn_mask=attn_mask), None
+        x = x + self.drop(y)
         x = x + self.drop(self.mlp(self.ln2(x)))  # (B, T, D)
         return x, weights
+
+    @property
+    def qk_norm(self) -> nn.Module | None:
+        """The layer's QK-norm piece, or ``None`` (the committed model has none)."""
+        return self.attn.qk_norm
 
     def queries_keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The heads' queries, keys and values of ``LayerNorm(x)``, the queries and keys normed and rotated."""
@@ -160,15 +180,32 @@ class Block(nn.Module):
 class TextGPT(nn.Module):
     """Byte embeddings, ``num_layers`` :class:`Block` s, a final LayerNorm and an unembedding.
 
+    **Cached decoding.** With ``caches`` (one :class:`~lessons_src.kv_cache.KVCache` per layer,
+    :meth:`make_caches`), the call takes the ``T`` tokens that follow the cached ones: a prompt (prefill), a chunk
+    of it, or one new token, and returns their logits, equal to the full pass's at those positions. Everything
+    stays within the trained context of ``max_len`` positions. For a batch of prompts of different lengths, left
+    padded, pass each token's position per row (``positions``, ``(B, T)``, counted from the row's first real
+    token) and the real tokens of every key slot (``attn_mask=key_mask(keep)``, ``keep`` ``(B, S)``, cached slots
+    included) at every step: :mod:`lessons_src.lab.batching` does this.
+
     Shapes:
         tokens: ``(B, T)`` ids in ``[0, 256)``, ``T <= max_len``; returns logits ``(B, T, 256)`` and, with
-        ``need_weights=True``, weights ``(L, B, H, T, T)``.
+        ``need_weights=True``, weights ``(L, B, H, T, S)`` (``S = T`` without caches, cached + ``T`` with them).
 
     Example:
         >>> model = TextGPT(TextConfig(d_model=16, num_heads=2, max_len=8, d_ff=32))
         >>> logits, w = model(encode("hello")[None], need_weights=True)
         >>> tuple(logits.shape), tuple(w.shape)
         ((1, 5, 256), (2, 1, 2, 5, 5))
+
+        The same logits from a cache: the prompt, then one token at a time.
+
+        >>> caches = model.make_caches(batch_size=1)
+        >>> with torch.no_grad():
+        ...     first, _ = model(encode("hel")[None], caches=caches)
+        ...     rest = [model(encode(c)[None], caches=caches)[0] for c in "lo"]
+        >>> torch.allclose(torch.cat([first, *rest], dim=1), logits, atol=1e-5), caches[0].length
+        (True, 5)
     """
 
     def __init__(self, cfg: TextConfig) -> None:
@@ -184,18 +221,41 @@ class TextGPT(nn.Module):
         """Every layer's attention module (for :func:`lessons_src.lab.heads.ablate_heads`)."""
         return [b.attn for b in self.blocks]  # type: ignore[misc]
 
-    def _rotations(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        """Check the ids; RoPE's cosines and sines for their positions, ``(T, E)`` each."""
-        if tokens.ndim != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be int64 ids of shape (B, T); got {tokens.dtype}, {tuple(tokens.shape)}")
+    def make_caches(self, batch_size: int, max_len: int | None = None, *, dtype: torch.dtype | None = None,
+                    device: torch.device | str | None = None) -> list[KVCache]:
+        """One empty :class:`~lessons_src.kv_cache.KVCache` per layer, for ``max_len`` positions (the model's
+        context, ``cfg.max_len``, unless fewer are given), in the weights' dtype and device unless given.
+
+        Raises:
+            ValueError: if ``max_len`` is above the trained context ``cfg.max_len`` (RoPE was never trained past it).
+        """
+        max_len = self.cfg.max_len if max_len is None else size("max_len", max_len, hint="positions to keep")
+        if max_len > self.cfg.max_len:
+            raise ValueError(f"max_len={max_len} is past the trained context of {self.cfg.max_len} positions; use "
+                             f"max_len <= {self.cfg.max_len}")
+        w = self.unembed.weight
+        E = self.cfg.d_model // self.cfg.num_heads
+        return [KVCache(size("batch_size", batch_size), self.cfg.num_heads, E, max_len, dtype=dtype or w.dtype,
+                        device=device or w.device) for _ in range(self.cfg.num_layers)]
+
+    def _check_tokens(self, tokens: Tensor, cached: int = 0) -> None:
+        if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
+            got = (tokens.dtype, tuple(tokens.shape)) if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be int64 ids of shape (B, T); got {got}")
         T = tokens.shape[1]
-        if not 1 <= T <= self.cfg.max_len:
-            raise ValueError(f"sequence length T={T} must be in 1..max_len={self.cfg.max_len}")
+        if not 1 <= T <= self.cfg.max_len - cached:
+            held = f" after {cached} cached" if cached else ""
+            raise ValueError(f"sequence length T={T}{held} must be in 1..max_len={self.cfg.max_len}"
+                             + (f" - {cached}" if cached else ""))
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
             low, high = int(tokens.min()), int(tokens.max())
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}); got {low}..{high}")
+
+    def _rotations(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Check the ids; RoPE's cosines and sines for their positions, ``(T, E)`` each."""
+        self._check_tokens(tokens)
         E = self.cfg.d_model // self.cfg.num_heads
-        return rope_cos_sin(torch.arange(T, device=tokens.device), E, base=self.cfg.rope_base)  # (T, E)
+        return rope_cos_sin(torch.arange(tokens.shape[1], device=tokens.device), E, base=self.cfg.rope_base)  # (T, E)
 
     @torch.no_grad()
     def largest_scores(self, tokens: Tensor) -> Tensor:
@@ -217,18 +277,54 @@ class TextGPT(nn.Module):
             q, k, _ = block.queries_keys_values(x, cos, sin)  # (B, H, T, E)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)  # (B, H, T, T)
             largest.append(scores.masked_fill(future, float("-inf")).amax())
-            x, _ = block(x, cos, sin, False)
+            x, _ = block(x)
         return torch.stack(largest)
 
-    def forward(self, tokens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        cos, sin = self._rotations(tokens)
+    def forward(self, tokens: Tensor, *, need_weights: bool = False, caches: list[KVCache] | None = None,
+                positions: Tensor | None = None, attn_mask: MaskLike = None) -> tuple[Tensor, Tensor | None]:
+        """Logits of ``tokens``, after the cached ones if ``caches`` are given.
+
+        Args:
+            tokens: ``(B, T)`` byte ids.
+            need_weights: also return every layer's attention weights (computed by ``"eager"``).
+            caches: one KV cache per layer (:meth:`make_caches`), all of one length; the tokens go after it.
+            positions: ``(B, T)``, each token's position in its own row (``None``: ``cached .. cached + T - 1``
+                for every row); each below ``max_len``.
+            attn_mask: what every layer's queries may see besides the causal rule, over the ``S`` key slots
+                (a rule of :mod:`lessons_src.masks` such as ``key_mask(keep)``, or a tensor).
+
+        Raises:
+            ValueError: on ids that are not ``(B, T)`` int64 bytes, more positions than the context holds, caches
+                that are not one per layer of one length, or positions at or past ``max_len``.
+        """
+        cached = self._check_caches(caches)
+        self._check_tokens(tokens, cached)
+        if positions is not None and isinstance(positions, Tensor) and positions.numel() and \
+                positions.device.type != "meta" and int(positions.max()) >= self.cfg.max_len:
+            raise ValueError(f"positions must be below max_len={self.cfg.max_len}, the trained context; got "
+                             f"{int(positions.max())}")
         x = self.embed(tokens)  # (B, T, D)
         weights = []
-        for block in self.blocks:
-            x, w = block(x, cos, sin, need_weights)
+        for i, block in enumerate(self.blocks):
+            x, w = block(x, need_weights=need_weights, cache=None if caches is None else caches[i],
+                         positions=positions, attn_mask=attn_mask)
             weights.append(w)
         logits = self.unembed(self.ln_f(x))  # (B, T, V)
-        return logits, (torch.stack(weights) if need_weights else None)  # (L, B, H, T, T)
+        return logits, (torch.stack(weights) if need_weights else None)  # (L, B, H, T, S)
+
+    def _check_caches(self, caches: list[KVCache] | None) -> int:
+        """How many positions the caches hold (0 without them), or an error naming what is wrong with them."""
+        if caches is None:
+            return 0
+        if not isinstance(caches, list) or len(caches) != self.cfg.num_layers or \
+                not all(isinstance(c, KVCache) for c in caches):
+            raise ValueError(f"caches must be a list of {self.cfg.num_layers} KVCache, one per layer "
+                             f"(model.make_caches()); got {type(caches).__name__}")
+        lengths = {c.length for c in caches}
+        if len(lengths) != 1:
+            raise ValueError(f"the caches hold different lengths {sorted(lengths)}: a step failed half way; reset "
+                             "them and prefill again")
+        return lengths.pop()
 
     @torch.no_grad()
     def generate(self, prompt: str, new_tokens: int, generator: torch.Generator, temperature: float = 1.0) -> str:

@@ -204,11 +204,12 @@ def _specs_core() -> None:
     spec("mechanisms.ConjugateRotation", lambda **a: mc.ConjugateRotation(**a), rope=obj(mc.Rotary(4)))
     spec("mechanisms.ConjugateRotation.forward", lambda y, start: mc.ConjugateRotation(mc.Rotary(4))(y, start=start), y=ten(q), start=size0(2))
     _specs_shared_kv(q)
-    spec("mechanisms.Rotary.forward", lambda q, k, start: mc.Rotary(4)(q, k, start=start), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(2))
+    at = Arg("itensor", torch.tensor([[0, 1, 2]]), optional=True, extra=[("negative", torch.tensor([[0, -1, 2]]), V_), ("other T", torch.tensor([[0, 1]]), V_)])
+    spec("mechanisms.Rotary.forward", lambda q, k, start, positions: mc.Rotary(4)(q, k, start=start, positions=positions), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(0), positions=at)
     spec("mechanisms.Rotary.partial", lambda **a: mc.Rotary.partial(**a), head_dim=size(16), fraction=Arg("fraction", 0.25), base=BASE, scaling=obj(None, optional=True))
     spec("mechanisms.Rotary.proportional", lambda **a: mc.Rotary.proportional(**a), head_dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0))
     spec("mechanisms.NoPETemperature", lambda **a: mc.NoPETemperature(**a), floor_scale=size(2), attn_scale=Arg("eps", 0.1))
-    spec("mechanisms.NoPETemperature.forward", lambda q, k, start: mc.NoPETemperature(floor_scale=2)(q, k, start=start), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(2))
+    spec("mechanisms.NoPETemperature.forward", lambda q, k, start, positions: mc.NoPETemperature(floor_scale=2)(q, k, start=start, positions=positions), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(0), positions=at)
     spec("mechanisms.HeadwiseGate", lambda **a: mc.HeadwiseGate(**a), d_model=size(8), num_heads=size(2), bias=FLAG)
     spec("mechanisms.HeadwiseGate.forward", lambda x, y: mc.HeadwiseGate(8, 2)(x, y), x=ten(r(1, 3, 8)), y=ten(q))
     spec("mechanisms.ElementwiseGate", lambda **a: mc.ElementwiseGate(**a), d_model=size(8), num_heads=size(2), head_dim=size(4), bias=FLAG)
@@ -255,7 +256,7 @@ def _specs_core() -> None:
     spec("rope.llama3_scaling", lambda **a: rp.llama3_scaling(**a), dim=size(8), base=BASE, factor=Arg("factor", 8.0), low_freq_factor=Arg("positive", 1.0),
          high_freq_factor=Arg("positive", 4.0, numpy=np.int64(4)), original_max_positions=size(64), device=DEVICE)
     spec("rope.proportional_scaling", lambda **a: rp.proportional_scaling(**a), dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0), device=DEVICE)
-    spec("rope.rope_cos_sin", lambda **a: rp.rope_cos_sin(**a), positions=Arg("itensor", torch.arange(3)), dim=size(4), base=BASE, dtype=DTYPE, scaling=obj(None, optional=True))
+    spec("rope.rope_cos_sin", lambda **a: rp.rope_cos_sin(**a), positions=Arg("itensor", torch.arange(3), rank=False, extra=[("3-D", torch.zeros(1, 1, 3, dtype=torch.long), V_)]), dim=size(4), base=BASE, dtype=DTYPE, scaling=obj(None, optional=True))
     spec("rope.rope_frequencies", lambda **a: rp.rope_frequencies(**a), dim=size(8), base=BASE, device=DEVICE)
     spec("rope.yarn_scaling", lambda **a: rp.yarn_scaling(**a), dim=size(8), base=BASE, factor=Arg("factor", 4.0), original_max_positions=size(64), beta_fast=Arg("positive", 32.0, numpy=np.int64(32)),
          beta_slow=Arg("positive", 1.0), attention_factor=Arg("positive", None, optional=True), truncate=FLAG, device=DEVICE)
@@ -546,6 +547,7 @@ def _issue_cases() -> list[Any]:
         ("attention-scale-tensor", lambda: attention(q, q, q, scale=torch.tensor(0.5, requires_grad=True)), T_, r"a tensor would lose its gradient"),
         ("rotary-odd-width", lambda: Rotary(3), V_, r"dim must be even"),
         ("rotary-before-0", lambda: Rotary(4)(q, None, start=-1), V_, r"start must be at least 0"),
+        ("rotary-start-and-positions", lambda: Rotary(4)(q, None, start=2, positions=torch.zeros(q.shape[0], q.shape[2], dtype=torch.long)), V_, r"give start=2 or positions, not both"),
         ("nope-before-0", lambda: __import__("lessons_src.mechanisms").mechanisms.NoPETemperature(floor_scale=2)(q, None, start=-2), V_, r"start must be at least 0"),
         ("eps-inf", lambda: ValueRMSNorm(eps=INF), V_, r"eps must be finite"),
         ("empty-copy-selection", lambda: __import__("lessons_src.lab.hybrid_models").lab.hybrid_models.copy_loss(

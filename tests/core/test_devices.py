@@ -113,6 +113,7 @@ def _flex_on_meta() -> dict[str, object]:
         "masks.sliding_window": lambda: mk.sliding_window(2, sink_tokens=1)(0, 0, qi + 2, ki),
         "masks.same_chunk": lambda: mk.same_chunk(2)(0, 0, qi + 2, ki),
         "masks.same_document": lambda: mk.same_document(ids)(1, 0, qi + 2, ki),
+        "masks.key_mask": lambda: mk.key_mask(torch.empty(2, 5, dtype=torch.bool, device=META))(1, 0, qi + 2, ki),
         "masks.prefix_lm": lambda: mk.prefix_lm([1, 2], device=META)(1, 0, qi + 2, ki),
         "masks.and_masks": lambda: mk.and_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
         "masks.or_masks": lambda: mk.or_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
@@ -198,8 +199,12 @@ def _on_meta() -> dict[str, object]:
             mc.Rotary.partial(8, 0.5, scaling=rp.yarn_scaling(4, factor=4.0, original_max_positions=8, device=META))(
                 q, _meta(1, 2, 3, 8), start=2),
             mc.Rotary.proportional(8, 0.25, base=1e6)(q, None, start=2)[0],
+            mc.Rotary(4)(q, _meta(1, 2, 3, 8), positions=torch.empty(1, 3, dtype=torch.long, device=META)),
         ],
-        "mechanisms.NoPETemperature": lambda: mc.NoPETemperature(floor_scale=2)(q, _meta(1, 2, 3, 8), start=2),
+        "mechanisms.NoPETemperature": lambda: [
+            mc.NoPETemperature(floor_scale=2)(q, _meta(1, 2, 3, 8), start=2),
+            mc.NoPETemperature(floor_scale=2)(q, None, positions=torch.empty(1, 3, dtype=torch.long, device=META))[0],
+        ],
         "mechanisms.HeadwiseGate": lambda: mc.HeadwiseGate(16, 4).to(META)(_meta(1, 3, 16), q),
         "mechanisms.ElementwiseGate": lambda: mc.ElementwiseGate(16, 4, 8).to(META)(_meta(1, 3, 16), q),
         "layer.MultiHeadAttention+mechanisms": lambda: [  # every piece, the sinks and the cap, on meta
@@ -243,7 +248,8 @@ def _on_meta() -> dict[str, object]:
             for mode in ("naive", "absorbed")
         ],
         "rope.rope_cos_sin": lambda: [
-            *cos_sin, *rp.rope_cos_sin(torch.arange(3, device=META), 4, scaling=rp.llama3_scaling(4, device=META))
+            *cos_sin, *rp.rope_cos_sin(torch.arange(3, device=META), 4, scaling=rp.llama3_scaling(4, device=META)),
+            *rp.rope_cos_sin(torch.empty(2, 3, dtype=torch.long, device=META), 4),
         ],
         "rope.rope_frequencies": lambda: rp.rope_frequencies(8, device=META),
         "rope.llama3_scaling": lambda: rp.llama3_scaling(8, device=META).inv_freq,
@@ -351,6 +357,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "_checks.instance": "checks a type",
     "_checks.device": "names a device",
     "_checks.tensor": "reads the caller's tensor's rank and dtype",
+    "_checks.positions": "reads the caller's tensor's shape, dtype and device (its values not on meta)",
     "_checks.flag": "checks a bool",
     "_checks.divisors": "arithmetic on an int",
     "_checks.autocast_on": "reads torch's autocast state",

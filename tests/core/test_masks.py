@@ -20,6 +20,7 @@ from lessons_src.masks import (
     chunk_mask,
     combine_masks,
     document_mask,
+    key_mask,
     mask_tensor,
     padding,
     padding_mask,
@@ -81,6 +82,22 @@ def test_padding_mask() -> None:
     assert m.shape == (3, 1, 1, 5)
     assert m[:, 0, 0].int().tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]]
     assert padding_mask(torch.tensor([2, 3])).shape == (2, 1, 1, 3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=3), T=st.integers(1, 5))
+def test_key_mask_is_its_definition(rows: list[list[bool]], T: int) -> None:
+    """``key_mask(keep)`` keeps key ``j`` of row ``b`` exactly where ``keep[b, j]``, for every query; 0/1 ints too."""
+    keep = torch.tensor(rows)  # (B, 5)
+    got = mask_tensor(key_mask(keep), T, 5, B=len(rows))  # (B, 1, T, 5)
+    assert torch.equal(got, keep[:, None, None, :].expand(len(rows), 1, T, 5))
+    assert torch.equal(mask_tensor(key_mask(keep.int()), T, 5, B=len(rows)), got)
+
+
+def test_key_mask_of_right_padding_is_padding_by_lengths() -> None:
+    lengths = torch.tensor([3, 5, 1])
+    keep = torch.arange(5) < lengths[:, None]  # (3, 5): real tokens first
+    assert torch.equal(mask_tensor(key_mask(keep) & causal(), 5, B=3), mask_tensor(padding(lengths) & causal(), 5, B=3))
 
 
 def test_padding_bad() -> None:

@@ -577,6 +577,58 @@ def test_nope_temperature_is_llama4s() -> None:
     _compare(ours, ref, x, lambda x: ref(x, position_embeddings=None, attention_mask=mask)[0], [], TOL32)
 
 
+def test_positions_per_row_are_qwen3s_on_a_left_padded_batch() -> None:
+    """A left-padded batch through Qwen3's attention: its rotary module at ``position_ids`` counted from each row's
+    first real token, its additive mask of the padding and the causal rule; ours with ``positions`` and
+    ``key_mask``. The real tokens' outputs agree (a padding query sees no key: HF's eager softmax gives NaN there,
+    ours 0); with the positions of a row that counts its padding, NoPE's temperature aside, RoPE alone agrees
+    too: only distances reach the scores."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding
+
+    from lessons_src.masks import key_mask
+
+    cfg = _config(transformers.Qwen3Config, rms_norm_eps=1e-6)
+    ref = Qwen3Attention(cfg, layer_idx=0)
+    _randomise(ref, 3)
+    norm = PerHeadRMSNorm(E, eps=1e-6)
+    rope = Rotary(E, base=cfg.rope_parameters["rope_theta"])
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=rope)
+    _copy_projections(ours, ref)
+    with torch.no_grad():
+        norm.q_weight.copy_(ref.q_norm.weight)
+        norm.k_weight.copy_(ref.k_norm.weight)
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[0, :2] = False  # row 0: two padding slots on the left
+    position_ids = (keep.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1))
+    visible = causal_mask(T) & keep[:, None, None, :]  # (B, 1, T, T)
+    mask = torch.zeros(B, 1, T, T).masked_fill(~visible, float("-inf"))
+    with torch.no_grad():
+        want = ref(x, position_embeddings=Qwen3RotaryEmbedding(cfg)(x, position_ids), attention_mask=mask)[0]
+        got = ours(x, is_causal=True, attn_mask=key_mask(keep), positions=position_ids)
+        shifted = ours(x, is_causal=True, attn_mask=key_mask(keep))  # every row from slot 0
+    torch.testing.assert_close(got[keep], want[keep], **TOL32)
+    torch.testing.assert_close(shifted[keep], want[keep], **TOL32)
+    assert torch.equal(got[~keep], torch.zeros_like(got[~keep]))  # a padding query sees no key: zero output
+
+
+def test_rotary_at_any_positions_per_row_is_qwen3s() -> None:
+    """Positions that are no shift of ``0 .. T-1`` (drawn per row and token): Qwen3's rotary module and
+    ``apply_rotary_pos_emb`` at those ``position_ids``, and ours; a rotation at ``0 .. T-1`` is not it."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, apply_rotary_pos_emb
+
+    cfg = _config(transformers.Qwen3Config)
+    g = torch.Generator().manual_seed(4)
+    q, k = torch.randn(B, H, T, E, generator=g), torch.randn(B, K, T, E, generator=g)
+    position_ids = torch.randint(0, 40, (B, T), generator=g)
+    cos, sin = Qwen3RotaryEmbedding(cfg)(q, position_ids)  # (B, T, E) each
+    want = apply_rotary_pos_emb(q, k, cos, sin)
+    got = Rotary(E, base=cfg.rope_parameters["rope_theta"])(q, k, positions=position_ids)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)  # HF's float32 angles up to 40 radians
+    assert (Rotary(E)(q, k, start=0)[0] - want[0]).abs().max() > 0.1
+
+
 @pytest.mark.parametrize("impl", ["sdpa", "eager", "tiled"])
 def test_chunked_attention_is_llama4s(impl: str) -> None:
     """Llama 4's RoPE layers attend within chunks: ``transformers``' own chunked mask (chunks of 4 in 6 tokens)

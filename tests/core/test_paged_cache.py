@@ -81,6 +81,30 @@ def test_ragged_batch_equals_contiguous_caches_also_after_free_and_reuse(
     assert freed <= set(paged.block_tables[7]) | set(paged.block_tables[8])  # every freed block was reused
 
 
+@pytest.mark.parametrize("chunk", [4, 5], ids=["C divides 12", "C does not"])
+def test_chunked_prefill_through_the_pool_equals_one_prefill(chunk: int) -> None:
+    """Two prompts of 12 and 7 tokens, each appended ``chunk`` tokens at a time with its chunk's queries attending
+    through the block tables: each prompt's outputs are causal attention over the whole prompt. SDPA's own causal
+    flag on a chunk after cached keys (its triangle top-left) is not."""
+    g = torch.Generator().manual_seed(5)
+    cache = PagedKVCache(num_blocks=16, block_size=3, num_kv_heads=K, head_dim=E, v_head_dim=EV, dtype=torch.float64)
+    for seq, L in ((0, 12), (1, 7)):
+        cache.add_sequence(seq)
+        q = torch.randn(1, 2 * K, L, E, generator=g, dtype=torch.float64)
+        k, v = kv(L, g)  # (K, L, E), (K, L, Ev)
+        outs, top_left = [], []
+        for a in range(0, L, chunk):
+            b = min(a + chunk, L)
+            cache.append(seq, k[:, a:b], v[:, a:b])
+            outs.append(paged_attention(q[:, :, a:b], cache, [seq], min_run=1))
+            top_left.append(F.scaled_dot_product_attention(q[:, :, a:b], k[None, :, :b].repeat_interleave(2, 1),
+                                                           v[None, :, :b].repeat_interleave(2, 1), is_causal=True))
+        want = attention(q, k[None], v[None], is_causal=True).output  # (1, H, L, Ev)
+        torch.testing.assert_close(torch.cat(outs, dim=2), want, atol=1e-10, rtol=1e-9)
+        assert cache.lengths[seq] == L
+        assert (torch.cat(top_left, dim=2) - want).abs().max() > 1e-2
+
+
 def test_a_query_that_sees_no_key_of_the_first_piece() -> None:
     """Sequence 0 holds block 0, then a run of 5 blocks taken after sequence 1's block: the run is read
     first, and the first of T = 5 * bs + 1 new queries (at position bs - 1) sees none of its keys."""

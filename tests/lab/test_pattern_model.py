@@ -81,6 +81,29 @@ def test_cached_decoding_equals_the_full_pass(name: str, blocks: tuple[int, ...]
     assert kinds
 
 
+@pytest.mark.parametrize("chunk", [4, 5], ids=["C divides 12", "C does not"])
+def test_chunked_prefill_equals_one_prefill_past_a_window(chunk: int) -> None:
+    """A prompt of 12 prefilled ``chunk`` tokens at a time through gpt-oss's pattern (a window of 3, then a global
+    layer), then 3 tokens decoded: every logit is one prefill's. A chunk that forgets the cached tokens (a fresh
+    cache per chunk) is not."""
+    model = _model(gpt_oss_pattern(2, window=3))
+    tokens = torch.randint(0, 32, (2, 15), generator=torch.Generator().manual_seed(2))
+
+    def run(chunked: bool, forget: bool = False) -> torch.Tensor:
+        caches, outs = model.make_caches(batch_size=2, max_len=15), []
+        for a in range(0, 12, chunk if chunked else 12):
+            if forget:
+                caches = model.make_caches(batch_size=2, max_len=15)
+            outs.append(model(tokens[:, a : min(a + chunk if chunked else 12, 12)], caches=caches))
+        outs += [model(tokens[:, t : t + 1], caches=caches) for t in range(12, 15)]
+        return torch.cat(outs, dim=1)
+
+    with torch.no_grad():
+        one, chunked, forgetting = run(False), run(True), run(True, forget=True)
+    torch.testing.assert_close(chunked, one, atol=1e-10, rtol=1e-9)
+    assert (forgetting - one).abs().max() > 1e-3
+
+
 def test_temperature_and_sharing_change_the_output() -> None:
     """The decoding test above would pass for a model that ignored them: these pieces take effect at T = 15."""
     tokens = torch.randint(0, 32, (1, 15), generator=torch.Generator().manual_seed(1))

@@ -65,7 +65,7 @@ def test_block_is_multi_head_attention_with_rope() -> None:
                                                            is_causal=True)  # (B, H, T, E)
     ref = x + block.attn.out_proj(ref.transpose(1, 2).reshape(3, 10, 16))
     ref = ref + block.mlp(block.ln2(ref))
-    got, weights = block(x, cos, sin, True)
+    got, weights = block(x, need_weights=True)
     torch.testing.assert_close(got, ref)
     assert weights is not None and weights.shape == (3, 2, 10, 10)
 
@@ -95,7 +95,7 @@ def test_qk_norm_norms_each_heads_query_and_key_before_rope() -> None:
         return h + block.mlp(block.ln2(h))
 
     wq, wk = block.qk_norm.q_weight, block.qk_norm.k_weight
-    got, _ = block(x, cos, sin, False)
+    got, _ = block(x)
     torch.testing.assert_close(got, out(apply_rope(rms(q, wq), cos, sin), apply_rope(rms(k, wk), cos, sin)))
     for wrong in (out(rms(apply_rope(q, cos, sin), wq), rms(apply_rope(k, cos, sin), wk)),  # after RoPE
                   out(apply_rope(q, cos, sin), apply_rope(k, cos, sin))):  # no norm
@@ -117,7 +117,7 @@ def test_largest_scores_are_the_largest_visible_logits() -> None:
         s = q @ k.transpose(-2, -1) / E**0.5  # (B, H, T, T)
         want.append(s.masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf")).amax())
         everywhere.append(s.amax())
-        x, _ = block(x, cos, sin, False)
+        x, _ = block(x)
     got = model.largest_scores(tokens)
     torch.testing.assert_close(got, torch.stack(want))
     assert got.shape == (SMALL.num_layers,)

@@ -331,6 +331,11 @@ def _lse_cases() -> list[Case]:
     return [Case(f"{label}, block_size={b}", (in_blocks(x, b),), {"block_size": b}) for label, x, b in sizes]
 
 
+def _left_pad_cases() -> list[Case]:
+    sizes = [([3, 5, 1], 5), ([2, 4], 6), ([1, 3, 2], 3)]  # the first row never the longest: one length shows
+    return [Case(f"lengths={lengths}, T={T}", (lengths, T)) for lengths, T in sizes]
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 _KERNEL = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-parts",
@@ -581,6 +586,16 @@ EXERCISES: dict[str, Exercise] = {
              "Turn each pair, `x1 * c - x2 * s` and `x2 * c + x1 * s`, then put the two back side by side: "
              "`torch.stack([...], dim=-1).flatten(-2)`."),
             _rope_cases, ("lessons_src.rope.apply_rope_interleaved",),
+        ),
+        Exercise(
+            "left_padded_positions", "Positions for a left-padded batch",
+            Link("lessons/many-prompts.md", "a-padded-batch", "Many prompts in one batch: a padded batch"),
+            ("Row `b` has `T - lengths[b]` padding slots before its prompt: its own number, not the longest row's "
+             "or the first row's.",
+             "The first real token of every row is at position 0: slot `T - lengths[b]` gets 0, the next slot 1. "
+             "`torch.arange(T) - pad` with `pad` of shape `(B, 1)` does every row at once.",
+             "The padding slots come out negative: `.clamp(min=0)` puts them at 0."),
+            _left_pad_cases, ("lessons_src.lab.batching.padded_positions",),
         ),
     )
 }

@@ -79,6 +79,7 @@ _KERNEL_LESSON = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-
                       "FlashAttention in Triton: the forward kernel")
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
+_PADDED = Link("lessons/many-prompts.md", "a-padded-batch", "Many prompts in one batch: a padded batch")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -379,6 +380,26 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "FLOPs: a product of an (m, k) and a (k, n) matrix is 2 m k n FLOPs. Count one per multiply-add and "
             "every intensity you compare with a machine's ratio is half what it should be.",
             _STEP_COUNTED,
+        ),
+        Misconception(
+            "positions_from_padding", "positions counted from the padding",
+            "A prompt's first token is at position 0 whether or not padding precedes it: it is the prompt decoded "
+            "alone that the batch must reproduce. Counting the padding shifts the whole row; RoPE, which sees only "
+            "distances, forgives that, but a model that reads a position absolutely (learned positions, Llama 4's "
+            "NoPE temperature) does not.",
+            _PADDED,
+        ),
+        Misconception(
+            "one_length_for_all_rows", "one length for every row",
+            "Each row of a left-padded batch has its own padding, `T - lengths[b]` slots: positions taken from one "
+            "row's length are right for that row only.",
+            _PADDED,
+        ),
+        Misconception(
+            "first_real_at_one", "off by one at the first real token",
+            "Positions count from 0: the first real token is at 0, as in the prompt decoded alone "
+            "(`attention_mask.cumsum(-1) - 1`, not the cumulative sum itself).",
+            _PADDED,
         ),
     )
 }
@@ -806,6 +827,18 @@ def _lse_whole_rows(x: Tensor, block_size: int) -> Tensor:
     return torch.logsumexp(x, dim=-1)  # over each whole row at once
 
 
+def _positions_from_padding(lengths: list[int], T: int) -> Tensor:
+    return torch.arange(T).expand(len(lengths), T)  # every row from slot 0, its padding counted
+
+
+def _one_length(lengths: list[int], T: int) -> Tensor:
+    return (torch.arange(T) - (T - lengths[0])).clamp(min=0).expand(len(lengths), T)  # the first row's padding
+
+
+def _first_real_at_one(lengths: list[int], T: int) -> Tensor:
+    return (torch.arange(T) - (T - torch.tensor(lengths)[:, None]) + 1).clamp(min=0)  # 1 at the first real token
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -1023,5 +1056,11 @@ VARIANTS: tuple[Variant, ...] = (
             "left the values out: the scores' FLOPs and the keys' bytes alone", _intensity_no_v),
     Variant("gqa_decode_intensity", "intensity_mac_one_flop", "mac_as_one_flop",
             "counted each multiply-add as one FLOP", _intensity_mac_one_flop),
+    Variant("left_padded_positions", "positions_from_padding", "positions_from_padding",
+            "gave every row the positions `0 .. T - 1` of its slots, padding included", _positions_from_padding),
+    Variant("left_padded_positions", "one_length", "one_length_for_all_rows",
+            "took every row's padding from the first row's length", _one_length),
+    Variant("left_padded_positions", "first_real_at_one", "first_real_at_one",
+            "put each row's first real token at position 1", _first_real_at_one),
     *_SCALE_VARIANTS,
 )

@@ -27,6 +27,7 @@ __all__ = [
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "left_padded_positions",
     "lse_in_base_2",
     "masked_softmax",
     "merge_heads",
@@ -260,3 +261,9 @@ def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
         l = l * torch.exp2(m - shift) + torch.exp2(block - shift[..., None]).sum(dim=-1)
         m = m_new
     return (m + torch.log2(l)) * math.log(2)  # back to natural log: log2(y) * ln(2) == ln(y)
+
+
+def left_padded_positions(lengths: list[int], T: int) -> Tensor:
+    slot = torch.arange(T)  # (T,): 0 .. T - 1, padding included
+    pad = T - torch.tensor(lengths)[:, None]  # (B, 1): each row's own padding slots before its first real token
+    return (slot - pad).clamp(min=0)  # (B, T): 0 at the first real token; the padding (negative) at 0

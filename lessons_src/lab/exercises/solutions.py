@@ -26,6 +26,7 @@ from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
+from ..batching import padded_positions
 
 __all__ = [
     "absorb_query",
@@ -42,6 +43,7 @@ __all__ = [
     "gqa_attention",
     "gqa_decode_intensity",
     "indexer_top_k",
+    "left_padded_positions",
     "lse_in_base_2",
     "masked_softmax",
     "merge_heads",
@@ -213,3 +215,8 @@ def causal_key_ends(T: int, S: int, block_q: int) -> list[int]:
 def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
     *_, (m, l) = softmax_statistics(x, block_size=block_size)  # lessons_src.flash: block by block; the last
     return m + torch.log(l)  # natural log; -inf + log(0) = -inf for a row that sees nothing
+
+
+def left_padded_positions(lengths: list[int], T: int) -> Tensor:
+    keep = torch.arange(T) >= T - torch.tensor(lengths)[:, None]  # (B, T): True on the real tokens
+    return padded_positions(keep)  # lessons_src.lab.batching: keep.cumsum(-1) - 1, the padding at 0

@@ -362,3 +362,19 @@ def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
         x: ``(..., n)``; output: ``(...)``.
     """
     raise NotImplementedError
+
+
+def left_padded_positions(lengths: list[int], T: int) -> Tensor:
+    """Each token's position in a batch of prompts left padded to ``T`` slots, as RoPE must see it.
+
+    Row ``b`` holds a prompt of ``lengths[b]`` tokens in its last ``lengths[b]`` slots, padding before. A prompt's
+    first real token is at position 0, whatever padding precedes it, and each later token one further; a padding
+    slot gets 0 (the padding mask hides it: any position would do, 0 is the convention here).
+
+    Returns:
+        ``(B, T)`` int64 positions.
+
+    Example:
+        ``lengths=[2, 3], T=3`` gives ``[[0, 0, 1], [0, 1, 2]]``.
+    """
+    raise NotImplementedError
