@@ -41,7 +41,7 @@ PAGES = {  # which page shows which exercises, in the catalogue's order
     "practice/exercises-today.md": ("softcapped_softmax", "sink_attention", "qk_norm_scores", "gated_output",
                                     "delta_rule_step"),
     "practice/exercises-kernels.md": ("indexer_top_k", "causal_mask_mod", "flex_sink_attention"),
-    "practice/exercises-serving.md": ("gqa_decode_intensity",),
+    "practice/exercises-serving.md": ("gqa_decode_intensity", "merge_attention_states"),
 }
 STUB_HEADER = "import torch\nfrom torch import Tensor\n"
 _WHEEL_LINE = re.compile(r'^WHEEL = ".*"$', re.M)

@@ -76,6 +76,8 @@ _SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_mode
 _SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
+_MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
+              "Split, merged, shared: the attention state, and its merge")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -294,6 +296,27 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "FLOPs: a product of an (m, k) and a (k, n) matrix is 2 m k n FLOPs. Count one per multiply-add and "
             "every intensity you compare with a machine's ratio is half what it should be.",
             _STEP_COUNTED,
+        ),
+        Misconception(
+            "merge_without_reweighting", "outputs added without reweighting",
+            "Each partial output is already normalised over its own keys (its weights sum to 1), so two added "
+            "weigh as two whole softmaxes. Over all the keys, state i's keys hold the share exp(lse_i - lse) of the "
+            "softmax: multiply each output by its share before adding.",
+            _MERGE,
+        ),
+        Misconception(
+            "max_for_logaddexp", "the larger log-sum-exp kept instead of their logaddexp",
+            "The merged log-sum-exp is the log of the two sums added, log(exp(lse1) + exp(lse2)): larger than "
+            "either. max(lse1, lse2) is the online softmax's running max, not its sum; weights exp(lse_i - max) "
+            "then add up to more than 1.",
+            _MERGE,
+        ),
+        Misconception(
+            "empty_state_forgotten", "the empty state forgotten",
+            "A query can see no key in either state (a split wholly outside its window, a padded query): both "
+            "log-sum-exps are -inf, and exp(lse_i - lse) is exp(-inf - (-inf)) = NaN. The empty state must change "
+            "nothing: shift by 0 where the merged log-sum-exp is -inf, so its weight is exp(-inf) = 0.",
+            _MERGE,
         ),
     )
 }
@@ -611,6 +634,25 @@ def _intensity_mac_one_flop(B: int, H: int, K: int, E: int, S: int, b: int) -> d
     return _intensity(2 * B * H * S * E, 2 * B * K * S * E * b)  # 1 FLOP per multiply-add
 
 
+def _merged(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor, shift: Tensor) -> Tensor:
+    return torch.exp(lse1 - shift)[..., None] * o1 + torch.exp(lse2 - shift)[..., None] * o2
+
+
+def _merge_added(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    return o1 + o2, torch.logaddexp(lse1, lse2)  # each output still normalised over its own keys
+
+
+def _merge_max(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    top = torch.maximum(lse1, lse2)  # the running max, not the log of the summed exponentials
+    shift = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
+    return _merged(o1, lse1, o2, lse2, shift), top
+
+
+def _merge_nan_empty(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    lse = torch.logaddexp(lse1, lse2)
+    return _merged(o1, lse1, o2, lse2, lse), lse  # two empty states: exp(-inf - (-inf)) = NaN
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -788,5 +830,13 @@ VARIANTS: tuple[Variant, ...] = (
             "left the values out: the scores' FLOPs and the keys' bytes alone", _intensity_no_v),
     Variant("gqa_decode_intensity", "intensity_mac_one_flop", "mac_as_one_flop",
             "counted each multiply-add as one FLOP", _intensity_mac_one_flop),
+    Variant("merge_attention_states", "merge_outputs_added", "merge_without_reweighting",
+            "added the two outputs as they are, `o1 + o2`", _merge_added),
+    Variant("merge_attention_states", "merge_lse_max", "max_for_logaddexp",
+            "took `torch.maximum(lse1, lse2)` as the merged log-sum-exp and weighted each output by "
+            "`exp(lse_i - max)`", _merge_max),
+    Variant("merge_attention_states", "merge_nan_for_empty", "empty_state_forgotten",
+            "weighted each output by `exp(lse_i - lse)` even where both states are empty (`lse = -inf`), which "
+            "gives NaN", _merge_nan_empty),
     *_SCALE_VARIANTS,
 )

@@ -23,7 +23,7 @@ from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope
-from ...score_mods import Sinks, soft_cap
+from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "gqa_decode_intensity",
     "indexer_top_k",
     "masked_softmax",
+    "merge_attention_states",
     "merge_heads",
     "mha_forward",
     "mha_param_count",
@@ -185,3 +186,7 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # (tests/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
     flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    return merge_states([(o1, lse1), (o2, lse2)])  # lessons_src.score_mods.merge_states
