@@ -25,7 +25,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # make test, its steps (run two at a time), and the suites they run, each also usable alone:
 .PHONY: test test-steps test-build test-lint test-browser test-unit test-site-check test-browser-live \
 	test-browser-widgets test-unit-processes
-.PHONY: lint unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets
+.PHONY: lint quick unit unit-rest unit-processes site-check browser browser-pages browser-live browser-widgets
 # Outside make test: the reproducibility build, the Triton kernels, the GPU, the other generators:
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
@@ -115,7 +115,7 @@ test-reproducible: build-again ## Build the site again and compare it with site/
 	SITE_AGAIN=$(SITE_AGAIN) $(PYTEST) $(REPRODUCIBLE_TESTS) --list-checks=$(CHECKS)/reproducible.txt
 
 lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflows
-	$(BIN)/ruff check lessons_src tests tools
+	$(BIN)/ruff check conftest.py lessons_src tests tools
 	$(BIN)/mypy
 	$(BIN)/zizmor --offline --no-progress .github/workflows
 
@@ -124,12 +124,15 @@ lint: $(DEPS) ## ruff (with bugbear), mypy on lessons_src, zizmor on the workflo
 CHECKS := .cache/checks
 PYTEST := $(BIN)/python -m pytest -q --durations=15 --durations-min=1
 
-unit: $(DEPS) ## Unit tests of lessons_src
+unit: $(DEPS) ## Unit tests and the core's docstring examples (no site needed)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser --list-checks=$(CHECKS)/unit.txt
+
+quick: $(DEPS) ## The unit tests but those marked slow (wheels, fresh environments, compiles, notebook runs)
+	$(PYTEST) --ignore=tests/site --ignore=tests/browser -m "not slow"
 
 # `make test` runs the unit tests in two steps: the multi-process ones (they start 2 and 4 Python processes joined
 # by gloo) last, after the site checks, the rest before them.
-UNIT_PROCESSES := tests/test_parallel.py
+UNIT_PROCESSES := tests/core/test_parallel.py
 unit-rest: $(DEPS)
 	$(PYTEST) --ignore=tests/site --ignore=tests/browser $(addprefix --ignore=,$(UNIT_PROCESSES)) \
 		--list-checks=$(CHECKS)/unit.txt
@@ -191,7 +194,7 @@ test-unit-processes: test-unit
 # pytest). The file is named because collecting all of tests/ needs a built site/.
 test-gpu: ## The core on a CUDA GPU in float32, float16 and bfloat16 against float64 and SDPA (tests marked gpu)
 	@python3 -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
-	PYTHONPATH=. python3 -m pytest -m gpu tests/test_gpu.py tests/test_triton_flash.py
+	PYTHONPATH=. python3 -m pytest -m gpu tests/core/test_gpu.py tests/core/test_triton_flash.py
 
 # Triton (the [triton] extra, a large install) goes into a folder of its own, not .venv, so `make test` never
 # imports it and `make serve` never waits for it. Its interpreter runs the kernels on CPU tensors, so CI needs no GPU.
@@ -201,9 +204,9 @@ $(TRITON_SITE)/.installed: requirements-triton.txt | $(DEPS)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(TRITON_SITE) -r requirements-triton.txt
 	touch $@
 test-triton: $(DEPS) $(TRITON_SITE)/.installed ## FlashAttention in Triton, through Triton's interpreter on the CPU (CI runs it after make test)
-	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/test_triton_flash.py \
-		"tests/test_docstrings.py::test_docstring_examples_run[lessons_src.triton_flash]" \
-		tests/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
+	TRITON_INTERPRET=1 PYTHONPATH=$(TRITON_SITE) $(PYTEST) tests/core/test_triton_flash.py \
+		lessons_src/triton_flash.py \
+		tests/core/test_bad_arguments.py::test_each_triton_argument_refuses_each_kind_of_wrong_value \
 		--list-checks=$(CHECKS)/triton.txt
 
 # Like test-gpu: the GPU machine's own python3, with its CUDA torch and Triton.
@@ -264,7 +267,7 @@ train: $(DEPS) ## Retrain the 2-layer induction model into lessons_src/lab/artif
 	$(BIN)/python tools/train/train_induction.py
 
 train-check: $(DEPS) ## Retrain the induction model from its seed in a temporary folder: the same heads as committed?
-	FULL_RETRAIN=1 $(PYTEST) tests/test_toy_models.py -k retraining
+	FULL_RETRAIN=1 $(PYTEST) tests/lab/test_toy_models.py -k retraining
 
 train-text: $(DEPS) ## Retrain the byte-level GPT on the course's prose, with head snapshots, into lessons_src/lab/artifacts/ (seeded, 1 thread)
 	$(BIN)/python tools/train/train_text.py

@@ -231,7 +231,7 @@ def _zero_unseen(y: Tensor, mask: Tensor | None) -> Tensor:
     """``y`` with 0 for every query that ``mask`` lets see no key, as every implementation answers.
 
     On the CPU, SDPA gives those rows 0 itself; its fused CUDA kernels in float16 and bfloat16 do not (an H200
-    gave outputs off by 1.4 for them: ``tests/test_gpu.py``, the ``T > S`` case).
+    gave outputs off by 1.4 for them: ``tests/core/test_gpu.py``, the ``T > S`` case).
     """
     if mask is None:
         return y

@@ -56,7 +56,7 @@ _NEG_INF = float("-inf")
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: object) -> None:
-    """The checks of :func:`lessons_src.functional.attention` (``tests/test_ring.py`` runs one table of bad inputs
+    """The checks of :func:`lessons_src.functional.attention` (``tests/core/test_ring.py`` runs one table of bad inputs
     through both), then the ring's own rule: queries and keys cover the same positions."""
     check_qkv(q, k, v)
     if not isinstance(is_causal, bool):

@@ -171,7 +171,7 @@ class GatedDeltaNet(nn.Module):
 
     With transformers' ``Qwen3NextGatedDeltaNet``'s weights (as many value heads as key heads; its projections
     hold each head's q, k, v, z together, ours each kind's heads together) it gives the same outputs
-    (``tests/test_hybrid_models.py``).
+    (``tests/lab/test_hybrid_models.py``).
 
     Args:
         d_model: ``D``.

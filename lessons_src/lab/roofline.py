@@ -16,7 +16,7 @@ and computes nothing, so a 32K-token prefill of a 4,096-wide layer is counted in
 whatever the batch), and per sequence the cache it reads (with the new positions it writes), its input and its
 output. Intermediate tensors are not counted: a kernel can keep them on chip.
 
-:func:`formula` gives the same two counts in closed form; ``tests/test_roofline.py`` holds them equal to
+:func:`formula` gives the same two counts in closed form; ``tests/lab/test_roofline.py`` holds them equal to
 :func:`counted`, variant by variant, for decoding and prefill.
 
 >>> c = counted("GQA-8", Sizes(d_model=64, num_heads=8), 16)

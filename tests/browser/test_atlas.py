@@ -1,4 +1,4 @@
-"""The atlas page's KV-cache calculator against ModelConfig.cache_bytes, which tests/test_configs_cache.py checks
+"""The atlas page's KV-cache calculator against ModelConfig.cache_bytes, which tests/lab/test_configs_cache.py checks
 against the package's own caches (and transformers' where the package has none).
 
 The comparison runs the page's own script over every model of the configs file at contexts below, at and past

@@ -9,14 +9,10 @@ as the snippet test computes it from the page's Markdown: the button copies what
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from browser_support import ROOT, pages_with
+from browser_support import pages_with
+from shown_blocks import BLOCKS, copied
 from views import View, per_page
-
-sys.path.insert(0, str(ROOT / "tests" / "site"))
-from test_snippets import BLOCKS, copied
 
 CHAINED = [b for b in BLOCKS if b.continues]
 PAGES = sorted({f"{b.page.removesuffix('.md')}/" for b in CHAINED})

@@ -19,9 +19,8 @@ from typing import Any
 import live_model
 import pytest
 import torch
-from browser_support import Watch, goto, open_context, page_file, site_pages
+from browser_support import Watch, goto, open_by_navigation, open_context, page_file, site_pages
 from playwright.sync_api import expect
-from test_widgets import open_by_navigation
 from views import run_axe
 
 from lessons_src.lab.heads import ablate_heads

@@ -13,15 +13,12 @@ at most 343 px wide (Material's content column), so its text size can be compute
 from __future__ import annotations
 
 import os
-import sys
 from urllib.parse import urlsplit
 
 import pytest
-from browser_support import BASE_PATH, ROOT, SITE, page_file, site_pages
+from browser_support import BASE_PATH, SITE, page_file, site_pages
+from figure_text import MIN_FIGURE_TEXT_PX, smallest_text_px
 from views import HEIGHT, View, ViewKey, per_page
-
-sys.path.insert(0, str(ROOT / "tests" / "site"))
-from test_page_weight import MIN_FIGURE_TEXT_PX, smallest_text_px
 
 PHONE = 375
 MAX_SCREENS = 12

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 import pytest
-from browser_support import Watch, goto, open_context, page_file, reload, settle, site_pages
+from browser_support import Watch, goto, open_by_navigation, open_context, page_file, reload, settle, site_pages
 from views import PHONE_SKIPS_RULES, run_axe
 
 
@@ -24,26 +24,6 @@ def widget_page(hook: str) -> str:
         if attribute.search(page_file(path).read_text(encoding="utf-8")):
             return path
     pytest.skip(f"no page of the built site has a [{hook}] widget yet (the practice pages of issue 6 add them)")
-
-
-def open_by_navigation(page: Any, server: str, path: str) -> None:
-    """Open the home page, then click the nav link to `path`; assert the page was swapped in, not reloaded."""
-    goto(page, server)
-    page.evaluate("window.__not_reloaded = true")
-    target = server + path
-    links = page.locator("nav.md-nav--primary a.md-nav__link")
-    hrefs = links.evaluate_all("as => as.map(a => a.href)")
-    assert target in hrefs, f"no navigation link to {path} on the home page"
-    link = links.nth(hrefs.index(target))
-    link.scroll_into_view_if_needed()
-    title = re.search(r"<title>(.*?)</title>", page_file(path).read_text(encoding="utf-8"), re.S)
-    assert title is not None
-    link.click()
-    page.wait_for_url(target)
-    # The URL changes before the new content is swapped in; the title changes with the content.
-    page.wait_for_function("t => document.title === t", arg=html.unescape(title.group(1)))
-    settle(page)
-    assert page.evaluate("window.__not_reloaded === true"), "the navigation reloaded the page"
 
 
 def assert_clean(watch: Watch) -> None:

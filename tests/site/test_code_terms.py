@@ -28,7 +28,7 @@ for a use in prose, the same, with the same sentence in place of "right after it
   or followed by a gloss of three or more words in parentheses).
 
 The prose is read from the Markdown (front matter, code, math, HTML tags and each page's References section
-left out), so the test needs no build (it sits beside :mod:`test_terms`, which it reuses).
+left out), so the test needs no build (it shares tests/helpers/glossary.py with :mod:`test_terms`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from test_learning_path import DOCS, LESSONS, ROOT
-from test_terms import Sentence, defines, glossary_terms, term_pattern
+from glossary import Sentence, defines, glossary_terms, term_pattern
+from reading_order import DOCS, LESSONS, ROOT
 
 if TYPE_CHECKING:
     from pathlib import Path

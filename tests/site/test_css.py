@@ -1,6 +1,6 @@
 """The site's own stylesheets set no colour under a width media query.
 
-The browser tests check colour contrast at the laptop width only (tests/browser/views.py, PHONE_SKIPS_RULES): that
+The browser tests check colour contrast at the laptop width only (tests/helpers/views.py, PHONE_SKIPS_RULES): that
 is sound while a phone shows the text in the colours a laptop does, which this test keeps true for docs/assets.
 """
 
@@ -52,5 +52,5 @@ def test_no_colour_under_a_width_media_query(sheet: Path) -> None:
     found = colours_under_width_queries(sheet.read_text(encoding="utf-8"))
     assert found == [], (
         f"{sheet.name} sets colours for some widths only: {found}. The phone view's axe run skips colour contrast"
-        " (tests/browser/views.py): set the colour for every width, or check contrast at the phone width too."
+        " (tests/helpers/views.py): set the colour for every width, or check contrast at the phone width too."
     )

@@ -1,6 +1,6 @@
 """Nothing stale reaches a page of ``make serve``: what tools/site_build/dev_cache.py reuses, on a tiny project.
 
-tests/site/dev_loop_steps.py builds a tiny project (the site's configuration, two pages whose blocks import the
+tests/helpers/dev_loop_steps.py builds a tiny project (the site's configuration, two pages whose blocks import the
 project's own package) as ``mkdocs serve --dirty`` does, one edit after another in one process, then once more in
 a new process on the same cache. The checks below hold with the real key; the last test runs the same steps
 with a key of the block's source alone and shows that the checks catch it (it reuses the outputs of the
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from dev_loop_steps import INDEX, OTHER, PACKAGE
-from test_build_fails_loudly import build_env, run_python, write_project
+from tiny_project import build_env, run_python, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def run_steps(tmp: Path, key: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # The edits in one process; for the real key, then a new process on the same cache (a new `make serve`).
     for again in ([], ["again"]) if key == "real" else ([],):
-        proc = run_python([str(ROOT / "tests" / "site" / "dev_loop_steps.py"), str(tmp), key, *again], cwd=tmp,
+        proc = run_python([str(ROOT / "tests" / "helpers" / "dev_loop_steps.py"), str(tmp), key, *again], cwd=tmp,
                           env=env, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out.update(json.loads(proc.stdout.splitlines()[-1]))

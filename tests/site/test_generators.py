@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_build_fails_loudly import build
+from tiny_project import build
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE_BUILD = ROOT / "tools" / "site_build"

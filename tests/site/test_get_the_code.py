@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_build_fails_loudly import build_env, run_python
+from tiny_project import build_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"

@@ -17,38 +17,14 @@ import html
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
+import reading_time
 import yaml
+from reading_order import DOCS, EXEMPT, LESSONS, ROOT, SITE, built, front_matter
 
-ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / "site"
-DOCS = ROOT / "docs"
 if not (SITE / "index.html").exists():
     pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
-import model_finder  # noqa: E402
-import reading_time  # noqa: E402
-
-
-def nav_pages() -> list[str]:
-    """Source paths of the navigation, in reading order (as the site's Find your model page reads it)."""
-    return model_finder.reading_order(ROOT / "mkdocs.yml")
-
-
-def front_matter(src: str) -> dict[str, Any]:
-    text = (DOCS / src).read_text(encoding="utf-8")
-    if not text.startswith("---\n"):
-        return {}
-    meta: dict[str, Any] = yaml.safe_load(text[4 : text.index("\n---\n", 4)])
-    return meta
-
-
-def built(src: str) -> Path:
-    stem = src.removesuffix(".md").removesuffix(".ipynb")
-    if stem == "index":
-        return SITE / "index.html"
-    return SITE / stem.removesuffix("/index") / "index.html"
 
 
 def prose(src: str) -> str:
@@ -58,20 +34,6 @@ def prose(src: str) -> str:
     raw = re.sub(r"<(pre|svg|script|style|code)\b.*?</\1>", " ", raw, flags=re.S)
     raw = re.sub(r'<span class="katex">.*?</span></span></span>', " ", raw, flags=re.S)
     return html.unescape(re.sub(r"<[^>]+>", " ", raw))
-
-
-LESSONS = [src for src in nav_pages() if "introduces" in front_matter(src)]
-
-# Glossary words neither this test nor test_terms.py polices, each with the reason (a word with an everyday meaning
-# names it on pages before the lesson that introduces it). Reviewed: keep it short.
-EXEMPT = {
-    "rank": "also an everyday verb and noun ('ranks the head counts', a matrix's rank in Today's models) before a "
-            "process's rank (Across devices)",
-    "P": "notation: a shape letter (processes sharing a layer), defined in the glossary's table of letters",
-    "split": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-    "run": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-    "concatenate": "one of the three everyday verbs of the entry 'split, run, concatenate' (the entry is the recipe)",
-}
 
 
 def test_every_lesson_declares_its_terms() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_links import SITE, broken_links, parse
+from built_links import SITE, broken_links, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 import atlas  # noqa: E402

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import material
 import pytest
+from figure_text import MIN_FIGURE_TEXT_PX, smallest_text_px
 
 from lessons_src.lab.plotting import DESKTOP_COLUMN_PX
 
@@ -44,7 +45,6 @@ PHONE_COLUMN_PX = 343
 # Material's content column on a 1280x800 screen is lessons_src.lab.plotting.DESKTOP_COLUMN_PX (.md-content__inner's
 # content box, measured in Chromium with both sidebars shown; tests/browser/test_figure_labels.py checks it).
 DESKTOP_WIDTH_PX = 1280
-MIN_FIGURE_TEXT_PX = 11.0
 CSS_MARGIN_BYTES = 12_000
 # Pages over the DOM limit whose text another issue owns; expected to fail (strictly: once a page fits, its
 # entry must go). Most of their elements are KaTeX's (HTML and MathML for every formula).
@@ -162,13 +162,6 @@ def media_matches(media: str, width_px: int) -> bool:
 def test_media_query_reader() -> None:
     assert media_matches("(max-width: 44.9375em)", 375) and not media_matches("(max-width: 44.9375em)", 800)
     assert media_matches("(min-width: 30em)", 600) and not media_matches("(min-width: 30em)", 375)
-
-
-def smallest_text_px(svg: str, rendered_width: float) -> float:
-    view_width = float(re.search(r'viewBox="[\d.-]+ [\d.-]+ ([\d.]+)', svg).group(1))  # type: ignore[union-attr]
-    sizes = [float(s) for s in re.findall(r"font-size:\s*([\d.]+)px", svg)]
-    sizes += [float(s) for s in re.findall(r'font-size="([\d.]+)"', svg)]
-    return min(sizes, default=float("inf")) * rendered_width / view_width
 
 
 def test_smallest_text_px_scales_with_the_rendered_width() -> None:

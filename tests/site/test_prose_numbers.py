@@ -43,7 +43,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "to 32 and keep": "the exercise's given",
     },
     "reference/benchmarks.md": {
-        "batch 8, 1,024": "Raschka's published setup; tests/test_bench_mha_ways_report.py checks the report used it",
+        "batch 8, 1,024": "Raschka's published setup; tests/tools/test_bench_reports.py checks the report used it",
         "768, 12 heads": "Raschka's published setup, as above",
         "at 60 Hz": "a display's refresh rate: the frame budget the goal is stated in",
     },

@@ -19,35 +19,14 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_learning_path import DOCS, EXEMPT, LESSONS, built, front_matter
+from glossary import Sentence, defines, glossary_terms, term_pattern
+from reading_order import EXEMPT, LESSONS, SITE, built, front_matter
 
-
-def glossary_terms(path: Path = DOCS / "glossary.md") -> list[str]:
-    """The terms of the glossary's "Words" section: each definition-list entry, split at commas."""
-    text = path.read_text(encoding="utf-8")
-    section = text.split("\n## Words", 1)[1].split("\n## ", 1)[0]
-    terms: list[str] = []
-    for line in section.splitlines()[1:]:
-        if line and not line[0].isspace() and not line.startswith(":"):
-            terms += [t.strip() for t in line.split(",") if t.strip()]
-    return terms
-
-
-def term_pattern(term: str) -> re.Pattern[str]:
-    """The term as a word (plurals too); case-sensitive when it has capitals (RoPE, GQA), else not."""
-    body = re.escape(term).replace(r"\ ", r"[\s-]+")
-    flags = 0 if term != term.lower() else re.I
-    return re.compile(rf"(?<![\w-]){body}(?:s|es)?(?![\w-])", flags)
-
-
-@dataclass
-class Sentence:
-    text: str  # plain text
-    marked: str  # with ⟦b⟧...⟦/b⟧ around bold/dfn and ⟦a href⟧...⟦/a⟧ around links
+if not (SITE / "index.html").exists():
+    pytest.fail("site/ is not built: run `make build` first (make test does)", pytrace=False)
 
 
 _BLOCK = re.compile(r"</?(p|li|ul|ol|h[1-6]|td|th|tr|dd|dt|figcaption|summary|details|div|blockquote)\b[^>]*>")
@@ -76,21 +55,6 @@ def sentences(src: str) -> list[Sentence]:
             if plain:
                 found.append(Sentence(plain, part))
     return found
-
-
-def defines(sentence: Sentence, pattern: re.Pattern[str]) -> bool:
-    """The sentence defines the term: in bold/dfn, or followed at once by a gloss of 3+ words in parentheses."""
-    for bold in re.findall(r"⟦b⟧(.*?)⟦/b⟧", sentence.marked):
-        if pattern.search(re.sub(r"⟦[^⟧]*⟧", "", bold)):
-            return True
-    for m in re.finditer(r"⟦/b⟧\s*\(([^()]*)\)", sentence.marked):  # "**multi-head latent attention** (MLA)"
-        if pattern.fullmatch(re.sub(r"⟦[^⟧]*⟧", "", m.group(1)).strip()):
-            return True
-    for m in pattern.finditer(sentence.text):
-        gloss = re.match(r"\s*\(([^()]*)\)", sentence.text[m.end() :])
-        if gloss and len(gloss.group(1).split()) >= 3 and not re.search(r"\b(19|20)\d\d\b", gloss.group(1)):
-            return True
-    return False
 
 
 def names_as_topic(sentence: Sentence, pattern: re.Pattern[str]) -> bool:

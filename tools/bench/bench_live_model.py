@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 from browser_support import BASE_PATH, CHROMIUM_ARGS, SITE, SiteHandler, chromium_path, open_context  # noqa: E402
 
 OUT = ROOT / "docs" / "_data" / "bench" / "live_model.json"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 from site_goals import misses  # noqa: E402
 
 OUT = ROOT / "docs" / "_data" / "bench" / "site.json"
@@ -135,7 +135,7 @@ def build_times() -> dict[str, float]:
 
 @functools.cache
 def support() -> Any:
-    """tests/browser/browser_support, imported only once site/ is built: it reads the built sitemap on import."""
+    """tests/helpers/browser_support, imported only once site/ is built: it reads the built sitemap on import."""
     import browser_support
 
     return browser_support

@@ -17,6 +17,10 @@ MkDocs built (site/), never from its exit status. For each page in mkdocs.yml's 
 Then the post-build step (tools/site_build/postbuild.py) runs over a copy of Zensical's site, and the formulas it
 typeset and figures it moved to files are counted: the part of the build that needs no generator. The report is
 JSON (docs/_data/generators/zensical.json); a summary is printed.
+
+The verdict (:func:`verdict`, the exit status) is the counts': every page in the nav but those Zensical cannot
+render (:data:`KNOWN_MISSING`), every executed block ran but those that read what MkDocs' hooks set up
+(:data:`KNOWN_FAILING`), and every printed result MkDocs' pages show is in Zensical's (numbers masked).
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ WIDGETS = {
     "head explorer": 'class="hx-data"',
     "live model": "data-live-model",
     "live text model": 'class="ltm-data"',
+}
+# What Zensical cannot do, each with its reason; anything more fails the canary.
+KNOWN_MISSING = {"practice/lab.ipynb": "mkdocs-jupyter is not supported"}
+KNOWN_FAILING = {  # page -> blocks that raise: they read the site's addresses and the built wheel (MkDocs hooks)
+    "index.md": 1, "get-the-code.md": 4, "practice/exercises.md": 1,
 }
 _MODEL_REF = re.compile(r'(?:\.\./)*assets/models/[\w.-]+\.json')
 _MODEL_PLACEHOLDER = re.compile(r"@live-(?:text-)?model-json@")  # the live pages' hooks put the address there
@@ -141,6 +150,18 @@ def postbuild_counts(site: Path, python: str) -> dict[str, Any]:
     }
 
 
+def verdict(summary: dict[str, Any]) -> list[str]:
+    """What the canary's counts say went wrong beyond what is known ([]: the canary passes)."""
+    problems = [f"{src}: not written" for src in summary["pages_missing"] if src not in KNOWN_MISSING]
+    for src, failed in summary["failed_blocks"].items():
+        if len(failed) > KNOWN_FAILING.get(src, 0):
+            problems.append(f"{src}: {len(failed)} executed blocks raised, {KNOWN_FAILING.get(src, 0)} expected")
+    found, shown = summary["results_found_numbers_masked"]
+    if found < shown:
+        problems.append(f"{shown - found} of the {shown} printed results MkDocs shows are missing")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--zensical", required=True, help="the zensical command of its own environment")
@@ -203,7 +224,10 @@ def main(argv: list[str]) -> int:
     args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"Zensical {version}: build exit {run['exit_code']} in {run['seconds']} s; " + json.dumps(summary, indent=1))
     print("post-build step on its output:", json.dumps(report["postbuild_step_on_zensical_output"]))
-    return 0
+    problems = verdict(summary)
+    for problem in problems:
+        print(f"canary: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A virtual environment with the wheel installed and the project's dependencies borrowed, not its checkout.
 
 A checkout hides packaging mistakes (an editable install reads files straight from the repository), so the tests
-that check what a reader gets (tests/test_wheel.py, tests/site/test_snippets.py) install the wheel with
+that check what a reader gets (tests/tools/test_wheel.py, tests/site/test_snippets.py) install the wheel with
 ``--no-deps`` into a new environment that borrows the project's installed dependencies (torch and every extra's):
 a plain path line in a ``.pth`` file adds the project's ``site-packages`` after the environment's own, but does
 not run the ``.pth`` files inside it, so the project's editable checkout is not importable there.

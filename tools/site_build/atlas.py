@@ -2,7 +2,7 @@
 
 Both read ``lessons_src.lab.configs`` only. The calculator's data is each row's published sizes, not its cache
 figures: the page's script computes the cache itself, and ``tests/browser/test_atlas.py`` compares its figures
-with :meth:`ModelConfig.cache_bytes`, which ``tests/test_configs_cache.py`` checks against real caches.
+with :meth:`ModelConfig.cache_bytes`, which ``tests/lab/test_configs_cache.py`` checks against real caches.
 """
 
 from __future__ import annotations

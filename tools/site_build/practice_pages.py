@@ -1,6 +1,6 @@
 """Build-time helpers for the practice pages: flashcards, quiz and head-explorer data.
 
-The pages' hidden ``markdown-exec`` blocks call these functions; ``tests/test_practice_data.py`` calls
+The pages' hidden ``markdown-exec`` blocks call these functions; ``tests/tools/test_practice_data.py`` calls
 the same ones, so what the tests validate is exactly what the site renders.
 
 * Flashcards and quiz questions live in ``docs/_data/flashcards.json`` and ``docs/_data/quiz.json``.

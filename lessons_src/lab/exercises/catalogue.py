@@ -3,7 +3,7 @@
 The inputs are chosen to tell the mistakes apart: several of them give the right answer when there is one
 head (H = 1), one key/value head (K = 1), one query per KV head (n_rep = 1), as many queries as keys
 (T = S), one query (T = 1), or a running maximum that never changes. Every exercise's first case avoids all
-of those; later cases add the edges (one head, one token, a fully masked row). ``tests/test_exercises.py``
+of those; later cases add the edges (one head, one token, a fully masked row). ``tests/lab/test_exercises.py``
 proves the choice: each wrong variant is diagnosed as itself. What the values cannot show, whether an
 online softmax works block by block, its input notes (:mod:`.blocks`).
 """

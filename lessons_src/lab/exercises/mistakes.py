@@ -3,7 +3,7 @@
 A :class:`Misconception` is an idea that leads to wrong code (with the lesson section that explains it);
 a :class:`Variant` is one exercise's function written with that idea and otherwise right. When a learner's
 answer is wrong, the checker runs the exercise's variants on the same inputs; a variant that gives the
-learner's output on every case names the mistake. ``tests/test_exercises.py`` runs every variant through
+learner's output on every case names the mistake. ``tests/lab/test_exercises.py`` runs every variant through
 the checker and requires it to be diagnosed as itself and as no other (the mutation matrix).
 """
 

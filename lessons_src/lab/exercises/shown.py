@@ -2,7 +2,7 @@
 
 A learner who is stuck reads these, so each is written out in full where :mod:`.solutions` (the checker's
 reference) calls the package. They are checked against that reference, by the checker, when the pages are
-built and in ``tests/test_exercises.py``, which also holds them to the line limit and to importing only
+built and in ``tests/lab/test_exercises.py``, which also holds them to the line limit and to importing only
 ``math`` and ``torch``. Each function runs alone after this module's imports: the pages print it with them.
 """
 

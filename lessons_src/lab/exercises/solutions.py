@@ -183,7 +183,7 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     k, v = (torch.empty(batch, num_kv_heads, cached, head_dim, dtype=dtype, device="meta") for _ in range(2))
     read = k.nbytes + v.nbytes  # the cache's keys and values, measured (meta: shapes only, nothing allocated)
     # what FlopCounterMode counts for attention(q, k, v, implementation="eager") with one query per head
-    # (tests/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
+    # (tests/lab/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
     flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
 
