@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import choice, flag, instance, number, size, tensor
 from ._checks import eps as check_eps
-from ._checks import flag, instance, number, size, tensor
-from .rope import RopeScaling, apply_rope, proportional_scaling, rope_cos_sin, rope_frequencies
+from .rope import RopeScaling, apply_rope, apply_rope_interleaved, proportional_scaling, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "ElementwiseGate",
@@ -297,13 +297,16 @@ class Rotary(nn.Module):
     Qwen3-Next rotates a quarter of each head and passes the rest through unchanged (partial RoPE,
     ``partial_rotary_factor``; :meth:`partial` makes it from that fraction); most models rotate all of it;
     Gemma 4's global layers rotate all of it with the slow pairs' frequencies set to 0 (:meth:`proportional`).
-    The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``); ``scaling``
-    stretches the context (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`).
+    The rotation is :func:`lessons_src.rope.apply_rope` (pairs ``i`` and ``i + dim/2``), or with
+    ``layout="interleaved"`` :func:`lessons_src.rope.apply_rope_interleaved` (pairs ``2i`` and ``2i + 1``, as
+    Meta's original Llama code and DeepSeek lay them out); ``scaling`` stretches the context
+    (:func:`lessons_src.rope.llama3_scaling`, :func:`lessons_src.rope.yarn_scaling`).
 
     Args:
         dim: features rotated per head ``R`` (even).
         base: the wavelength base (``rope_theta``); unused with ``scaling``.
         scaling: scaled frequencies (``R/2`` of them) and attention factor, or ``None``.
+        layout: which features pair, ``"rotate_half"`` or ``"interleaved"``.
 
     Shapes:
         q: ``(B, H, T, E)``, k: ``(B, K, T, E)`` (or ``None``, for a layer that reuses another's keys) at positions
@@ -320,8 +323,10 @@ class Rotary(nn.Module):
 
     slot = "rope"  # where a layer takes it: MultiHeadAttention(rope=...)
 
-    def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None) -> None:
+    def __init__(self, dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
+                 layout: str = "rotate_half") -> None:
         super().__init__()
+        self.layout = choice("layout", layout, ("rotate_half", "interleaved"))
         rope_frequencies(2, base=base)  # checks base, used or not
         self.dim, self.base, self.scaling = size("dim", dim), float(base), scaling
         if scaling is not None:
@@ -387,14 +392,16 @@ class Rotary(nn.Module):
                              f"positions; got q {tuple(q.shape)}, k {None if k is None else tuple(k.shape)}")
         positions = torch.arange(start, start + T, device=q.device)  # (T,)
         cos, sin = rope_cos_sin(positions, R, base=self.base, dtype=q.dtype, scaling=self.scaling)  # (T, R) each
-        q = torch.cat([apply_rope(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
+        rotate = apply_rope_interleaved if self.layout == "interleaved" else apply_rope
+        q = torch.cat([rotate(q[..., :R], cos, sin), q[..., R:]], dim=-1)  # (B, H, T, E)
         if k is None:
             return q, None
-        return q, torch.cat([apply_rope(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
+        return q, torch.cat([rotate(k[..., :R], cos, sin), k[..., R:]], dim=-1)  # (B, K, T, E)
 
     def extra_repr(self) -> str:
         scaled = "" if self.scaling is None else f", scaling={self.scaling.attention_factor:g}x attention factor"
-        return f"dim={self.dim}, base={self.base}{scaled}"
+        layout = "" if self.layout == "rotate_half" else f", layout={self.layout!r}"
+        return f"dim={self.dim}, base={self.base}{scaled}{layout}"
 
 
 class NoPETemperature(nn.Module):

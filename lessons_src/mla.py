@@ -22,7 +22,9 @@ Names (paper, section 2.1 -> here -> Hugging Face DeepSeek-V2): ``d_c`` -> ``kv_
 ``v_up_proj`` -> ``kv_b_proj`` (both, per head interleaved); ``W_DQ`` -> ``q_down_proj`` -> ``q_a_proj``;
 ``[W_UQ; W_QR]`` -> ``q_up_proj`` (or ``q_proj`` without query compression) -> ``q_b_proj`` (``q_proj``);
 ``W_O`` -> ``out_proj`` -> ``o_proj``. The RMSNorms that DeepSeek-V2 applies to the latents
-(section 3.1.2) are left out here.
+(section 3.1.2) are left out here. RoPE here pairs features ``(i, i + R/2)`` (:func:`lessons_src.rope.apply_rope`);
+DeepSeek's checkpoints pair ``(2i, 2i + 1)``: permute the rows of ``W_QR`` (each head's RoPE part) and ``W_KR``
+by :func:`lessons_src.rope.interleaved_to_rotate_half` when loading one.
 
 References:
     DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model",

@@ -5,6 +5,17 @@ layout of GPT-NeoX and Hugging Face Llama); the pair at position ``m`` is rotate
 A rotated query at position ``m`` dotted with a rotated key at position ``n`` depends only on ``m - n``,
 which is how attention scores learn relative positions.
 
+**Two layouts** pair the features differently: rotate-half pairs ``(i, i + R/2)`` (:func:`apply_rope`; GPT-NeoX,
+Hugging Face Llama, this course), interleaved pairs ``(2i, 2i + 1)`` (:func:`apply_rope_interleaved`; Meta's
+original Llama code, DeepSeek's MLA and V4). Pair ``i`` turns at the same frequency in both, so they are one
+rotation of permuted features, and a checkpoint moves from one to the other by permuting the rows of ``W_Q`` and
+``W_K`` (:func:`interleaved_to_rotate_half`).
+
+**Multimodal RoPE** (M-RoPE) gives an image token a position per axis (time, height, width) and splits the
+pairs into frequency sections, one per axis (:func:`mrope_pair_axes`, :func:`mrope_cos_sin`): Qwen3.5
+interleaves the sections along the frequencies (t h w t h w ...), Qwen2-VL puts them in blocks. A text token has
+the same position on every axis, and M-RoPE is then 1-D RoPE.
+
 **Scaling** stretches a trained context by changing the frequencies ``base^(-2i/R)`` (and, for YaRN, the
 size of the rotated vectors) without retraining from scratch. Each rule returns a :class:`RopeScaling`, the
 frequencies and an attention factor, which :func:`rope_cos_sin` (and :class:`lessons_src.mechanisms.Rotary`)
@@ -31,6 +42,8 @@ References:
     Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021 (arXiv:2104.09864).
     Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", 2023 (arXiv:2309.00071).
     Meta, "The Llama 3 Herd of Models", 2024 (arXiv:2407.21783), and its reference code: the 3.1 RoPE rule.
+    Wang et al., "Qwen2-VL", 2024 (arXiv:2409.12191), section 2.1: M-RoPE; its interleaved sections as in
+    ``transformers``' ``Qwen3_5TextRotaryEmbedding`` (Qwen3-VL and Qwen3.5).
 """
 
 from __future__ import annotations
@@ -41,16 +54,22 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._checks import choice, instance, integer, number, positive, size, tensor
 from ._checks import device as check_device
-from ._checks import instance, integer, number, positive, size, tensor
 
 __all__ = [
     "RopeScaling",
     "apply_rope",
+    "apply_rope_interleaved",
+    "interleaved_to_rotate_half",
     "llama3_scaling",
+    "mrope_cos_sin",
+    "mrope_grid_positions",
+    "mrope_pair_axes",
     "proportional_scaling",
     "rope_cos_sin",
     "rope_frequencies",
+    "rotate_half_to_interleaved",
     "yarn_scaling",
 ]
 
@@ -331,6 +350,18 @@ def rope_cos_sin(
     return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
 
 
+def _check_rotated(x: Tensor, cos: Tensor, sin: Tensor) -> None:
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        tensor(name, t, shape="(..., T, R)" if name == "x" else "(T, R) from rope_cos_sin")
+    if x.ndim < 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
+        raise ValueError(
+            f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}; "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    if x.shape[-1] % 2:
+        raise ValueError(f"x must have an even last dim R (RoPE rotates pairs of features); got shape {tuple(x.shape)}")
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate the last dim of ``x`` by the angles in ``cos``/``sin`` (from :func:`rope_cos_sin`).
 
@@ -346,13 +377,215 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         tensor([[1.0000, 0.0000],
                 [0.5403, 0.8415]])
     """
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        tensor(name, t, shape="(..., T, R)" if name == "x" else "(T, R) from rope_cos_sin")
-    if x.ndim < 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
-        raise ValueError(
-            f"x of shape {tuple(x.shape)} needs cos and sin of shape {tuple(x.shape[-2:])}; "
-            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
+    _check_rotated(x, cos, sin)
     x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
     rotated = torch.cat([-x2, x1], dim=-1)  # (..., T, R)
     return x * cos + rotated * sin
+
+
+# --------------------------------------------------------------------------- the interleaved layout of the pairs
+
+
+def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate the last dim of ``x`` in the interleaved layout: features ``2i`` and ``2i + 1`` form pair ``i``.
+
+    Meta's original Llama code, DeepSeek's MLA and DeepSeek-V4 pair neighbours; :func:`apply_rope` pairs ``i``
+    with ``i + R/2`` (rotate-half). Pair ``i`` turns by the same angle in both, taken from the same ``cos`` and
+    ``sin`` (:func:`rope_cos_sin`: column ``i`` holds pair ``i``'s angle). The two are one rotation of permuted
+    features: ``apply_rope_interleaved(x)[..., p] == apply_rope(x[..., p])`` with ``p =
+    interleaved_to_rotate_half(R)``, exactly, so a checkpoint moves between the layouts by permuting the rows of
+    ``W_Q`` and ``W_K`` (:func:`interleaved_to_rotate_half`).
+
+    Shapes:
+        x: ``(..., T, R)``; cos, sin: ``(T, R)``; output: like ``x``.
+
+    Raises:
+        ValueError: if ``cos`` or ``sin`` is not ``(T, R)`` for ``x``, or ``R`` is odd.
+
+    Example:
+        >>> cos, sin = rope_cos_sin(torch.arange(2), 4)
+        >>> apply_rope_interleaved(torch.tensor([[1.0, 0.0, 0.0, 1.0]] * 2), cos, sin)[1]  # pair 0 turned 1 radian
+        tensor([ 0.5403,  0.8415, -0.0100,  0.9999])
+    """
+    _check_rotated(x, cos, sin)
+    c, s = cos[..., : x.shape[-1] // 2], sin[..., : x.shape[-1] // 2]  # (T, R/2): pair i's angle
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, R/2): the first and second feature of each pair
+    return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)  # (..., T, R): pairs in place
+
+
+def interleaved_to_rotate_half(dim: int, *, device: torch.device | str | None = None) -> Tensor:
+    """The feature order that takes the interleaved layout to rotate-half: ``x_half = x_interleaved[..., p]``.
+
+    Pair ``i`` is features ``(2i, 2i + 1)`` interleaved and ``(i, i + R/2)`` rotate-half, so ``p`` lists the
+    even features, then the odd ones. Permute the rows of each head's rotated part of ``W_Q`` and ``W_K`` (and
+    of their biases) by ``p`` and a rotate-half model computes what the interleaved checkpoint did: queries and
+    keys are permuted alike, so every score is the same sum in another order. :func:`rotate_half_to_interleaved`
+    goes back.
+
+    Shapes:
+        output: ``(R,)``, int64.
+
+    Raises:
+        ValueError: if ``dim`` is odd or below 2.
+
+    Example:
+        >>> interleaved_to_rotate_half(8).tolist()
+        [0, 2, 4, 6, 1, 3, 5, 7]
+    """
+    dim, device = _rotated(dim), check_device("device", device)
+    return torch.cat([torch.arange(0, dim, 2, device=device), torch.arange(1, dim, 2, device=device)])  # (R,)
+
+
+def rotate_half_to_interleaved(dim: int, *, device: torch.device | str | None = None) -> Tensor:
+    """The inverse of :func:`interleaved_to_rotate_half`: ``x_interleaved = x_half[..., p]``.
+
+    Shapes:
+        output: ``(R,)``, int64.
+
+    Raises:
+        ValueError: if ``dim`` is odd or below 2.
+
+    Example:
+        >>> rotate_half_to_interleaved(8).tolist()
+        [0, 4, 1, 5, 2, 6, 3, 7]
+    """
+    return interleaved_to_rotate_half(dim, device=device).argsort()
+
+
+# --------------------------------------------------------------------------- multimodal RoPE (M-RoPE)
+
+
+def mrope_pair_axes(sections: tuple[int, ...], *, order: str = "interleaved_sections",
+                    device: torch.device | str | None = None) -> Tensor:
+    """Which position axis turns each rotated pair in multimodal RoPE: the frequency sections.
+
+    An image token has a position per axis (time, height, width); M-RoPE gives each axis ``sections[a]`` of the
+    ``R/2`` pairs, which turn by that axis' position. ``order`` says which pairs:
+
+    * ``"interleaved_sections"`` (Qwen3-VL, Qwen3.5): the axes take turns along the frequencies, pair ``i``
+      going to axis ``a = i % A`` while ``i < A * sections[a]`` and to axis 0 after, so every axis gets fast
+      and slow pairs (Qwen3.5's ``(11, 11, 10)``: t h w t h w ... t h);
+    * ``"contiguous_sections"`` (Qwen2-VL, Qwen2.5-VL): the first ``sections[0]`` pairs to axis 0, the next
+      ``sections[1]`` to axis 1, and so on, so the width gets only the slowest pairs.
+
+    This is about frequencies; the features of each pair are still ``(i, i + R/2)`` (rotate-half) in these
+    models. The same rule with two axes (height, width) is Pixtral's 2-D RoPE, up to the order of its pairs.
+
+    Args:
+        sections: pairs per axis, axis 0 first (Qwen3.5: ``(11, 11, 10)`` for t, h, w); they sum to ``R/2``.
+        order: ``"interleaved_sections"`` or ``"contiguous_sections"``.
+        device: where to make the result.
+
+    Returns:
+        The axis of each pair, int64.
+
+    Shapes:
+        output: ``(R/2,)`` with ``R/2 = sum(sections)``.
+
+    Raises:
+        TypeError: if ``sections`` is not a tuple or list of ints.
+        ValueError: if a section is below 1, or with ``"interleaved_sections"`` an axis ``a >= 1`` would not get
+            its ``sections[a]`` pairs (a section far above axis 0's).
+
+    Example:
+        >>> mrope_pair_axes((3, 3, 2)).tolist()  # t h w t h w t h
+        [0, 1, 2, 0, 1, 2, 0, 1]
+        >>> mrope_pair_axes((3, 3, 2), order="contiguous_sections").tolist()
+        [0, 0, 0, 1, 1, 1, 2, 2]
+    """
+    if not isinstance(sections, tuple | list) or not sections:
+        raise TypeError(f"sections must be a tuple of pair counts per axis, such as (11, 11, 10); got {sections!r}")
+    counts = [size(f"sections[{a}]", n, hint="pairs per axis") for a, n in enumerate(sections)]
+    choice("order", order, ("interleaved_sections", "contiguous_sections"))
+    device = check_device("device", device)
+    A, pairs, per_axis = len(counts), sum(counts), torch.tensor(counts, device=device)  # per_axis: (A,)
+    if order == "contiguous_sections":
+        return torch.repeat_interleave(torch.arange(A, device=device), per_axis, output_size=pairs)  # (R/2,)
+    i = torch.arange(pairs, device=device)  # (R/2,)
+    axes = torch.where(i < A * per_axis[i % A], i % A, 0)  # (R/2,): axis i % A in its turn, else 0
+    turns = [len(range(a, min(pairs, A * counts[a]), A)) for a in range(A)]  # the pairs each later axis gets
+    got = [pairs - sum(turns[1:]), *turns[1:]]
+    if got != counts:
+        raise ValueError(f"sections={tuple(counts)} cannot be interleaved: an axis after the first gets at most "
+                         f"one pair in {A}, so taking turns gives the axes {tuple(got)} pairs; give axis 0 the "
+                         "largest section, as Qwen3.5's (11, 11, 10)")
+    return axes
+
+
+def mrope_cos_sin(
+    positions: Tensor, dim: int, *, sections: tuple[int, ...], order: str = "interleaved_sections",
+    base: float = 10000.0, dtype: torch.dtype = torch.float32, scaling: RopeScaling | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Cosines and sines of multimodal RoPE: pair ``i`` turns by its axis' position (:func:`mrope_pair_axes`).
+
+    Each axis' angles are :func:`rope_cos_sin`'s for that axis' positions; pair ``i`` (features ``i`` and
+    ``i + R/2``) takes them from axis ``mrope_pair_axes(sections, order=order)[i]``. Text tokens have the same
+    position on every axis, and then this is 1-D RoPE exactly. Rotate with :func:`apply_rope`.
+
+    Args:
+        positions: integer positions per axis, ``(A, T)`` (time, height, width for Qwen3.5: ``A = 3``);
+            :func:`mrope_grid_positions` makes an image's.
+        dim: rotated features per head ``R``, ``2 * sum(sections)``.
+        sections: pairs per axis (Qwen3.5: ``(11, 11, 10)``).
+        order: ``"interleaved_sections"`` (Qwen3.5) or ``"contiguous_sections"`` (Qwen2-VL).
+        base: the wavelength base (Qwen3.5: 10,000,000).
+        dtype: dtype of the result.
+        scaling: scaled frequencies, as :func:`rope_cos_sin` takes them.
+
+    Returns:
+        ``(cos, sin)``.
+
+    Shapes:
+        positions: ``(A, T)``; cos, sin: ``(T, R)``.
+
+    Raises:
+        ValueError: if ``positions`` is not ``(A, T)`` integers with one row per section, or ``dim`` is not
+            ``2 * sum(sections)``.
+
+    Example:
+        >>> text = torch.arange(5).expand(3, 5)  # a text token: one position on every axis
+        >>> cos, _ = mrope_cos_sin(text, 8, sections=(2, 1, 1))
+        >>> torch.equal(cos, rope_cos_sin(torch.arange(5), 8)[0])
+        True
+    """
+    tensor("positions", positions, ndim=2, shape="(A, T), a row per axis", dtype="integer")
+    axes = mrope_pair_axes(sections, order=order, device=positions.device)  # (R/2,)
+    if positions.shape[0] != len(sections):
+        raise ValueError(f"positions must have a row per section, {len(sections)} for sections={tuple(sections)}; "
+                         f"got shape {tuple(positions.shape)}")
+    if _rotated(dim) != 2 * len(axes):
+        raise ValueError(f"dim={dim} rotates {dim // 2} pairs but sections={tuple(sections)} share {len(axes)}; "
+                         f"use dim={2 * len(axes)}")
+    per_axis = [rope_cos_sin(p, dim, base=base, dtype=dtype, scaling=scaling) for p in positions]  # A x (T, R)
+    feature_axis = torch.cat([axes, axes])  # (R,): pair i is features i and i + R/2
+    features = torch.arange(dim, device=positions.device)
+    cos = torch.stack([c for c, _ in per_axis])[feature_axis, :, features].T  # (A, T, R) -> (T, R)
+    sin = torch.stack([s for _, s in per_axis])[feature_axis, :, features].T
+    return cos.contiguous(), sin.contiguous()
+
+
+def mrope_grid_positions(grid: tuple[int, int, int], *, start: int = 0,
+                         device: torch.device | str | None = None) -> Tensor:
+    """Qwen3.5's positions of an image's (or a video's) tokens: ``start`` plus each token's index on each axis.
+
+    The tokens are in row-major order (time, then rows, then columns, as the vision encoder emits them); token
+    ``(t, h, w)`` has positions ``(start + t, start + h, start + w)``. The text after the image continues from
+    one past the largest of them.
+
+    Shapes:
+        output: ``(3, t * h * w)``, int64.
+
+    Raises:
+        ValueError: if a side of ``grid`` is below 1 or ``start`` below 0.
+
+    Example:
+        >>> mrope_grid_positions((1, 2, 3), start=4).tolist()
+        [[4, 4, 4, 4, 4, 4], [4, 4, 4, 5, 5, 5], [4, 5, 6, 4, 5, 6]]
+    """
+    if not isinstance(grid, tuple | list) or len(grid) != 3:
+        raise TypeError(f"grid must be (t, h, w), the tokens per axis; got {grid!r}")
+    sides = [size(f"grid[{a}]", n, hint="tokens on that axis") for a, n in enumerate(grid)]
+    start = size("start", start, minimum=0, hint="the position of the first image token")
+    device = check_device("device", device)
+    t, h, w = torch.meshgrid(*(torch.arange(n, device=device) for n in sides), indexing="ij")  # (t, h, w) each
+    return torch.stack([t, h, w]).reshape(3, -1) + start  # (3, t * h * w)

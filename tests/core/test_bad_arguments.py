@@ -166,7 +166,8 @@ def _specs_core() -> None:
     spec("mechanisms.ValueRMSNorm", lambda **a: mc.ValueRMSNorm(**a), eps=EPS)
     spec("mechanisms.ValueRMSNorm.forward", lambda v: mc.ValueRMSNorm()(v), v=ten(kv))
     scaling = rp.yarn_scaling(4, factor=2.0, original_max_positions=16)
-    spec("mechanisms.Rotary", lambda **a: mc.Rotary(**a), dim=size(4, numpy=np.int64(4)), base=BASE, scaling=obj(scaling, optional=True))
+    spec("mechanisms.Rotary", lambda **a: mc.Rotary(**a), dim=size(4, numpy=np.int64(4)), base=BASE, scaling=obj(scaling, optional=True),
+         layout=Arg("choice", "interleaved"))
     spec("mechanisms.Rotary.forward", lambda q, k, start: mc.Rotary(4)(q, k, start=start), q=ten(q), k=ten(r(1, 1, 3, 4), optional=True), start=size0(2))
     spec("mechanisms.Rotary.partial", lambda **a: mc.Rotary.partial(**a), head_dim=size(16), fraction=Arg("fraction", 0.25), base=BASE, scaling=obj(None, optional=True))
     spec("mechanisms.Rotary.proportional", lambda **a: mc.Rotary.proportional(**a), head_dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0))
@@ -206,6 +207,15 @@ def _specs_core() -> None:
     spec("rope.RopeScaling", lambda **a: rp.rope_cos_sin(torch.arange(3), 4, scaling=rp.RopeScaling(**a)), inv_freq=ten(rp.rope_frequencies(4)), attention_factor=Arg("positive", 1.0))
     cos, sin = rp.rope_cos_sin(torch.arange(3), 4)
     spec("rope.apply_rope", lambda **a: rp.apply_rope(**a), x=ten(q, rank=False), cos=ten(cos), sin=ten(sin))
+    spec("rope.apply_rope_interleaved", lambda **a: rp.apply_rope_interleaved(**a), x=ten(q, rank=False), cos=ten(cos), sin=ten(sin))
+    spec("rope.interleaved_to_rotate_half", lambda **a: rp.interleaved_to_rotate_half(**a), dim=size(8), device=DEVICE)
+    spec("rope.rotate_half_to_interleaved", lambda **a: rp.rotate_half_to_interleaved(**a), dim=size(8), device=DEVICE)
+    sections = obj((3, 3, 2), extra=[("a zero section", (3, 0, 2), V_), ("a float section", (3.0, 3, 2), T_), ("empty", (), T_)])
+    spec("rope.mrope_pair_axes", lambda **a: rp.mrope_pair_axes(**a), sections=sections, order=Arg("choice", "contiguous_sections"), device=DEVICE)
+    spec("rope.mrope_cos_sin", lambda **a: rp.mrope_cos_sin(**a), positions=Arg("itensor", torch.arange(5).expand(3, 5)), dim=size(16), sections=sections,
+         order=Arg("choice", "interleaved_sections"), base=BASE, dtype=DTYPE, scaling=obj(None, optional=True))
+    spec("rope.mrope_grid_positions", lambda **a: rp.mrope_grid_positions(**a), grid=obj((1, 2, 3), extra=[("a zero side", (1, 0, 3), V_), ("two sides", (2, 3), T_)]),
+         start=size0(4), device=DEVICE)
     spec("rope.llama3_scaling", lambda **a: rp.llama3_scaling(**a), dim=size(8), base=BASE, factor=Arg("factor", 8.0), low_freq_factor=Arg("positive", 1.0),
          high_freq_factor=Arg("positive", 4.0, numpy=np.int64(4)), original_max_positions=size(64), device=DEVICE)
     spec("rope.proportional_scaling", lambda **a: rp.proportional_scaling(**a), dim=size(8), fraction=Arg("fraction", 0.5), base=BASE, factor=Arg("factor", 1.0), device=DEVICE)

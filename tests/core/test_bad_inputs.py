@@ -74,10 +74,16 @@ from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_atten
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import (
     RopeScaling,
+    apply_rope_interleaved,
+    interleaved_to_rotate_half,
     llama3_scaling,
+    mrope_cos_sin,
+    mrope_grid_positions,
+    mrope_pair_axes,
     proportional_scaling,
     rope_cos_sin,
     rope_frequencies,
+    rotate_half_to_interleaved,
     yarn_scaling,
 )
 from lessons_src.score_mods import (
@@ -264,6 +270,15 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      r"positions must be integers of shape \(T,\); got dtype torch.float32"),
     ("apply_rope", "shape", lambda: apply_rope(torch.randn(2, 3, 4), *rope_cos_sin(torch.arange(5), 4)), ValueError,
      r"x of shape \(2, 3, 4\) needs cos and sin of shape \(3, 4\); got \(5, 4\)"),
+    ("apply_rope_interleaved", "shape", lambda: apply_rope_interleaved(torch.randn(3, 5), *rope_cos_sin(torch.arange(3), 4)),
+     ValueError, r"x of shape \(3, 5\) needs cos and sin of shape \(3, 5\); got \(3, 4\)"),
+    ("interleaved_to_rotate_half", "value", lambda: interleaved_to_rotate_half(5), ValueError, r"dim must be even .* got dim=5"),
+    ("rotate_half_to_interleaved", "value", lambda: rotate_half_to_interleaved(0), ValueError, r"dim must be even .* got dim=0"),
+    ("mrope_pair_axes", "value", lambda: mrope_pair_axes((2, 4, 4)), ValueError,
+     r"sections=\(2, 4, 4\) cannot be interleaved: an axis after the first gets at most one pair in 3"),
+    ("mrope_cos_sin", "shape", lambda: mrope_cos_sin(torch.zeros(3, 2, dtype=torch.long), 8, sections=(3, 3, 2)),
+     ValueError, r"dim=8 rotates 4 pairs but sections=\(3, 3, 2\) share 8; use dim=16"),
+    ("mrope_grid_positions", "value", lambda: mrope_grid_positions((1, 0, 2)), ValueError, r"grid\[1\] must be at least 1"),
     ("pool_kv_heads", "value", lambda: pool_kv_heads(torch.randn(8, 4), 4, 3), ValueError,
      r"num_heads=4 is not a multiple of num_kv_heads=3; valid num_kv_heads for num_heads=4 are 1, 2, 4"),
     ("pool_kv_heads", "value", lambda: pool_kv_heads(torch.randn(8, 4), 4, 2, method="max"), ValueError,  # type: ignore[arg-type]

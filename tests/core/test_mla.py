@@ -141,8 +141,8 @@ def hf_pair(q_latent_dim: int | None):
 
     HF applies RMSNorms to the latents (not part of section 2.1; replaced by identities here) and pairs
     RoPE features as (2i, 2i+1) where we pair (i, i + R/2): the same rotation on permuted features, so
-    the RoPE rows are permuted when copying. Scores are unchanged since queries and keys get the same
-    permutation.
+    the RoPE rows are permuted when copying (``lessons_src.rope.interleaved_to_rotate_half``). Scores are
+    unchanged since queries and keys get the same permutation.
     """
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v2 import modeling_deepseek_v2 as hf

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lessons_src.rope import interleaved_to_rotate_half
+
 if TYPE_CHECKING:
     from lessons_src.mla import MultiHeadLatentAttention
 
@@ -17,10 +19,10 @@ if TYPE_CHECKING:
 def copy_deepseek_weights(ref: torch.nn.Module, ours: MultiHeadLatentAttention) -> None:
     """Copy a transformers DeepSeek (V2, V3, V3.2) attention's weights into ours, RoPE rows permuted.
 
-    transformers pairs RoPE features (2i, 2i+1) where the package pairs (i, i + R/2): tests/core/test_mla.py's hf_pair.
+    transformers pairs RoPE features (2i, 2i+1) where the package pairs (i, i + R/2): ``interleaved_to_rotate_half``.
     """
     H, E, R, Ev, C = ours.num_heads, ours.head_dim, ours.rope_dim, ours.v_head_dim, ours.kv_latent_dim
-    perm = torch.cat([torch.arange(0, R, 2), torch.arange(1, R, 2)])  # our RoPE feature j is HF's perm[j]
+    perm = interleaved_to_rotate_half(R)  # our RoPE feature j is HF's perm[j]
     with torch.no_grad():
         q_b = ref.q_proj if ours.q_down_proj is None else ref.q_b_proj
         q_w = q_b.weight.view(H, E + R, -1)  # type: ignore[union-attr, operator]

@@ -42,6 +42,7 @@ PAGES = {  # which page shows which exercises, in the catalogue's order
                                     "delta_rule_step"),
     "practice/exercises-kernels.md": ("indexer_top_k", "causal_mask_mod", "flex_sink_attention"),
     "practice/exercises-serving.md": ("gqa_decode_intensity", "merge_attention_states"),
+    "practice/exercises-positions.md": ("rope_interleaved",),
 }
 STUB_HEADER = "import torch\nfrom torch import Tensor\n"
 _WHEEL_LINE = re.compile(r'^WHEEL = ".*"$', re.M)

@@ -305,6 +305,18 @@ def _state_merge_cases() -> list[Case]:
     return out
 
 
+def _rope_cases() -> list[Case]:
+    from ...rope import rope_cos_sin
+
+    g = _gen(24)
+    out = []
+    for B, H, T, E, start in [(1, 2, 4, 8, 3), (2, 1, 3, 4, 1), (1, 1, 2, 2, 5)]:  # E = 2: one pair, both layouts agree
+        cos, sin = rope_cos_sin(torch.arange(start, start + T), E)  # (T, E)
+        out.append(Case(f"x (B={B}, H={H}, T={T}, E={E}), cos and sin (T={T}, E={E}) of positions "
+                        f"{start}..{start + T - 1}", (_randn(g, B, H, T, E), cos, sin)))
+    return out
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 EXERCISES: dict[str, Exercise] = {
@@ -524,6 +536,16 @@ EXERCISES: dict[str, Exercise] = {
              "Where both states are empty, `lse` is `-inf` and `lse_i - lse` is NaN: subtract 0 there instead "
              "(`torch.where(torch.isneginf(lse), 0, lse)`), so both weights are `exp(-inf) = 0`."),
             _state_merge_cases, ("lessons_src.score_mods.merge_states",),
+        ),
+        Exercise(
+            "rope_interleaved", "RoPE with interleaved pairs",
+            Link("lessons/positions.md", "two-layouts-which-features-pair", "Positions: two layouts"),
+            ("Pair `i` is features `2i` and `2i + 1`: `x1, x2 = x[..., 0::2], x[..., 1::2]`, each `(..., T, E/2)`.",
+             "Pair `i`'s angle is in column `i` of `cos` and `sin` (made for rotate-half, they hold it again at "
+             "`i + E/2`): `c, s = cos[..., :E // 2], sin[..., :E // 2]`.",
+             "Turn each pair, `x1 * c - x2 * s` and `x2 * c + x1 * s`, then put the two back side by side: "
+             "`torch.stack([...], dim=-1).flatten(-2)`."),
+            _rope_cases, ("lessons_src.rope.apply_rope_interleaved",),
         ),
     )
 }

@@ -74,6 +74,7 @@ _OTHER_PIECES = Link(_READING, "where-the-other-pieces-go",
 _SCALE_ANCHOR = "7-scaling-by-sqrtd_textmodel-instead-of-sqrtd_k"
 _SCALE_LESSON = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: scaling by √d_model")
 _SCALE_WHY = Link(_PITFALLS, _SCALE_ANCHOR, "Pitfalls 2: why the scores are divided by √d_k")
+_LAYOUTS = Link("lessons/positions.md", "two-layouts-which-features-pair", "Positions: two layouts")
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
 _MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
@@ -276,6 +277,35 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "is not the row's softmax. Apply it after the kernel, with the log-sum-exp FlexAttention returns.",
             Link("lessons/mask-is-a-function.md", "score-changes-and-the-sink-that-is-not-one",
                  "A mask is a function: the sink that is not one"),
+        ),
+        Misconception(
+            "rope_layout_swapped", "rotate-half: pairs (i, i + E/2) against (2i, 2i + 1)",
+            "Rotate-half (GPT-NeoX, Hugging Face Llama, this course's apply_rope) pairs feature i with feature "
+            "i + E/2; the interleaved layout (Meta's original Llama code, DeepSeek) pairs 2i with 2i + 1. The "
+            "angles are the same, the features that turn together are not: a checkpoint trained in one layout "
+            "runs in the other only after its W_Q and W_K rows are permuted.",
+            _LAYOUTS,
+        ),
+        Misconception(
+            "pairs_out_of_place", "the turned pairs returned in rotate-half order",
+            "Each pair was turned right, but its two features came back as the first and second halves of the "
+            "output, not side by side. Queries and keys permuted alike give the same scores (transformers' "
+            "DeepSeek-V3 code does this on purpose), but any code that reads a feature by its index, a cache "
+            "or a partial RoPE's unrotated part, now gets another feature.",
+            _LAYOUTS,
+        ),
+        Misconception(
+            "pair_angle_from_column_2i", "pair i's angle taken from column 2i",
+            "rope_cos_sin lays its angles out for rotate-half: column i and column i + E/2 both hold pair i's "
+            "angle. In the interleaved layout pair i still turns by pair i's angle, so take columns 0 .. E/2 - 1; "
+            "cos[..., 0::2] gives the pairs the angles of other pairs.",
+            _LAYOUTS,
+        ),
+        Misconception(
+            "rope_turned_backwards", "each pair turned backwards",
+            "RoPE turns (x, y) by the angle a: (x cos a - y sin a, y cos a + x sin a). With the signs swapped "
+            "every pair turns by -a, so a model trained the usual way reads every offset reversed.",
+            _LAYOUTS,
         ),
         Misconception(
             "kv_read_per_query_head", "K and V read once per query head",
@@ -614,6 +644,31 @@ def _no_relu(q: Tensor, k: Tensor, weights: Tensor, top_k: int) -> Tensor:
     return _pick(per_head.sum(dim=1), top_k, visible)[:, None]
 
 
+def _rope_pairs_turned(x1: Tensor, x2: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)  # (..., T, E/2, 2)
+
+
+def _rope_rotate_half_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return _rope_rotate_half(x, cos, sin)  # pairs (i, i + E/2)
+
+
+def _rope_pairs_out_of_place(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    out = _rope_pairs_turned(x[..., 0::2], x[..., 1::2], cos[..., :half], sin[..., :half])
+    return torch.cat([out[..., 0], out[..., 1]], dim=-1)  # first features, then second features
+
+
+def _rope_angle_from_column_2i(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    out = _rope_pairs_turned(x[..., 0::2], x[..., 1::2], cos[..., 0::2], sin[..., 0::2])
+    return out.flatten(-2)
+
+
+def _rope_turned_backwards(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    out = _rope_pairs_turned(x[..., 0::2], x[..., 1::2], cos[..., :half], -sin[..., :half])
+    return out.flatten(-2)
+
+
 def _intensity(flops: int, read: int) -> dict[str, float]:
     return {"flops": flops, "bytes": read, "intensity": flops / read}
 
@@ -821,6 +876,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("flex_sink_attention", "sink_normalised_per_score", "sink_in_scores",
             "turned each score into `sigmoid(score - sinks[h])` in a `score_mod` (each score against the sink "
             "alone, as `transformers` once did), which FlexAttention then softmaxes again", _sink_normalised_per_score),
+    Variant("rope_interleaved", "rope_rotate_half_pairs", "rope_layout_swapped",
+            "paired feature `i` with feature `i + E/2` (rotate-half) instead of `2i` with `2i + 1`",
+            _rope_rotate_half_pairs),
+    Variant("rope_interleaved", "rope_pairs_out_of_place", "pairs_out_of_place",
+            "turned each pair `(2i, 2i + 1)` and returned all the first features, then all the second ones",
+            _rope_pairs_out_of_place),
+    Variant("rope_interleaved", "rope_angle_from_column_2i", "pair_angle_from_column_2i",
+            "took pair `i`'s angle from column `2i` of `cos` and `sin` (`cos[..., 0::2]`)", _rope_angle_from_column_2i),
+    Variant("rope_interleaved", "rope_turned_backwards", "rope_turned_backwards",
+            "swapped the signs of the sines: every pair turned by minus its angle", _rope_turned_backwards),
     Variant("gqa_decode_intensity", "intensity_per_query_head", "kv_read_per_query_head",
             "counted the keys and values read once per query head (`num_heads`) instead of once per KV head",
             _intensity_per_query_head),

@@ -33,6 +33,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
     "split_heads",
@@ -227,3 +228,11 @@ def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -
     w1 = torch.exp(lse1 - safe)[..., None]  # (B, H, T, 1): state 1's share of the whole softmax
     w2 = torch.exp(lse2 - safe)[..., None]
     return w1 * o1 + w2 * o2, lse  # (B, H, T, E), (B, H, T)
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    E = x.shape[-1]
+    c, s = cos[..., : E // 2], sin[..., : E // 2]  # (T, E/2): column i holds pair i's angle
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, E/2): the pairs' features 2i and 2i + 1
+    out = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)  # (..., T, E/2, 2): each pair turned
+    return out.flatten(-2)  # (..., T, E): features 2i and 2i + 1 back side by side

@@ -22,7 +22,7 @@ from ...masks import causal, mask_mod
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
-from ...rope import apply_rope
+from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
 
@@ -47,6 +47,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
     "split_heads",
@@ -190,3 +191,7 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
 
 def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
     return merge_states([(o1, lse1), (o2, lse2)])  # lessons_src.score_mods.merge_states
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return apply_rope_interleaved(x, cos, sin)  # lessons_src.rope: pairs (2i, 2i + 1)

@@ -317,3 +317,17 @@ def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -
         o1, o2: ``(B, H, T, E)``; lse1, lse2: ``(B, H, T)``; returns ``((B, H, T, E), (B, H, T))``.
     """
     raise NotImplementedError
+
+
+def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """RoPE in the interleaved layout: features ``2i`` and ``2i + 1`` form pair ``i`` (Meta's Llama code, DeepSeek).
+
+    Pair ``i`` turns by its angle ``a``: ``(x[2i], x[2i + 1]) -> (x[2i] cos a - x[2i + 1] sin a,
+    x[2i + 1] cos a + x[2i] sin a)``, and the result keeps each pair where it was. ``cos`` and ``sin`` come
+    from ``lessons_src.rope.rope_cos_sin``, made for the rotate-half layout: column ``i`` (and column
+    ``i + E/2`` again) holds pair ``i``'s angle.
+
+    Shapes:
+        x: ``(B, H, T, E)``; cos, sin: ``(T, E)``; output: ``(B, H, T, E)``.
+    """
+    raise NotImplementedError
