@@ -30,7 +30,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
 .PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
-	bench-long-context bench-flex bench-sparse parallel
+	bench-long-context bench-flex bench-sparse bench-split-kv parallel
 .PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate
 
 help: ## List the targets
@@ -225,6 +225,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_flex.py
 	$(BIN)/python tools/bench/bench_sparse.py
 	$(BIN)/python tools/bench/bench_roofline.py
+	$(BIN)/python tools/bench/bench_split_kv.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
@@ -255,6 +256,9 @@ bench-flex: $(DEPS) ## Only compiled FlexAttention vs SDPA with the dense mask, 
 
 bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S = 8192: a decoding step, a prefill
 	$(BIN)/python tools/bench/bench_sparse.py
+
+bench-split-kv: $(DEPS) ## Only split-KV decoding vs one pass (8K-128K cached) and a shared 4K prefix vs own copies
+	$(BIN)/python tools/bench/bench_split_kv.py
 
 bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding
 	$(BIN)/python tools/bench/bench_long_context.py

@@ -10,6 +10,7 @@ online softmax works block by block, its input notes (:mod:`.blocks`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -280,6 +281,28 @@ def _intensity_cases() -> list[Case]:
     sizes = [(2, 8, 2, 4, 5, 2), (1, 6, 3, 8, 7, 4), (3, 4, 4, 2, 3, 2)]  # n_rep 4, then 2, then MHA (n_rep 1)
     return [Case(f"batch={B}, num_heads={H}, num_kv_heads={K}, head_dim={E}, cached={S}, bytes_per_number={b}",
                  (B, H, K, E, S, b)) for B, H, K, E, S, b in sizes]
+
+
+def _state_merge_cases() -> list[Case]:
+    """Two states of each query, over two disjoint sets of keys, computed from scores; the last case has a query
+    whose second state is empty and one whose both are (a query outside both splits' window)."""
+    g = _gen(17)
+    out: list[Case] = []
+    for B, H, T, E, S1, S2 in [(1, 2, 3, 4, 5, 7), (2, 1, 2, 3, 4, 6), (1, 1, 3, 2, 3, 3)]:
+        scores, v = _randn(g, B, H, T, S1 + S2) * 2, _randn(g, B, H, S1 + S2, E)
+        states = []
+        for keys in (slice(0, S1), slice(S1, S1 + S2)):
+            s = scores[..., keys].clone()  # (B, H, T, S_i)
+            if len(out) == 2:  # query 1 sees no key of the second set; query 2 no key of either
+                s[:, :, 2] = -math.inf
+                if keys.start:
+                    s[:, :, 1] = -math.inf
+            lse = torch.logsumexp(s, dim=-1)  # (B, H, T): -inf for a query that sees none of these keys
+            o = torch.nan_to_num(torch.softmax(s, dim=-1)) @ v[:, :, keys]  # (B, H, T, E): 0 where empty
+            states += [o, lse]
+        label = f"two states of B={B}, H={H}, T={T} queries (E={E}), over {S1} and {S2} keys"
+        out.append(Case(label + (": one state empty, then both" if len(out) == 2 else ""), tuple(states)))
+    return out
 
 
 def _rope_cases() -> list[Case]:
@@ -576,6 +599,19 @@ EXERCISES: dict[str, Exercise] = {
              "`intensity = flops / bytes`: `2 * num_heads / (num_kv_heads * bytes_per_number)`, whatever the "
              "batch and the cache length."),
             _intensity_cases,
+        ),
+        Exercise(
+            "merge_attention_states", "Merge two attention states",
+            Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
+                 "Split, merged, shared: the attention state, and its merge"),
+            ("The merged log-sum-exp is the log of the two sums of exponentials added: "
+             "`torch.logaddexp(lse1, lse2)`.",
+             "Each output is normalised over its own keys; over all of them, state i holds the share "
+             "`exp(lse_i - lse)` of the softmax. Weight each output by its share (add a last axis to broadcast "
+             "over E), then add.",
+             "Where both states are empty, `lse` is `-inf` and `lse_i - lse` is NaN: subtract 0 there instead "
+             "(`torch.where(torch.isneginf(lse), 0, lse)`), so both weights are `exp(-inf) = 0`."),
+            _state_merge_cases, ("lessons_src.score_mods.merge_states",),
         ),
         Exercise(
             "rope_interleaved", "RoPE with interleaved pairs",

@@ -348,6 +348,10 @@ def _value(t: Tensor) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
+def _kind(x: Any) -> str:
+    return f"a {type(x).__name__} of {len(x)}" if isinstance(x, tuple | list) else f"a {type(x).__name__}"
+
+
 def _difference(got: Any, want: Any) -> tuple[str, str] | None:
     """``(kind, what)`` of the first difference (kind: shape, type, values, or how: right values computed from
     whole rows where the answer works block by block), or None when they agree."""
@@ -381,6 +385,13 @@ def _difference(got: Any, want: Any) -> tuple[str, str] | None:
         for key in want:
             if (d := _difference(got[key], want[key])) is not None:
                 return d[0], f"[{key!r}] " + d[1]
+        return None
+    if isinstance(want, tuple):
+        if not isinstance(got, tuple | list) or len(got) != len(want):
+            return "type", f"is {_kind(got)}, expected a tuple of {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if (d := _difference(g, w)) is not None:
+                return d[0], f"[{i}] " + d[1]
         return None
     if isinstance(want, int):
         if isinstance(got, bool) or not isinstance(got, int):
@@ -426,6 +437,8 @@ def _same(a: Any, b: Any) -> bool:
         return bool(torch.isclose(a.detach(), b.detach(), rtol=RTOL, atol=ATOL, equal_nan=True).all())
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple | list) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=RTOL)
     return type(a) is type(b) and bool(a == b)

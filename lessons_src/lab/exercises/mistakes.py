@@ -80,6 +80,8 @@ _KERNEL_LESSON = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
 _PADDED = Link("lessons/many-prompts.md", "a-padded-batch", "Many prompts in one batch: a padded batch")
+_MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
+              "Split, merged, shared: the attention state, and its merge")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -400,6 +402,27 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "Positions count from 0: the first real token is at 0, as in the prompt decoded alone "
             "(`attention_mask.cumsum(-1) - 1`, not the cumulative sum itself).",
             _PADDED,
+        ),
+        Misconception(
+            "merge_without_reweighting", "outputs added without reweighting",
+            "Each partial output is already normalised over its own keys (its weights sum to 1), so two added "
+            "weigh as two whole softmaxes. Over all the keys, state i's keys hold the share exp(lse_i - lse) of the "
+            "softmax: multiply each output by its share before adding.",
+            _MERGE,
+        ),
+        Misconception(
+            "max_for_logaddexp", "the larger log-sum-exp kept instead of their logaddexp",
+            "The merged log-sum-exp is the log of the two sums added, log(exp(lse1) + exp(lse2)): larger than "
+            "either. max(lse1, lse2) is the online softmax's running max, not its sum; weights exp(lse_i - max) "
+            "then add up to more than 1.",
+            _MERGE,
+        ),
+        Misconception(
+            "empty_state_forgotten", "the empty state forgotten",
+            "A query can see no key in either state (a split wholly outside its window, a padded query): both "
+            "log-sum-exps are -inf, and exp(lse_i - lse) is exp(-inf - (-inf)) = NaN. The empty state must change "
+            "nothing: shift by 0 where the merged log-sum-exp is -inf, so its weight is exp(-inf) = 0.",
+            _MERGE,
         ),
     )
 }
@@ -839,6 +862,25 @@ def _first_real_at_one(lengths: list[int], T: int) -> Tensor:
     return (torch.arange(T) - (T - torch.tensor(lengths)[:, None]) + 1).clamp(min=0)  # 1 at the first real token
 
 
+def _merged(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor, shift: Tensor) -> Tensor:
+    return torch.exp(lse1 - shift)[..., None] * o1 + torch.exp(lse2 - shift)[..., None] * o2
+
+
+def _merge_added(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    return o1 + o2, torch.logaddexp(lse1, lse2)  # each output still normalised over its own keys
+
+
+def _merge_max(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    top = torch.maximum(lse1, lse2)  # the running max, not the log of the summed exponentials
+    shift = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
+    return _merged(o1, lse1, o2, lse2, shift), top
+
+
+def _merge_nan_empty(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    lse = torch.logaddexp(lse1, lse2)
+    return _merged(o1, lse1, o2, lse2, lse), lse  # two empty states: exp(-inf - (-inf)) = NaN
+
+
 # --------------------------------------------------------------------------- the scale mistakes, as data
 
 
@@ -1056,6 +1098,14 @@ VARIANTS: tuple[Variant, ...] = (
             "left the values out: the scores' FLOPs and the keys' bytes alone", _intensity_no_v),
     Variant("gqa_decode_intensity", "intensity_mac_one_flop", "mac_as_one_flop",
             "counted each multiply-add as one FLOP", _intensity_mac_one_flop),
+    Variant("merge_attention_states", "merge_outputs_added", "merge_without_reweighting",
+            "added the two outputs as they are, `o1 + o2`", _merge_added),
+    Variant("merge_attention_states", "merge_lse_max", "max_for_logaddexp",
+            "took `torch.maximum(lse1, lse2)` as the merged log-sum-exp and weighted each output by "
+            "`exp(lse_i - max)`", _merge_max),
+    Variant("merge_attention_states", "merge_nan_for_empty", "empty_state_forgotten",
+            "weighted each output by `exp(lse_i - lse)` even where both states are empty (`lse = -inf`), which "
+            "gives NaN", _merge_nan_empty),
     Variant("left_padded_positions", "positions_from_padding", "positions_from_padding",
             "gave every row the positions `0 .. T - 1` of its slots, padding included", _positions_from_padding),
     Variant("left_padded_positions", "one_length", "one_length_for_all_rows",

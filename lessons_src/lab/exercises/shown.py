@@ -30,6 +30,7 @@ __all__ = [
     "left_padded_positions",
     "lse_in_base_2",
     "masked_softmax",
+    "merge_attention_states",
     "merge_heads",
     "mha_forward",
     "mha_param_count",
@@ -222,6 +223,15 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # the keys and the values of each KV head, read once for the whole group of query heads that share them
     read = 2 * batch * num_kv_heads * cached * head_dim * bytes_per_number
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    lse = torch.logaddexp(lse1, lse2)  # (B, H, T): the log of the two sums of exponentials, added
+    # -inf only where both states are empty: shift by 0 there, so each weight is exp(-inf) = 0, not NaN
+    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    w1 = torch.exp(lse1 - safe)[..., None]  # (B, H, T, 1): state 1's share of the whole softmax
+    w2 = torch.exp(lse2 - safe)[..., None]
+    return w1 * o1 + w2 * o2, lse  # (B, H, T, E), (B, H, T)
 
 
 def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

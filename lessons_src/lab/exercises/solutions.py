@@ -24,7 +24,7 @@ from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...rope import apply_rope, apply_rope_interleaved
-from ...score_mods import Sinks, soft_cap
+from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
 from ..batching import padded_positions
 
@@ -46,6 +46,7 @@ __all__ = [
     "left_padded_positions",
     "lse_in_base_2",
     "masked_softmax",
+    "merge_attention_states",
     "merge_heads",
     "mha_forward",
     "mha_param_count",
@@ -192,6 +193,10 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     # (tests/lab/test_roofline.py checks it): q k^T and weights v, 2 FLOPs per multiply-add
     flops = 2 * 2 * batch * num_heads * cached * head_dim
     return {"flops": flops, "bytes": read, "intensity": flops / read}
+
+
+def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    return merge_states([(o1, lse1), (o2, lse2)])  # lessons_src.score_mods.merge_states
 
 
 def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

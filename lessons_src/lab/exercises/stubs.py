@@ -305,6 +305,20 @@ def gqa_decode_intensity(batch: int, num_heads: int, num_kv_heads: int, head_dim
     raise NotImplementedError
 
 
+def merge_attention_states(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge two attention states over disjoint sets of keys into the state over all of them.
+
+    A state is a query's attention output over some keys, ``o``, and the log-sum-exp of its scores over them,
+    ``lse = log(sum(exp(scores)))`` (natural log). A state over no key is *empty*: its ``lse`` is ``-inf`` and its
+    output is 0. Return the output and the log-sum-exp attention over both sets of keys would give; two empty
+    states merge into an empty state.
+
+    Shapes:
+        o1, o2: ``(B, H, T, E)``; lse1, lse2: ``(B, H, T)``; returns ``((B, H, T, E), (B, H, T))``.
+    """
+    raise NotImplementedError
+
+
 def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """RoPE in the interleaved layout: features ``2i`` and ``2i + 1`` form pair ``i`` (Meta's Llama code, DeepSeek).
 
