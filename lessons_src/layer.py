@@ -375,10 +375,9 @@ class MultiHeadAttention(nn.Module):
         start = 0 if cache is None else cache.length
         if self.qk_norm is not None:
             q, k = self.qk_norm(q, k)  # (B, H, T, E), (B, K, S, E)
-        if self.rope is not None and positions is not None:
-            q, k = self.rope(q, k, positions=positions)  # each row's own positions (B, T)
-        elif self.rope is not None:
-            q, k = self.rope(q, k, start=start)  # the new tokens at positions start .. start + T - 1
+        if self.rope is not None:  # the new tokens at positions start .. start + T - 1, or each row's own (B, T)
+            at = {"start": start} if positions is None else {"positions": positions}
+            q, k = self.rope(q, k, **at)
         if self.v_norm is not None:
             v = self.v_norm(v)  # (B, K, S, E)
         mods: dict[str, float | Tensor] = {} if self.softcap is None else {"softcap": self.softcap}
