@@ -50,19 +50,17 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import rounds
 import torch
 import torch.nn.functional as F
+from rounds import Runs, round_robin
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from lessons_src.functional import attention
 from lessons_src.lab.configs import load_configs
 from lessons_src.masks import causal, causal_mask, mask_mod
 from lessons_src.sparse_selection import gather_selected, lightning_indexer_scores, top_k_mask
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "bench" / "sparse.json"
 MODEL = "DeepSeek-V3.2"
@@ -109,28 +107,9 @@ def selection_pairs(context: int, top_k: int) -> dict[str, int]:
             "flex_block_mask": selected}
 
 
-def timed(fn: Callable[[], object]) -> dict[str, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    with torch.no_grad():
-        fn()
-    return {"seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
-
-
-def round_robin(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[dict[str, float]]]:
-    """A warm-up call of each, then ``repeats`` rounds of one call of each in turn."""
-    for fn in calls.values():
-        timed(fn)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            runs[name].append(timed(fn))
-    return runs
-
-
-def ratios(runs: dict[str, list[dict[str, float]]], base: str) -> dict[str, float]:
+def ratios(runs: Runs, base: str) -> dict[str, float]:
     """``base``'s CPU time over each other row's in the same round, the median over the rounds."""
-    return {row: statistics.median(a["cpu_seconds"] / b["cpu_seconds"] for a, b in zip(runs[base], r, strict=True))
-            for row, r in runs.items() if row != base}
+    return rounds.ratios(runs, base, key="cpu_seconds")
 
 
 def decode(context: int, top_k: int, repeats: int, g: torch.Generator) -> dict[str, object]:

@@ -46,7 +46,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import rounds
 import torch
+from rounds import Runs, round_robin
 
 from lessons_src.functional import ATTENTION_FUNCTIONS, AttentionResult, Supports, attention, register_attention
 from lessons_src.split_kv import shared_prefix_attention, split_kv_attention
@@ -87,28 +89,9 @@ def sdpa_cpu_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Prepar
     return AttentionResult(out.reshape(B, H, T, Ev), None, lse.reshape(B, H, T))
 
 
-def timed(fn: Callable[[], torch.Tensor]) -> dict[str, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    with torch.no_grad():
-        fn()
-    return {"seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
-
-
-def round_robin(calls: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict[str, list[dict[str, float]]]:
-    """A warm-up call of each, then ``repeats`` rounds of one call of each in turn."""
-    for fn in calls.values():
-        timed(fn)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            runs[name].append(timed(fn))
-    return runs
-
-
-def ratios(runs: dict[str, list[dict[str, float]]], base: str) -> dict[str, float]:
+def ratios(runs: Runs, base: str) -> dict[str, float]:
     """``base``'s wall time over each other row's in the same round, the median over the rounds."""
-    return {row: statistics.median(a["seconds"] / b["seconds"] for a, b in zip(runs[base], r, strict=True))
-            for row, r in runs.items() if row != base}
+    return rounds.ratios(runs, base, key="seconds")
 
 
 def on_threads(n: int, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
