@@ -4,21 +4,24 @@ tests/site/test_snippets.py starts this file with the python of an environment w
 provides ``lessons_src``, from an empty folder outside the repository. A reader pastes a block into a fresh
 ``python``; a forked child is as fresh as that for what a block can see: its ``__main__`` is a new, empty module,
 nothing another request did is there, and the only work done before the fork is ``import lessons_src`` (torch and
-the core modules: no tensor made, no seed drawn, no thread pool started), which the block imports again by name
-anyway. Only the import time (about 3 CPU seconds a block) is saved. A block that leans on a name it did not
-import still fails with NameError (the test module checks that the harness catches it).
+the core modules: no tensor made, no seed drawn, no thread pool started) and, where the environment has it,
+``transformers`` with its ``modeling_utils`` (another 3 CPU seconds that each block comparing with a real model
+repeats), which a block imports again by name anyway. Only the import time is saved. A block that leans on a name it
+did not import still fails with NameError (the test module checks that the harness catches it).
 
 Protocol: one JSON request per line on stdin, ``{"blocks": ["...", ...], "timeout": 60}``: the blocks run in
 order in one ``__main__`` (the block under test alone, or the blocks above it that it says it continues, then
 it), each a script, or ``-m package.module`` alone. One JSON reply per line on stdout: ``{"returncode": n,
 "stdout": [what each block printed], "stderr": "...", "imported": [top-level modules the last block imported
-first]}``. Each request runs
+first, and those of the preloaded ones its code imported]}``. Each request runs
 in a new empty working folder. A child that runs past its timeout is killed by its own alarm (returncode -14,
 SIGALRM).
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import json
 import linecache
 import os
@@ -33,6 +36,13 @@ sys.path[0] = ""  # as at the interactive prompt: the working directory first (a
 
 import lessons_src  # noqa: E402, F401  (the imports every block repeats: torch and the core; paid here once)
 
+_CORE = {name.partition(".")[0] for name in sys.modules}
+with contextlib.suppress(ImportError):  # the next heaviest import, which the blocks comparing with a real model
+    import transformers.modeling_utils  # noqa: F401  (repeat; absent without the [transformers] extra)
+# what that brought in (transformers, safetensors, huggingface_hub, ...): a block that imports one of them is still
+# reported as importing it (run_blocks records the names its imports ask for), as in a fresh interpreter
+PRELOADED = {name.partition(".")[0] for name in sys.modules} - _CORE
+
 
 def top_level_modules() -> set[str]:
     return {name.partition(".")[0] for name in sys.modules}
@@ -46,11 +56,22 @@ def run_blocks(blocks: list[str], outputs: list[str]) -> tuple[int, set[str]]:
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     before = top_level_modules()
+    asked: set[str] = set()  # top-level names the block's imports ask for (a preloaded one is not new in sys.modules)
+    real_import = builtins.__import__
+
+    def recording(name: str, *args: object, **kwargs: object) -> object:
+        level = args[3] if len(args) > 3 else kwargs.get("level", 0)
+        if level == 0:
+            asked.add(name.partition(".")[0])
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    builtins.__import__ = recording  # type: ignore[assignment]
     try:
         for i, (block, output) in enumerate(zip(blocks, outputs, strict=True)):
             sys.stdout.flush()
             os.dup2(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
             before = top_level_modules()
+            asked.clear()
             if block.startswith("-m "):
                 sys.argv = [block.split()[1]]
                 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
@@ -62,11 +83,11 @@ def run_blocks(blocks: list[str], outputs: list[str]) -> tuple[int, set[str]]:
         if not (stop.code is None or isinstance(stop.code, int)):
             print(stop.code, file=sys.stderr)
             return 1, set()
-        return stop.code or 0, top_level_modules() - before
+        return stop.code or 0, top_level_modules() - before | (asked & PRELOADED)
     except BaseException:
         traceback.print_exc()
         return 1, set()
-    return 0, top_level_modules() - before
+    return 0, top_level_modules() - before | (asked & PRELOADED)
 
 
 def main() -> None:

@@ -373,6 +373,7 @@ def test_the_runner_agrees_with_a_fresh_interpreter(runner: Runner, tmp_path: Pa
     assert fresh.returncode == forked.returncode == 0, (fresh.stderr, forked.stderr)
     assert forked.stdout == [fresh.stdout]
     assert "safetensors" in runner.run("import safetensors.torch\n").imported
+    assert "transformers" in runner.run("from transformers import Qwen3Config\n").imported  # preloaded, still seen
 
 
 def test_extras_are_read_from_pyproject() -> None:
