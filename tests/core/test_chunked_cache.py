@@ -6,22 +6,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rotated_qkv import B, E, K, rotated
 
 from lessons_src.functional import attention
 from lessons_src.kv_cache import ChunkedKVCache, kv_bytes_per_token
 from lessons_src.masks import causal, causal_mask, same_chunk
-from lessons_src.rope import apply_rope, rope_cos_sin
-
-B, H, K, E = 2, 4, 2, 8
-
-
-def _rotated(N: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H, N, E, generator=g, dtype=torch.float64)
-    k = torch.randn(B, K, N, E, generator=g, dtype=torch.float64)
-    v = torch.randn(B, K, N, 6, generator=g, dtype=torch.float64)
-    cos, sin = rope_cos_sin(torch.arange(N), E, dtype=torch.float64)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 @settings(max_examples=30, deadline=None)
@@ -30,7 +19,7 @@ def _rotated(N: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 def test_decoding_equals_the_chunked_full_forward(chunk: int, blocks: list[int], implementation: str) -> None:
     """Blocks of every size, inside a chunk, ending on its boundary, or crossing one or several."""
     N = sum(blocks)
-    q, k, v = _rotated(N, seed=chunk * 100 + N)
+    q, k, v = rotated(N, seed=chunk * 100 + N)
     full = attention(q, k, v, attn_mask=causal() & same_chunk(chunk), implementation="eager").output
     cache = ChunkedKVCache(B, K, E, chunk, v_head_dim=6, dtype=torch.float64)
     outs, start = [], 0

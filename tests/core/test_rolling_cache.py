@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rotated_qkv import B, E, K, rotated
 
 from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, RollingKVCache, kv_bytes_per_token
 from lessons_src.masks import causal_mask
-from lessons_src.rope import apply_rope, rope_cos_sin
-
-B, H, K, E = 2, 4, 2, 8
-
-
-def rotated(N: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries and keys rotated by their positions 0..N-1 (RoPE), and values."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H, N, E, generator=g, dtype=torch.float64)
-    k = torch.randn(B, K, N, E, generator=g, dtype=torch.float64)
-    v = torch.randn(B, K, N, 6, generator=g, dtype=torch.float64)
-    cos, sin = rope_cos_sin(torch.arange(N), E, dtype=torch.float64)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager", "tiled"])
