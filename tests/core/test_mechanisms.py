@@ -340,6 +340,20 @@ def test_the_layer_is_gemma3_on_each_layer_type(layer_idx: int, change: str | No
 # --------------------------------------------------------------------------- output gate (Qwen3-Next)
 
 
+def _qwen3_next_ours(ref: torch.nn.Module, rope: Rotary) -> tuple[MultiHeadAttention, PerHeadRMSNorm]:
+    """Ours with a Qwen3-Next attention's weights: ``1 + w`` QK-norm, the given RoPE, the gate's rows from ``q_proj``
+    (per head: E query rows, then E gate rows)."""
+    norm, gate = PerHeadRMSNorm(E, eps=1e-6, offset=1.0), ElementwiseGate(D, H, E)
+    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=rope, gate=gate)
+    w = ref.q_proj.weight.view(H, 2, E, D)  # type: ignore[operator]
+    _copy_projections(ours, ref, w_q=w[:, 0].reshape(H * E, D))
+    with torch.no_grad():
+        gate.proj.weight.copy_(w[:, 1].reshape(H * E, D))
+        norm.q_weight.copy_(ref.q_norm.weight)  # type: ignore[arg-type]
+        norm.k_weight.copy_(ref.k_norm.weight)  # type: ignore[arg-type]
+    return ours, norm
+
+
 def test_elementwise_gate_is_qwen3_nexts() -> None:
     """Qwen3-Next: an elementwise sigmoid gate from the layer's input before ``W_O``, with ``1 + w`` QK-norm and
     RoPE on a quarter of each head; its gate's rows sit in ``q_proj``, after each head's query rows."""
@@ -349,20 +363,13 @@ def test_elementwise_gate_is_qwen3_nexts() -> None:
     ref = Qwen3NextAttention(cfg, layer_idx=3)
     _randomise(ref, 0)
     R = E // 4
-    norm, gate = PerHeadRMSNorm(E, eps=1e-6, offset=1.0), ElementwiseGate(D, H, E)
-    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=Rotary(R), gate=gate)
-    w = ref.q_proj.weight.view(H, 2, E, D)  # per head: E query rows, then E gate rows
-    _copy_projections(ours, ref, w_q=w[:, 0].reshape(H * E, D))
-    with torch.no_grad():
-        gate.proj.weight.copy_(w[:, 1].reshape(H * E, D))
-        norm.q_weight.copy_(ref.q_norm.weight)
-        norm.k_weight.copy_(ref.k_norm.weight)
+    ours, norm = _qwen3_next_ours(ref, Rotary(R))
     x, mask, pe = _inputs(torch.float32, rotary=R)
     pairs = [(norm.q_weight, ref.q_norm.weight)]
     _compare(ours, ref, x, lambda x: ref(x, position_embeddings=pe, attention_mask=mask)[0], pairs, TOL32)
     # the gate's gradient is the gate rows' part of q_proj's
     got, want = ours(x, is_causal=True), ref(x, position_embeddings=pe, attention_mask=mask)[0]
-    (g_ours,) = torch.autograd.grad(got.square().sum(), gate.proj.weight)
+    (g_ours,) = torch.autograd.grad(got.square().sum(), ours.gate.proj.weight)
     (g_ref,) = torch.autograd.grad(want.square().sum(), ref.q_proj.weight)
     torch.testing.assert_close(g_ours, g_ref.view(H, 2, E, D)[:, 1].reshape(H * E, D), **TOL32)
 
@@ -539,14 +546,7 @@ def test_partial_scaled_rope_is_qwen3_nexts() -> None:
     ref = Qwen3NextAttention(cfg, layer_idx=3)
     _randomise(ref, 0)
     rotary = Rotary.partial(E, 0.25, scaling=yarn_scaling(E // 4, factor=4.0, original_max_positions=4))
-    norm, gate = PerHeadRMSNorm(E, eps=1e-6, offset=1.0), ElementwiseGate(D, H, E)
-    ours = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=norm, rope=rotary, gate=gate)
-    w = ref.q_proj.weight.view(H, 2, E, D)
-    _copy_projections(ours, ref, w_q=w[:, 0].reshape(H * E, D))
-    with torch.no_grad():
-        gate.proj.weight.copy_(w[:, 1].reshape(H * E, D))
-        norm.q_weight.copy_(ref.q_norm.weight)
-        norm.k_weight.copy_(ref.k_norm.weight)
+    ours, _ = _qwen3_next_ours(ref, rotary)
     x, mask, _ = _inputs(torch.float32, rotary=None)
     pe = Qwen3NextRotaryEmbedding(cfg)(x, torch.arange(T)[None].expand(B, T))  # its own (cos, sin), (B, T, E/4)
     assert pe[0].shape[-1] == rotary.dim == E // 4
