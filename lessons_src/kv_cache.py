@@ -30,6 +30,7 @@ References:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import torch
@@ -42,6 +43,7 @@ __all__ = [
     "ChunkedKVCache",
     "KVCache",
     "LatentCache",
+    "LayerCache",
     "RollingKVCache",
     "RollingUpdate",
     "kv_bytes_per_token",
@@ -119,6 +121,42 @@ def _check_new(name: str, t: Tensor, expected: tuple[int | None, ...], names: st
         raise ValueError(f"{name} has dtype {t.dtype} but the cache stores {buf.dtype}; convert one of them")
 
 
+class LayerCache(ABC):
+    """What an attention layer asks of the cache it decodes with: ``length``, ``update``, ``truncate``.
+
+    :class:`lessons_src.layer.MultiHeadAttention` takes any subclass: it reads ``length`` (the new tokens'
+    first position), hands the new keys and values to :meth:`update` and attends to what comes back, and on a
+    failed step calls :meth:`truncate` to forget what it appended. A cache with another layout or storage
+    (contiguous, a sequence in a page pool, quantized) is a subclass with its own :meth:`update`. Rolling,
+    chunked and latent caches are not: they return something else from their ``update``, and a layer that
+    uses them calls it itself.
+    """
+
+    length: int  # positions held: the next token's position
+
+    @abstractmethod
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``(B, K, T, E)`` keys and ``(B, K, T, Ev)`` values; return every cached position's, ``S`` long."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes the cached positions occupy, measured from the tensors that hold them."""
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions and forget the rest (a failed step, rejected draft tokens).
+
+        Raises:
+            TypeError: if ``length`` is not an int.
+            ValueError: if ``length`` is negative or more than the cache holds.
+        """
+        length = size("length", length, minimum=0, hint="positions to keep")
+        if length > self.length:
+            raise ValueError(f"length={length} but the cache holds only {self.length} positions; truncate keeps a "
+                             "prefix of what is cached and cannot add positions")
+        self.length = length
+
+
 class _Preallocated:
     """Shared bookkeeping: a fixed number of positions, of which the first ``length`` are filled."""
 
@@ -141,7 +179,7 @@ class _Preallocated:
         self.length = 0
 
 
-class KVCache(_Preallocated):
+class KVCache(_Preallocated, LayerCache):
     """Keys and values of past tokens for one attention layer (MHA, GQA or MQA), preallocated.
 
     Args:

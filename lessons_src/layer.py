@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ._checks import autocast_on, divisors, size
 from ._checks import positions as check_positions
 from .functional import ATTENTION_FUNCTIONS, check_implementation, check_supports
-from .kv_cache import KVCache
+from .kv_cache import LayerCache
 from .masks import prepare_mask
 from .score_mods import check_softcap
 
@@ -252,7 +252,7 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: MaskLike = None,
         is_causal: bool = False,
-        cache: KVCache | None = None,
+        cache: LayerCache | None = None,
         cache_position: int | None = None,
         positions: Tensor | None = None,
         implementation: str | None = None,
@@ -268,11 +268,11 @@ class MultiHeadAttention(nn.Module):
                 included, ``prefix_lm(p)``), or a list of them; a cache still keeps every position.
             is_causal: hide future keys, aligned bottom-right (see :func:`attention`); combines with
                 ``attn_mask``.
-            cache: a :class:`lessons_src.kv_cache.KVCache` for incremental self-attention decoding, for
-                inference only (under ``torch.no_grad()``): the new keys and values are appended and
-                ``x`` attends to everything cached (``S`` = cached + ``T``). Prefill a prompt into an
-                empty cache with ``is_causal=True``, then decode one token per call. If a step fails,
-                the cache is left as it was.
+            cache: a :class:`lessons_src.kv_cache.LayerCache` (such as ``KVCache``) for incremental
+                self-attention decoding, for inference only (under ``torch.no_grad()``): the new keys and
+                values are appended and ``x`` attends to everything cached (``S`` = cached + ``T``).
+                Prefill a prompt into an empty cache with ``is_causal=True``, then decode one token per
+                call. If a step fails, the cache is left as it was.
             cache_position: where ``x``'s first token goes in the cache. Needed only to append several
                 tokens to a non-empty cache (a prompt in chunks); it must equal ``cache.length``. A new
                 prompt needs ``cache.reset()`` first: several tokens arriving at a non-empty cache
@@ -293,7 +293,7 @@ class MultiHeadAttention(nn.Module):
                 not accepted, ``cache`` is combined with ``context``, a cached prompt is not causal, a
                 multi-token input meets a non-empty cache without ``cache_position``, or the cache does
                 not fit (see :meth:`lessons_src.kv_cache.KVCache.update`).
-            TypeError: if ``cache`` is not a :class:`lessons_src.kv_cache.KVCache` (checked before it is touched).
+            TypeError: if ``cache`` is not a :class:`lessons_src.kv_cache.LayerCache` (checked before it is touched).
 
         Example:
             >>> from lessons_src.kv_cache import KVCache
@@ -327,7 +327,7 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: MaskLike = None,
         is_causal: bool = False,
-        cache: KVCache | None = None,
+        cache: LayerCache | None = None,
         cache_position: int | None = None,
         positions: Tensor | None = None,
         implementation: str = "eager",
@@ -349,7 +349,7 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
     def _attend(self, x: Tensor, context: Tensor | None, attn_mask: MaskLike, is_causal: bool,
-                cache: KVCache | None, cache_position: int | None, impl: str, *,
+                cache: LayerCache | None, cache_position: int | None, impl: str, *,
                 weights: bool, positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         self._check_inputs(x, context)
         check_implementation(impl)
@@ -393,17 +393,18 @@ class MultiHeadAttention(nn.Module):
             result = ATTENTION_FUNCTIONS[impl](q, k, v, mask, scale=scale, dropout_p=dropout_p, **mods)
         except BaseException:
             if cache is not None:
-                cache.length = start  # the step failed: forget the positions it appended
+                cache.truncate(start)  # the step failed: forget the positions it appended
             raise
         heads = result.output if self.gate is None else self.gate(x, result.output)  # (B, H, T, E)
         y = heads.transpose(1, 2).reshape(B, T, self.d_model)  # concatenate heads: (B, T, D)
         return self.out_proj(y), result.weights  # (B, T, D), (B, H, T, S) or None
 
-    def _check_cache(self, cache: KVCache, T: int, is_causal: bool, attn_mask: MaskLike,
+    def _check_cache(self, cache: LayerCache, T: int, is_causal: bool, attn_mask: MaskLike,
                      context: Tensor | None, cache_position: int | None) -> None:
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (lessons_src.kv_cache), not a {type(cache).__name__}: a rolling "
-                            "or latent cache has its own update(); call it, then attention()")
+        if not isinstance(cache, LayerCache):
+            raise TypeError(f"cache must be a LayerCache such as KVCache (lessons_src.kv_cache), not a "
+                            f"{type(cache).__name__}: a rolling or latent cache has its own update(); call it, then "
+                            "attention()")
         if context is not None:
             raise ValueError("cache is for self-attention decoding; pass context=None with a cache")
         if cache_position is not None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-    from ..kv_cache import KVCache
+    from ..kv_cache import KVCache, LayerCache
     from ..masks import MaskLike
 
 __all__ = [
@@ -73,7 +73,7 @@ MISTAKES = {
 class CachedDecoder(Protocol):
     """What :func:`generate_batch` needs of a model (:class:`~lessons_src.lab.text_model.TextGPT` has it)."""
 
-    def __call__(self, tokens: Tensor, *, caches: list[KVCache] | None = ..., positions: Tensor | None = ...,
+    def __call__(self, tokens: Tensor, *, caches: Sequence[LayerCache] | None = ..., positions: Tensor | None = ...,
                  attn_mask: MaskLike = ...) -> tuple[Tensor, Tensor | None]: ...
 
     def make_caches(self, batch_size: int, max_len: int | None = ...) -> list[KVCache]: ...

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from .._checks import choice, divisors, flag, instance, number, positive, size, tensor
 from ..functional import attention
-from ..kv_cache import ChunkedKVCache, KVCache, RollingKVCache
+from ..kv_cache import ChunkedKVCache, KVCache, LayerCache, RollingKVCache
 from ..layer import MultiHeadAttention
 from ..masks import MaskRule, causal, same_chunk, sliding_window
 from ..mechanisms import NoPETemperature, PerHeadRMSNorm, Rotary
@@ -427,7 +427,7 @@ class PatternBlock(nn.Module):
             size = self.layer.size
             seen = _Attended(k, v, None, True, window=size if kind == "window" else None,
                              chunk=size if kind == "chunk" else None)
-        elif isinstance(cache, KVCache):  # a global layer: every position so far
+        elif isinstance(cache, LayerCache):  # a global layer: every position so far
             k, v = cache.update(k, v)  # (B, K, S, E) each
             seen = _Attended(k, v, None, True)
         else:  # a rolling or chunked cache: the keys it keeps, and its mask of who may see which

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import size
-from ..kv_cache import KVCache
+from ..kv_cache import KVCache, LayerCache
 from ..layer import MultiHeadAttention
 from ..mechanisms import PerHeadRMSNorm, Rotary
 from ..rope import apply_rope, rope_cos_sin
@@ -41,6 +41,7 @@ from . import artifact, data_file, read_artifact_json, requires_extra
 from .heads import first_token_mass, prefix_matching_score, previous_token_score
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from ..masks import MaskLike
@@ -149,7 +150,7 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, *, need_weights: bool = False, cache: KVCache | None = None,
+    def forward(self, x: Tensor, *, need_weights: bool = False, cache: LayerCache | None = None,
                 positions: Tensor | None = None, attn_mask: MaskLike = None) -> tuple[Tensor, Tensor | None]:
         """One block on ``x`` ``(B, T, D)``: its output, and with ``need_weights`` the weights ``(B, H, T, S)``."""
         h = self.ln1(x)  # (B, T, D)
@@ -280,7 +281,7 @@ class TextGPT(nn.Module):
             x, _ = block(x)
         return torch.stack(largest)
 
-    def forward(self, tokens: Tensor, *, need_weights: bool = False, caches: list[KVCache] | None = None,
+    def forward(self, tokens: Tensor, *, need_weights: bool = False, caches: Sequence[LayerCache] | None = None,
                 positions: Tensor | None = None, attn_mask: MaskLike = None) -> tuple[Tensor, Tensor | None]:
         """Logits of ``tokens``, after the cached ones if ``caches`` are given.
 
@@ -312,19 +313,19 @@ class TextGPT(nn.Module):
         logits = self.unembed(self.ln_f(x))  # (B, T, V)
         return logits, (torch.stack(weights) if need_weights else None)  # (L, B, H, T, S)
 
-    def _check_caches(self, caches: list[KVCache] | None) -> int:
+    def _check_caches(self, caches: Sequence[LayerCache] | None) -> int:
         """How many positions the caches hold (0 without them), or an error naming what is wrong with them."""
         if caches is None:
             return 0
-        if not isinstance(caches, list) or len(caches) != self.cfg.num_layers or \
-                not all(isinstance(c, KVCache) for c in caches):
-            raise ValueError(f"caches must be a list of {self.cfg.num_layers} KVCache, one per layer "
-                             f"(model.make_caches()); got {type(caches).__name__}")
+        if not isinstance(caches, (list, tuple)) or len(caches) != self.cfg.num_layers or \
+                not all(isinstance(c, LayerCache) for c in caches):
+            raise ValueError(f"caches must be a list of {self.cfg.num_layers} LayerCache (such as KVCache), one per "
+                             f"layer (model.make_caches()); got {type(caches).__name__}")
         lengths = {c.length for c in caches}
         if len(lengths) != 1:
             raise ValueError(f"the caches hold different lengths {sorted(lengths)}: a step failed half way; reset "
                              "them and prefill again")
-        return lengths.pop()
+        return int(lengths.pop())
 
     @torch.no_grad()
     def generate(self, prompt: str, new_tokens: int, generator: torch.Generator, temperature: float = 1.0) -> str:

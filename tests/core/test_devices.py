@@ -363,6 +363,7 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "_checks.autocast_on": "reads torch's autocast state",
     "_checks.check_qkv": "reads the caller's tensors' shapes, dtypes and devices",
     "kv_cache.RollingUpdate": "a NamedTuple of the cache's tensors",
+    "kv_cache.LayerCache": "an abstract base class: its subclasses make the tensors (KVCache above)",
     "kv_cache.kv_bytes_per_token": "arithmetic on sizes",
     "kv_cache.latent_bytes_per_token": "arithmetic on sizes",
     "paged_cache.block_runs": "arithmetic on a list of ints",

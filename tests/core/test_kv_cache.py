@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.kv_cache import KVCache, LatentCache, kv_bytes_per_token, latent_bytes_per_token
+from lessons_src.kv_cache import KVCache, LatentCache, LayerCache, kv_bytes_per_token, latent_bytes_per_token
 
 
 @pytest.mark.parametrize("K", [6, 3, 2, 1])  # MHA, GQA, GQA, MQA
@@ -130,7 +130,7 @@ def test_bad_mask_leaves_the_cache_untouched() -> None:
 
 @pytest.mark.parametrize("cache_kind", ["rolling", "latent", "dict"])
 def test_forward_refuses_a_cache_that_is_not_a_kv_cache_before_touching_it(cache_kind: str) -> None:
-    """Only a KVCache can be rolled back by its length when a step fails; anything else is refused untouched."""
+    """Only a LayerCache can be truncated when a step fails; anything else is refused untouched."""
     from lessons_src.kv_cache import RollingKVCache
 
     mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
@@ -140,8 +140,70 @@ def test_forward_refuses_a_cache_that_is_not_a_kv_cache_before_touching_it(cache
         "dict": {"k": None},
     }[cache_kind]
     before = {n: t.clone() for n, t in getattr(cache, "__dict__", {}).items() if isinstance(t, torch.Tensor)}
-    with torch.no_grad(), pytest.raises(TypeError, match=rf"cache must be a KVCache .*, not a {type(cache).__name__}"):
+    wanted = rf"cache must be a LayerCache such as KVCache .*, not a {type(cache).__name__}"
+    with torch.no_grad(), pytest.raises(TypeError, match=wanted):
         mha(torch.randn(1, 4, 16), is_causal=True, cache=cache)  # type: ignore[arg-type]
     assert getattr(cache, "length", 0) == 0
     for name, t in before.items():
         assert torch.equal(getattr(cache, name), t), f"{name} was written by the refused step"
+
+
+class _ListCache(LayerCache):
+    """A LayerCache of another layout: a list of per-step tensors, joined on each update (for the tests only)."""
+
+    def __init__(self) -> None:
+        self.length, self.steps, self.truncated, self.fail = 0, [], [], False
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.steps.append((k, v))
+        self.length += k.shape[2]
+        if self.fail:  # appended, then failed: the layer must forget what was appended
+            raise RuntimeError("the store failed after appending")
+        return torch.cat([s[0] for s in self.steps], 2), torch.cat([s[1] for s in self.steps], 2)
+
+    def truncate(self, length: int) -> None:
+        super().truncate(length)
+        self.truncated.append(length)
+        kept, n = [], 0
+        for k, v in self.steps:
+            if n < length:
+                kept.append((k[:, :, : length - n], v[:, :, : length - n]))
+            n += k.shape[2]
+        self.steps = kept
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.steps)
+
+
+def test_the_layer_decodes_with_any_layer_cache_and_truncates_it_on_a_failed_step() -> None:
+    """A LayerCache subclass of another layout gives the KVCache's outputs; a failing step calls its truncate."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(1, 6, 16)
+    ours, theirs = _ListCache(), KVCache(1, 2, 4, max_len=6)
+    with torch.no_grad():
+        for cache in (ours, theirs):
+            cache.out = [mha(x[:, :3], is_causal=True, cache=cache)]  # type: ignore[attr-defined]
+            cache.out += [mha(x[:, t : t + 1], cache=cache) for t in range(3, 6)]  # type: ignore[attr-defined]
+    for a, b in zip(ours.out, theirs.out, strict=True):  # type: ignore[attr-defined]
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    ours.truncate(4)  # rejected drafts, say: keep 4 of 6
+    ours.fail = True
+    with torch.no_grad(), pytest.raises(RuntimeError, match="after appending"):
+        mha(x[:, 4:5], cache=ours)
+    assert ours.truncated == [4, 4] and ours.length == 4 and sum(k.shape[2] for k, _ in ours.steps) == 4
+
+
+@pytest.mark.parametrize(("length", "error", "pattern"), [
+    (-1, ValueError, "length must be at least 0"), (4, ValueError, "holds only 3 positions"),
+    (1.0, TypeError, "length must be an int"), (True, TypeError, "length must be an int"),
+])
+def test_truncate_refuses_what_it_cannot_keep(length: object, error: type, pattern: str) -> None:
+    cache = KVCache(1, 1, 2, max_len=5)
+    cache.update(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
+    with pytest.raises(error, match=pattern):
+        cache.truncate(length)  # type: ignore[arg-type]
+    assert cache.length == 3
+    cache.truncate(1)
+    assert cache.length == 1 and cache.nbytes == kv_bytes_per_token(1, 2, torch.float32)
