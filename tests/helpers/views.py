@@ -113,7 +113,7 @@ FACTS_JS = """async () => {
         });
         return {where: where(c), lines, wrapped};
     }).filter(b => b.wrapped.length);
-    facts.tableWraps = [...document.querySelectorAll('article table:not([class])')].map(t => ({
+    facts.tableWraps = [...document.querySelectorAll('article table:is(:not([class]), .course-table)')].map(t => ({
         wraps: [...document.querySelectorAll('.md-typeset__scrollwrap')].filter(w => w.contains(t)).length,
         where: where(t)}));
     facts.tables = [...document.querySelectorAll('article table')].map(t => {

@@ -344,18 +344,21 @@ def test_math_fonts_preloaded_are_those_its_classes_draw_in(tmp_path: Path) -> N
     assert katex_fonts('<span class="katex"><span class="size1">(</span></span>') == ["KaTeX_Main-Regular.woff2"]
 
 
-def test_material_is_told_to_leave_the_prewrapped_tables_alone(tmp_path: Path) -> None:
-    """The built bundle carries the patched table selector once; a bundle whose selector changed fails loudly."""
-    from page_fixes import BUNDLE_TABLES, BUNDLE_TABLES_PATCHED, patch_bundle
+def test_every_table_of_an_article_is_wrapped_and_marked_when_built() -> None:
+    """No article table is left for Material's script to wrap as the page loads (it wraps ``table:not([class])``),
+    and each table the build marked sits in the scrolling box the script would have put it in."""
+    from page_fixes import TABLE_CLASS
 
-    bundles = list((SITE / "assets" / "javascripts").glob("bundle.*.min.js"))
-    assert len(bundles) == 1 and bundles[0].read_text(encoding="utf-8").count(BUNDLE_TABLES_PATCHED) == 1
-    scripts = tmp_path / "assets" / "javascripts"
-    scripts.mkdir(parents=True)
-    (scripts / "bundle.0.min.js").write_text(f"a({BUNDLE_TABLES}).map(b)", encoding="utf-8")
-    patch_bundle(tmp_path)
-    patch_bundle(tmp_path)  # twice: the step may run again
-    assert (scripts / "bundle.0.min.js").read_text(encoding="utf-8") == f"a({BUNDLE_TABLES_PATCHED}).map(b)"
-    (scripts / "bundle.0.min.js").write_text('a("table:not(.x)").map(b)', encoding="utf-8")
-    with pytest.raises(RuntimeError, match="appears 0 times"):
-        patch_bundle(tmp_path)
+    wrap = '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+    bare, unwrapped, marked = [], [], 0
+    for p in PAGES:
+        article = p.read_text(encoding="utf-8").partition('<article class="md-content__inner md-typeset">')[2]
+        bare += [page_id(p)] * len(re.findall(r"<table(?![^>]*\bclass=)[\s>]", article))
+        for m in re.finditer(f'<table class="{TABLE_CLASS}"', article):
+            marked += 1
+            if not article.endswith(wrap, 0, m.start()):
+                unwrapped.append(page_id(p))
+    assert marked > 20, f"only {marked} marked tables in the built site: is wrap_tables still run?"
+    assert bare == [] and unwrapped == [], f"bare tables on {bare}; marked but not wrapped on {unwrapped}"
+
+

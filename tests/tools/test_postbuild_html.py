@@ -46,30 +46,50 @@ def test_every_script_from_another_host_is_dropped_however_its_src_is_quoted() -
     assert math_render.drop_remote_scripts(page) == "<head>" + "\n".join(kept + [""] * len(dropped)) + "</head>"
 
 
-def test_the_installed_themes_bundle_mounts_tables_with_the_selector_page_fixes_patches(tmp_path: Path) -> None:
-    """The pinned Material's bundle, as pip installed it (no build needed): the string page_fixes.patch_bundle rewrites
-    is there once, as the selector of the call that mounts (re-wraps) the article's tables, and the patch takes.
-
-    A theme release that changes how tables are mounted fails here, at the upgrade, naming the patch; a release
-    that keeps the string for something else fails the browser check that each table is wrapped exactly once
-    (tests/browser/test_pages.py)."""
-    import re
-    import shutil
-
+def _material_asset(folder: str, pattern: str) -> str:
     import material
-    from page_fixes import BUNDLE_TABLES, BUNDLE_TABLES_PATCHED, patch_bundle
 
-    scripts = Path(material.__file__).parent / "templates" / "assets" / "javascripts"
-    bundles = sorted(scripts.glob("bundle.*.min.js"))
-    assert len(bundles) == 1, bundles
-    js = bundles[0].read_text(encoding="utf-8")
-    mounts = re.findall(r"\w+\(" + re.escape(BUNDLE_TABLES) + r",\w+\)\.map\(\w+=>\w+\(\w+\)\)", js)
-    assert js.count(BUNDLE_TABLES) == 1 and len(mounts) == 1, (
-        f"{bundles[0].name}: Material no longer mounts tables with {BUNDLE_TABLES} once: review "
-        "page_fixes.wrap_tables and patch_bundle against the new theme")
-    site = tmp_path / "assets" / "javascripts"
-    site.mkdir(parents=True)
-    shutil.copy(bundles[0], site / bundles[0].name)
-    patch_bundle(tmp_path)
-    patched = (site / bundles[0].name).read_text(encoding="utf-8")
-    assert patched.count(BUNDLE_TABLES_PATCHED) == 1 and BUNDLE_TABLES not in patched
+    found = sorted((Path(material.__file__).parent / "templates" / "assets" / folder).glob(pattern))
+    assert len(found) == 1, found
+    return found[0].read_text(encoding="utf-8")
+
+
+def test_the_installed_theme_wraps_and_styles_only_tables_without_a_class() -> None:
+    """The pinned Material, as pip installed it (no build needed): its script mounts (re-wraps) the article's tables
+    with the selector ``table:not([class])``, once, so a table wrap_tables gave a class is left where it is; and its
+    stylesheet styles tables with that selector too, so site.css must set for ``table.course-table`` every property
+    the theme sets for a bare table. A theme release that mounts tables another way, or styles them with a property
+    site.css does not set, fails here, at the upgrade."""
+    import re
+
+    js = _material_asset("javascripts", "bundle.*.min.js")
+    mounts = re.findall(r"\w+\(\"table:not\(\[class\]\)\",\w+\)\.map\(\w+=>\w+\(\w+\)\)", js)
+    assert js.count('"table:not([class])"') == 1 and len(mounts) == 1, (
+        "Material no longer mounts tables with table:not([class]) once: review page_fixes.wrap_tables")
+
+    def properties(css: str, selector: str) -> set[str]:
+        rules = re.findall(r"([^{}]*)\{([^{}]*)\}", re.sub(r"/\*.*?\*/", "", css, flags=re.S))
+        return {d.split(":")[0].strip() for sel, body in rules if selector in sel for d in body.split(";") if ":" in d}
+
+    theirs = properties(_material_asset("stylesheets", "main.*.min.css"), "table:not([class])")
+    ours = properties((ROOT / "docs" / "assets" / "site.css").read_text(encoding="utf-8"), "table.course-table")
+    assert {"border", "padding", "font-size", "text-align"} <= theirs, theirs  # the parser reads the theme
+    assert theirs <= ours, f"site.css leaves these table properties to the theme, which no longer applies them: " \
+        f"{sorted(theirs - ours)}"
+
+
+def test_wrap_tables_wraps_each_bare_table_of_the_article_once_and_marks_it() -> None:
+    from page_fixes import TABLE_CLASS, wrap_tables
+
+    wrap = '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+    bare = '<table data-phone="cards"><tr><td>1</td></tr></table>'
+    coded = '<table class="highlighttable"><tr><td>x</td></tr></table>'
+    page = "<nav><table><tr><td>menu</td></tr></table></nav>" + ARTICLE + bare + coded + "<table>\n</table>"
+    out = wrap_tables(page)
+    marked = f'{wrap}<table class="{TABLE_CLASS}" data-phone="cards"><tr><td>1</td></tr></table></div></div>'
+    assert out == ("<nav><table><tr><td>menu</td></tr></table></nav>" + ARTICLE + marked + coded
+                   + f'{wrap}<table class="{TABLE_CLASS}">\n</table></div></div>')
+    assert wrap_tables(out) == out  # the step may run again
+    assert wrap_tables("<p>no article</p><table></table>") == "<p>no article</p><table></table>"
+
+

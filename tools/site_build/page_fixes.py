@@ -22,8 +22,9 @@ HTML, what those audits found in mkdocs-material's templates:
 * a late largest paint: Material's script wraps each table of the article in a scrolling box when it runs, taking
   the table out of the page and putting it back; on a page whose largest element is a table (the code reference's
   overview) the table is painted again after the script, and Lighthouse times the largest paint then (3.0 s, not
-  1.5 s). The tables are wrapped here, in Material's own markup (:func:`wrap_tables`), and Material's bundle is
-  told to skip tables already wrapped (:func:`patch_bundle`).
+  1.5 s). The tables are wrapped here, in Material's own markup, and given a class (:func:`wrap_tables`): the
+  script wraps only ``table:not([class])``, so it leaves them alone. The theme's table styles use the same
+  selector, so ``docs/assets/site.css`` styles ``table.course-table`` itself.
 * render-blocking CSS: KaTeX's stylesheet (25 kB, more than the site's own CSS) is not linked from every
   page's head; a page with math carries it inline at the top of its article (instant navigation swaps the
   article, so the style comes with the page that needs it), its font URLs made relative to the page. Only
@@ -153,45 +154,19 @@ def _font_preloads(output: str, depth: int) -> str:
     )
 
 
-_TABLE = re.compile(r"<table(?![^>]*\bclass=)(?:\s[^>]*)?>.*?</table>", re.S)
+_TABLE = re.compile(r"<table(?![^>]*\bclass=)((?:\s[^>]*)?>.*?</table>)", re.S)
 _WRAP_OPEN = '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+TABLE_CLASS = "course-table"  # styled in docs/assets/site.css; any class keeps Material's script off the table
 
 
 def wrap_tables(output: str) -> str:
-    """Each table of the article that Material's script would wrap (``table:not([class])``) in the markup it
-    would wrap it in, unless already wrapped."""
+    """Each bare table of the article (one Material's script would wrap: ``table:not([class])``) in the markup the
+    script would wrap it in, with ``class="course-table"`` so that the script leaves it alone."""
     head, found, article = output.partition(_ARTICLE)
     if not found:
         return output
-
-    def wrap(m: re.Match[str]) -> str:
-        if article.endswith(_WRAP_OPEN, 0, m.start()):
-            return m.group(0)
-        return _WRAP_OPEN + m.group(0) + "</div></div>"
-
-    return head + found + _TABLE.sub(wrap, article)
-
-
-# Material's bundle mounts (wraps) the article's tables that match this selector; the patched one leaves out those
-# wrapped at build time. A theme update that changes the string fails the build (patch_bundle).
-BUNDLE_TABLES = '"table:not([class])"'
-BUNDLE_TABLES_PATCHED = '"table:not([class]):not(.md-typeset__table>table)"'
-
-
-def patch_bundle(site_dir: Path) -> None:
-    """Material's bundle told to leave alone the tables wrapped at build time (see wrap_tables)."""
-    bundles = sorted((site_dir / "assets" / "javascripts").glob("bundle.*.min.js"))
-    if len(bundles) != 1:
-        raise RuntimeError(f"expected one Material bundle in {site_dir}/assets/javascripts, found {bundles}")
-    js = bundles[0].read_text(encoding="utf-8")
-    if js.count(BUNDLE_TABLES_PATCHED) == 1:
-        return
-    if js.count(BUNDLE_TABLES) != 1:
-        raise RuntimeError(
-            f"{bundles[0].name}: Material's table selector {BUNDLE_TABLES} appears {js.count(BUNDLE_TABLES)} times, "
-            "not once: the theme changed how it wraps tables; update page_fixes.wrap_tables and patch_bundle"
-        )
-    bundles[0].write_text(js.replace(BUNDLE_TABLES, BUNDLE_TABLES_PATCHED), encoding="utf-8")
+    wrapped = _TABLE.sub(lambda m: f'{_WRAP_OPEN}<table class="{TABLE_CLASS}"{m.group(1)}</div></div>', article)
+    return head + found + wrapped
 
 
 def _katex_style(depth: int) -> str:

@@ -80,7 +80,6 @@ def run(site_dir: Path, only: set[str] | None = None) -> int:
             changed += 1
     math_render.copy_fonts(site_dir)
     page_fixes.remove_unused_assets(site_dir, used)
-    page_fixes.patch_bundle(site_dir)
     return changed
 
 
