@@ -1,0 +1,109 @@
+"""Greedy decoding of the text model with its KV caches, plainly and with prompt-lookup speculation.
+
+:func:`greedy_cached` writes one token per forward pass. :func:`speculative_greedy` writes the same tokens with
+fewer passes: before each pass it drafts chains by prompt lookup (:func:`lessons_src.speculative.prompt_lookup`),
+merges them into a tree, checks the whole tree in the one pass (the tree mask of
+:func:`lessons_src.masks.draft_tree`, positions by depth), keeps the longest path the model agrees with, and
+rolls each layer's cache back to it (:class:`lessons_src.speculative.DraftCache`). The two agree token for token
+(the tests check it on every prompt they use); the bench compares their speed.
+
+Both keep a token the model has written but not yet read (the *pending* token): it is the root of the next
+pass's tree, so a pass reads it and the drafts after it at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .._checks import size
+from ..masks import draft_tree, tree_positions
+from ..speculative import DraftCache, accept_greedy, prompt_lookup, tree_from_drafts
+from .text_model import TextGPT
+
+__all__ = ["SpeculationStats", "greedy_cached", "speculative_greedy"]
+
+
+@dataclass
+class SpeculationStats:
+    """What a decode did: forward passes after the prompt's, and tokens written per pass (drafts kept plus one)."""
+
+    passes: int = 0
+    written: list[int] = field(default_factory=list)  # tokens each verification pass wrote
+    nodes: list[int] = field(default_factory=list)  # draft tokens each pass checked
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Tokens written per verification pass (1.0: no draft ever kept)."""
+        return sum(self.written) / max(len(self.written), 1)
+
+
+def _check(model: TextGPT, prompt: Tensor, new_tokens: int) -> tuple[Tensor, int]:
+    if not isinstance(model, TextGPT):
+        raise TypeError(f"model must be a TextGPT; got {type(model).__name__}")
+    if not isinstance(prompt, Tensor) or prompt.ndim != 1 or prompt.dtype != torch.long or prompt.numel() == 0:
+        raise ValueError("prompt must be a non-empty 1-D int64 tensor of token ids")
+    new_tokens = size("new_tokens", new_tokens)
+    if prompt.numel() + new_tokens > model.cfg.max_len + 1:
+        raise ValueError(f"{prompt.numel()} prompt tokens and new_tokens={new_tokens} go past the context of "
+                         f"{model.cfg.max_len} positions; ask for at most {model.cfg.max_len + 1 - prompt.numel()}")
+    return prompt, new_tokens
+
+
+@torch.no_grad()
+def greedy_cached(model: TextGPT, prompt: Tensor, new_tokens: int) -> Tensor:
+    """``new_tokens`` greedy tokens after ``prompt``: a prefill, then one token per pass with the KV caches.
+
+    Shapes:
+        prompt: ``(N,)``; returns ``(new_tokens,)``.
+    """
+    prompt, new_tokens = _check(model, prompt, new_tokens)
+    caches = model.make_caches(batch_size=1)
+    logits, _ = model(prompt[None], caches=caches)  # (1, N, V)
+    out = [int(logits[0, -1].argmax())]
+    while len(out) < new_tokens:
+        logits, _ = model(torch.tensor([[out[-1]]], device=prompt.device), caches=caches)  # (1, 1, V)
+        out.append(int(logits[0, -1].argmax()))
+    return torch.tensor(out)
+
+
+@torch.no_grad()
+def speculative_greedy(model: TextGPT, prompt: Tensor, new_tokens: int, *, ngram: int = 3, draft_len: int = 8,
+                       max_drafts: int = 1) -> tuple[Tensor, SpeculationStats]:
+    """The tokens of :func:`greedy_cached`, written with prompt-lookup drafts checked one tree per pass.
+
+    Args:
+        model: the text model.
+        prompt: the token ids to continue.
+        new_tokens: tokens to write.
+        ngram, draft_len: as :func:`lessons_src.speculative.prompt_lookup`.
+        max_drafts: chains per pass: 1 checks a chain, more a tree of distinct matches.
+
+    Returns:
+        The tokens ``(new_tokens,)`` and the :class:`SpeculationStats`.
+    """
+    prompt, new_tokens = _check(model, prompt, new_tokens)
+    caches = [DraftCache(c) for c in model.make_caches(batch_size=1)]
+    logits, _ = model(prompt[None], caches=caches)  # (1, N, V)
+    ids, out, stats = prompt.tolist(), [int(logits[0, -1].argmax())], SpeculationStats()
+    while len(out) < new_tokens:
+        start = caches[0].length
+        room = min(model.cfg.max_len - start - 1, new_tokens - len(out))  # drafts that fit, and are wanted
+        drafts = [] if room < 1 else prompt_lookup(ids + out, ngram=ngram, draft_len=room, max_drafts=max_drafts)
+        while drafts and sum(map(len, drafts)) >= model.cfg.max_len - start:  # the tree must fit the context
+            drafts.pop()
+        tokens, parents = tree_from_drafts(out[-1], drafts)  # node 0: the pending token
+        at = tree_positions(parents, start, device=prompt.device)  # (n,) positions by depth
+        logits, _ = model(torch.tensor([tokens], device=prompt.device), caches=caches, positions=at[None],
+                          attn_mask=draft_tree(parents, start=start))  # (1, n, V)
+        path, after = accept_greedy(tokens, parents, logits[0])
+        for c in caches:
+            c.keep(path)  # the pending token and the kept drafts stay cached
+        written = [tokens[i] for i in path[1:]] + [after]
+        out += written
+        stats.passes += 1
+        stats.written.append(len(written))
+        stats.nodes.append(len(tokens) - 1)
+    return torch.tensor(out[:new_tokens]), stats
