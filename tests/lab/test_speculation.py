@@ -113,10 +113,13 @@ def test_speculative_text_equals_greedy_token_for_token() -> None:
 
 
 def _chain_decode(model: PatternGPT, prompt: torch.Tensor, steps: int, reference: list[int], *, spare: int,
-                  draft: int) -> list[int]:
-    """Greedy decoding with chains of ``draft`` guesses (right for a while, then wrong), rolled back by truncate."""
+                  draft: int) -> torch.Tensor:
+    """Greedy decoding with chains of ``draft`` guesses (right for a while, then wrong), rolled back by truncate.
+
+    Returns the logits each written token was chosen from, ``(steps, V)``."""
     caches = model.make_caches(batch_size=1, max_len=64, spare=spare)
-    out = [int(model(prompt[None], caches=caches)[0, -1].argmax())]
+    rows = [model(prompt[None], caches=caches)[0, -1]]
+    out = [int(rows[0].argmax())]
     while len(out) < steps:
         start = len(prompt) + len(out) - 1
         guess = reference[len(out) : len(out) + draft]
@@ -127,7 +130,8 @@ def _chain_decode(model: PatternGPT, prompt: torch.Tensor, steps: int, reference
         for c in caches:
             c.truncate(start + len(path))  # a chain's path is a prefix: truncate is the rollback
         out += [*tokens[1 : len(path)], after]
-    return out[:steps]
+        rows += [logits[i] for i in path]
+    return torch.stack(rows[:steps])
 
 
 def test_rolling_window_cache_rolls_back_with_spare_slots_and_fails_without() -> None:
@@ -136,10 +140,11 @@ def test_rolling_window_cache_rolls_back_with_spare_slots_and_fails_without() ->
     prompt = torch.randint(0, 32, (6,))
     with torch.no_grad():
         caches = model.make_caches(batch_size=1, max_len=64)
-        plain = [int(model(prompt[None], caches=caches)[0, -1].argmax())]
+        plain = [model(prompt[None], caches=caches)[0, -1]]
         for _ in range(19):
-            plain.append(int(model(torch.tensor([[plain[-1]]]), caches=caches)[0, -1].argmax()))
-        assert _chain_decode(model, prompt, 20, plain, spare=3, draft=3) == plain
+            plain.append(model(plain[-1].argmax().view(1, 1), caches=caches)[0, -1])
+        reference = [int(p.argmax()) for p in plain]
+        spec = _chain_decode(model, prompt, 20, reference, spare=3, draft=3)
+        torch.testing.assert_close(spec, torch.stack(plain), atol=2e-5, rtol=1e-5)
         with pytest.raises(ValueError, match="spare >= the longest draft"):
-            _chain_decode(model, prompt, 20, plain, spare=0, draft=3)
-
+            _chain_decode(model, prompt, 20, reference, spare=0, draft=3)
