@@ -75,7 +75,7 @@ from lessons_src.mechanisms import (
     ValueRMSNorm,
     WeightlessRMSNorm,
 )
-from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
+from lessons_src.paged_cache import PagedKVCache, PagedView, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import (
@@ -344,6 +344,16 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("PagedKVCache", "dtype", lambda: PagedKVCache(4, 2, 1, 4, dtype=torch.int64), ValueError, r"dtype=torch.int64"),
     ("PagedKVCache.append", "device", _no_grad(lambda: _one_sequence().append(0, torch.zeros(1, 1, 4, device=META),
      torch.zeros(1, 1, 4, device=META))), ValueError, r"k is torch.float32 on meta but the pool is torch.float32 on cpu"),
+    ("PagedKVCache.fork", "value", lambda: _one_sequence().fork(0, 1, 2), ValueError,
+     r"length=2 but sequence 0 holds only 1 positions"),
+    ("PagedKVCache.truncate", "type", lambda: _one_sequence().truncate(0, 0.5), TypeError,  # type: ignore[arg-type]
+     r"length must be an int; got 0.5"),
+    ("PagedView", "type", lambda: PagedView(_one_sequence(), 0), TypeError,  # type: ignore[arg-type]
+     r"seq_ids must be a non-empty list of sequence ids; got 0"),
+    ("PagedView.update", "shape", _no_grad(lambda: PagedView(_one_sequence(), [0]).update(torch.zeros(1, 1, 1, 2),
+     torch.zeros(1, 1, 1, 2))), ValueError, r"k of shape \(1, 1, 2\) does not fit: one sequence's \(K, T, E\)"),
+    ("PagedView.update", "device", _no_grad(lambda: PagedView(_one_sequence(), [0]).update(
+     torch.zeros(1, 1, 1, 4, device=META), torch.zeros(1, 1, 1, 4, device=META))), ValueError, r"k is torch.float32 on meta"),
     ("paged_attention", "value", lambda: paged_attention(torch.randn(1, 1, 1, 4), _one_sequence(table=[99]), [0]),
      ValueError, r"names block 99; the pool has 0..3"),
     ("paged_attention", "type", lambda: paged_attention("q", _one_sequence(), [0]), ValueError,  # type: ignore[arg-type]
@@ -697,7 +707,7 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import flash, paged_cache, parallel, ring
 
     public |= {n for m in (flash, paged_cache, parallel, ring) for n in m.__all__ if n[0].islower() or n in
-               ("PagedKVCache", "TensorParallelAttention")}
+               ("PagedKVCache", "PagedView", "TensorParallelAttention")}
     public |= {"RollingKVCache", "ChunkedKVCache", "soft_cap"}
     from lessons_src import mechanisms
 

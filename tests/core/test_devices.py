@@ -109,6 +109,17 @@ def _draft_cache_on_meta() -> list[object]:
     return [*out, cache.cache.k]
 
 
+def _paged_view_meta() -> object:
+    from lessons_src.paged_cache import PagedKVCache, PagedView
+
+    pool = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=2, head_dim=8, device=META)
+    for s in (0, 1):
+        pool.add_sequence(s)
+    view = PagedView(pool, [0, 1], [3, 1])
+    return [view.positions(), view.documents(), *view.update(_meta(1, 2, 4, 8), _meta(1, 2, 4, 8)),
+            *PagedView(pool, [0, 1], [1, 1]).update(_meta(1, 2, 2, 8), _meta(1, 2, 2, 8))]
+
+
 def _flex_on_meta() -> dict[str, object]:
     """FlexAttention's functions on meta index tensors, as create_block_mask applies them; block masks on meta."""
     import lessons_src.flex as fx
@@ -251,6 +262,7 @@ def _on_meta() -> dict[str, object]:
         "kv_cache.ChunkedKVCache": lambda: list(kc.ChunkedKVCache(1, 2, 8, 2, device=META).update(kv, kv)[:3]),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
+        "paged_cache.PagedView": _paged_view_meta,
         "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
         "flash.tiled_attention_function": lambda: fl.tiled_attention_function(q, kv, kv, prep, scale=0.5,
                                                                               dropout_p=0.0),
