@@ -14,6 +14,7 @@ pass's tree, so a pass reads it and the drafts after it at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -22,6 +23,9 @@ from .._checks import size
 from ..masks import draft_tree, tree_positions
 from ..speculative import DraftCache, accept_greedy, prompt_lookup, tree_from_drafts
 from .text_model import TextGPT
+
+if TYPE_CHECKING:
+    from ..kv_cache import LayerCache
 
 __all__ = ["SpeculationStats", "greedy_cached", "speculative_greedy"]
 
@@ -71,7 +75,7 @@ def greedy_cached(model: TextGPT, prompt: Tensor, new_tokens: int) -> Tensor:
 
 @torch.no_grad()
 def speculative_greedy(model: TextGPT, prompt: Tensor, new_tokens: int, *, ngram: int = 3, draft_len: int = 8,
-                       max_drafts: int = 1) -> tuple[Tensor, SpeculationStats]:
+                       max_drafts: int = 1, caches: list[LayerCache] | None = None) -> tuple[Tensor, SpeculationStats]:
     """The tokens of :func:`greedy_cached`, written with prompt-lookup drafts checked one tree per pass.
 
     Args:
@@ -80,26 +84,29 @@ def speculative_greedy(model: TextGPT, prompt: Tensor, new_tokens: int, *, ngram
         new_tokens: tokens to write.
         ngram, draft_len: as :func:`lessons_src.speculative.prompt_lookup`.
         max_drafts: chains per pass: 1 checks a chain, more a tree of distinct matches.
+        caches: one empty cache per layer, of any kind (a ``KVCache``, a sequence of a page pool); ``None``:
+            ``model.make_caches(1)``.
 
     Returns:
         The tokens ``(new_tokens,)`` and the :class:`SpeculationStats`.
     """
     prompt, new_tokens = _check(model, prompt, new_tokens)
-    caches = [DraftCache(c) for c in model.make_caches(batch_size=1)]
-    logits, _ = model(prompt[None], caches=caches)  # (1, N, V)
+    layers = [DraftCache(c) for c in (model.make_caches(batch_size=1) if caches is None else caches)]
+    logits, _ = model(prompt[None], caches=layers)  # (1, N, V)
     ids, out, stats = prompt.tolist(), [int(logits[0, -1].argmax())], SpeculationStats()
     while len(out) < new_tokens:
-        start = caches[0].length
+        start = layers[0].length
         room = min(model.cfg.max_len - start - 1, new_tokens - len(out))  # drafts that fit, and are wanted
-        drafts = [] if room < 1 else prompt_lookup(ids + out, ngram=ngram, draft_len=room, max_drafts=max_drafts)
+        drafts = [] if room < 1 else prompt_lookup(ids + out, ngram=ngram, draft_len=min(draft_len, room),
+                                                   max_drafts=max_drafts)
         while drafts and sum(map(len, drafts)) >= model.cfg.max_len - start:  # the tree must fit the context
             drafts.pop()
         tokens, parents = tree_from_drafts(out[-1], drafts)  # node 0: the pending token
         at = tree_positions(parents, start, device=prompt.device)  # (n,) positions by depth
-        logits, _ = model(torch.tensor([tokens], device=prompt.device), caches=caches, positions=at[None],
+        logits, _ = model(torch.tensor([tokens], device=prompt.device), caches=layers, positions=at[None],
                           attn_mask=draft_tree(parents, start=start))  # (1, n, V)
         path, after = accept_greedy(tokens, parents, logits[0])
-        for c in caches:
+        for c in layers:
             c.keep(path)  # the pending token and the kept drafts stay cached
         written = [tokens[i] for i in path[1:]] + [after]
         out += written

@@ -17,6 +17,7 @@ from lessons_src.lab.text_model import (
     split_corpus,
 )
 from lessons_src.masks import draft_tree, tree_positions
+from lessons_src.paged_cache import PagedKVCache, PagedView
 from lessons_src.speculative import DraftCache, accept_greedy
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3]  # a root, two children, grandchildren on both branches, depth 3
@@ -148,3 +149,19 @@ def test_rolling_window_cache_rolls_back_with_spare_slots_and_fails_without() ->
         torch.testing.assert_close(spec, torch.stack(plain), atol=2e-5, rtol=1e-5)
         with pytest.raises(ValueError, match="spare >= the longest draft"):
             _chain_decode(model, prompt, 20, reference, spare=0, draft=3)
+
+
+def test_paged_pool_keeps_the_accepted_path_and_frees_the_rejected_pages() -> None:
+    """One sequence per layer's pool, read through a PagedView: the text equals greedy, and after each pass the pool
+    holds exactly the pages of the kept tokens."""
+    model = load_text_model()
+    prompt = _prompts()["repeated"]
+    pools = [PagedKVCache(num_blocks=40, block_size=4, num_kv_heads=4, head_dim=32) for _ in range(2)]
+    for pool in pools:
+        pool.add_sequence(0)
+    spec, stats = speculative_greedy(model, prompt, 30, max_drafts=3, caches=[PagedView(p, [0]) for p in pools])
+    assert torch.equal(spec, greedy_cached(model, prompt, 30))
+    assert stats.tokens_per_pass > 1.5 and max(stats.nodes) > max(stats.written)  # branches were rejected
+    for pool in pools:  # every token read is held (the last written one is pending), in exactly its pages
+        held = pool.lengths[0]
+        assert held >= len(prompt) + 30 - 1 and pool.num_free_blocks == 40 - -(-held // 4)
