@@ -550,15 +550,15 @@ def _speculative_settings(r: dict[str, Any]) -> None:
 
 @check("speculative/counts")
 def _speculative_counts(r: dict[str, Any]) -> None:
-    """The first prompt of each set decoded again: identical to greedy, the same passes and tokens per pass."""
+    """The first prompt of the repeats set decoded again: identical to greedy, the same passes and tokens per pass."""
     from bench_speculative import counts, prompt_sets
 
     from lessons_src.lab.text_model import load_text_model
 
     model = load_text_model()
-    for name, prompts in prompt_sets().items():
-        assert counts(model, prompts[0]) == r["sets"][name]["per_prompt"][0], name
-        assert r["sets"][name]["identical"] and all(c["identical"] for c in r["sets"][name]["per_prompt"])
+    assert counts(model, prompt_sets(1)["repeats"][0]) == r["sets"]["repeats"]["per_prompt"][0]
+    for s in r["sets"].values():
+        assert s["identical"] and all(c["identical"] for c in s["per_prompt"])
 
 
 @check("speculative/summary")
