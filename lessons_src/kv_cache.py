@@ -520,7 +520,8 @@ class RollingKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the filled slots, measured from the tensors (at most ``sink_tokens + window`` positions)."""
+        """Bytes held by the filled slots, measured from the tensors (at most ``sink_tokens + window + spare``
+        positions)."""
         used = int((self.positions >= 0).sum())
         k, v = self.k[:, :, :1], self.v[:, :, :1]  # one slot
         per_position = k.numel() * k.element_size() + v.numel() * v.element_size()

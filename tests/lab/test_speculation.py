@@ -165,3 +165,16 @@ def test_paged_pool_keeps_the_accepted_path_and_frees_the_rejected_pages() -> No
     for pool in pools:  # every token read is held (the last written one is pending), in exactly its pages
         held = pool.lengths[0]
         assert held >= len(prompt) + 30 - 1 and pool.num_free_blocks == 40 - -(-held // 4)
+
+
+def test_pattern_model_refuses_tree_arguments_it_cannot_honour() -> None:
+    """Positions with a rolling cache (it places keys by its own count), and a tree on layers that share keys."""
+    from lessons_src.lab.pattern_model import gemma3_pattern, share_kv
+
+    model = PatternGPT(PatternConfig(gpt_oss_pattern(2, window=3), vocab_size=32))
+    caches = model.make_caches(batch_size=1, max_len=16)
+    with pytest.raises(ValueError, match="positions with a rolling or chunked cache"):
+        model(torch.zeros(1, 3, dtype=torch.long), caches=caches, positions=torch.tensor([[0, 1, 1]]))
+    shared = PatternGPT(PatternConfig(share_kv(gemma3_pattern(4, window=3, every=2), 1), vocab_size=32))
+    with pytest.raises(ValueError, match="share keys and values"):
+        shared(torch.zeros(1, 3, dtype=torch.long), attn_mask=draft_tree([-1, 0, 0], start=0))
