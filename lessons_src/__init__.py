@@ -14,7 +14,8 @@ implementations         ``flash.py`` (``"tiled"``, FlashAttention-2 in PyTorch);
                         (``"triton"``); ``flex.py`` (FlexAttention's block masks)
 variants and caches     ``kv_cache.py``, ``paged_cache.py``, ``mla.py``, ``mechanisms.py``,
                         ``sparse_selection.py``, ``shared_kv.py``, ``delta_rule.py``, ``convert.py``
-serving                 ``split_kv.py`` (split-KV decoding and a shared prefix, merged by log-sum-exp)
+serving                 ``split_kv.py`` (split-KV decoding and a shared prefix, merged by log-sum-exp),
+                        ``speculative.py`` (draft tokens checked in one pass, the cache rolled back)
 positions               ``rope.py``
 across devices          ``parallel.py``, ``ring.py``
 adapters                ``interop.py`` (``nn.MultiheadAttention``'s weights and masks)

@@ -381,12 +381,15 @@ class RollingKVCache:
         head_dim: ``E``.
         window: ``W``, positions each query sees, its own included (``>= 1``; the Mistral paper's ``W`` + 1).
         sink_tokens: first positions kept for good (``>= 0``).
+        spare: slots beyond the window (``>= 0``), for speculative decoding: draft tokens written and then
+            rejected (:meth:`truncate`) must not have overwritten a key the next query still sees, so a cache
+            that checks drafts of up to ``d`` tokens needs ``spare >= d``.
         v_head_dim: ``Ev`` (default ``E``).
         dtype: element type.
         device: where to allocate.
 
     Shapes:
-        k: ``(B, K, sink_tokens + window, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)``.
+        k: ``(B, K, sink_tokens + window + spare, E)``; :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)``.
 
     For inference only, like :class:`KVCache`.
 
@@ -410,6 +413,7 @@ class RollingKVCache:
         window: int,
         *,
         sink_tokens: int = 0,
+        spare: int = 0,
         v_head_dim: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -425,7 +429,9 @@ class RollingKVCache:
         self.batch_size, self.num_kv_heads = batch_size, num_kv_heads
         self.head_dim, self.v_head_dim = head_dim, v_head_dim
         self.window, self.sink_tokens = window, sink_tokens
-        self.max_len = sink_tokens + window  # slots
+        self.spare = size("spare", spare, 0, hint="slots for draft tokens; 0 without speculation")
+        self.ring = window + self.spare  # the slots that turn over
+        self.max_len = sink_tokens + self.ring  # slots
         self.rule = sliding_window(window, sink_tokens=sink_tokens)  # which keys a new token sees
         self.length = 0  # tokens seen so far: the next token's position
         self.k = torch.zeros(batch_size, num_kv_heads, self.max_len, head_dim, dtype=dtype, device=device)
@@ -433,9 +439,10 @@ class RollingKVCache:
         self.positions = torch.full((self.max_len,), -1, dtype=torch.long, device=device)  # -1: empty slot
 
     def slot(self, position: int) -> int:
-        """The slot that holds ``position``: its own for a kept first token, else ``n + (position - n) mod window``."""
+        """The slot that holds ``position``: its own for a kept first token, else ``n + (position - n) mod ring``
+        (``ring = window + spare``)."""
         n = self.sink_tokens
-        return position if position < n else n + (position - n) % self.window
+        return position if position < n else n + (position - n) % self.ring
 
     def update(self, k: Tensor, v: Tensor) -> RollingUpdate:
         """Add ``T`` new tokens (keys already rotated by their positions ``length .. length + T - 1``).
@@ -464,6 +471,9 @@ class RollingKVCache:
             self.k[:, :, slot], self.v[:, :, slot], self.positions[slot] = k[:, :, 0], v[:, :, 0], start
             self.length = end
             filled = self.positions >= 0
+            if self.spare:  # more slots than the window: the window rule decides, on positions
+                zero = self.positions.new_zeros(())
+                filled = filled & self.rule(zero, zero, self.positions.new_tensor(start), self.positions)
             mask = None if bool(filled.all()) else filled[None, :]  # (1, S): hide the empty slots
             return RollingUpdate(self.k, self.v, mask, self.positions.clone())
         kept = (self.positions >= 0).nonzero().flatten()  # slots in use, before this chunk
@@ -474,7 +484,7 @@ class RollingKVCache:
         p, j = new_pos[:, None], pos[None, :]  # query and key positions
         zero = p.new_zeros(())
         mask = self.rule(zero, zero, p, j)  # (T, S): the window rule of masks.py, on positions
-        survive = (new_pos < self.sink_tokens) | (new_pos >= end - self.window)  # the new tokens the cache keeps
+        survive = (new_pos < self.sink_tokens) | (new_pos >= end - self.ring)  # the new tokens the cache keeps
         slots = torch.tensor([self.slot(int(q)) for q in new_pos[survive]], dtype=torch.long, device=pos.device)
         self.k[:, :, slots], self.v[:, :, slots] = k[:, :, survive], v[:, :, survive]
         self.positions[slots] = new_pos[survive]
@@ -486,9 +496,32 @@ class RollingKVCache:
         self.length = 0
         self.positions.fill_(-1)
 
+    def truncate(self, length: int) -> None:
+        """Forget the positions from ``length`` on (rejected draft tokens): the next token goes at ``length``.
+
+        Raises:
+            TypeError: if ``length`` is not an int.
+            ValueError: if ``length`` is negative or more than the cache has seen, or the forgotten tokens had
+                overwritten keys the token at ``length`` would see (a draft longer than ``spare``).
+        """
+        length = size("length", length, minimum=0, hint="positions to keep")
+        if length > self.length:
+            raise ValueError(f"length={length} but the cache has seen only {self.length} positions; truncate keeps a "
+                             "prefix of what is cached and cannot add positions")
+        self.positions[self.positions >= length] = -1
+        self.length = length
+        first = max(self.sink_tokens, length - self.window + 1)  # the oldest window key the next token sees
+        needed = set(range(min(self.sink_tokens, length))) | set(range(first, length))
+        lost = sorted(needed - set(self.positions.tolist()))
+        if lost:
+            raise ValueError(f"positions {lost[0]}..{lost[-1]} were overwritten by draft tokens now dropped (more "
+                             f"than spare={self.spare} of them), and the token at {length} sees them: make the cache "
+                             "with spare >= the longest draft")
+
     @property
     def nbytes(self) -> int:
-        """Bytes held by the filled slots, measured from the tensors (at most ``sink_tokens + window`` positions)."""
+        """Bytes held by the filled slots, measured from the tensors (at most ``sink_tokens + window + spare``
+        positions)."""
         used = int((self.positions >= 0).sum())
         k, v = self.k[:, :, :1], self.v[:, :, :1]  # one slot
         per_position = k.numel() * k.element_size() + v.numel() * v.element_size()

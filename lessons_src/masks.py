@@ -54,13 +54,25 @@ prompt, Gemma 3's image tokens) lets every query see a prefix of ``P`` keys in f
     query 3   . . 1 1 .                                          query 3   1 1 1 1 .
     query 4   . . 1 1 1                                          query 4   1 1 1 1 1
 
+A **draft tree** (speculative decoding) is checked in one pass: ``n`` draft tokens after ``P`` cached ones, each
+given by its parent (``-1``: the last cached token). A draft sees the cache, and among the drafts only its
+ancestors and itself (:func:`draft_tree`, with :func:`causal`); its position is ``P`` plus its depth
+(:func:`tree_positions`), so siblings share one, and a window is measured by positions (:func:`at_positions`)::
+
+    causal() & draft_tree([-1, 0, 0, 1], start=2)    key j ->  0 1 | 2 3 4 5
+    (node 0 the root, 1 and 2 its children,           node 0   1 1 | 1 . . .
+    3 a child of 1; positions 2, 3, 3, 4)             node 1   1 1 | 1 1 . .
+                                                      node 2   1 1 | 1 . 1 .
+                                                      node 3   1 1 | 1 1 . 1
+
 **Every rule is written once, as a function of positions** (:class:`MaskRule`): ``rule(b, h, q, kv)`` is
 ``True`` where the query at position ``q`` of sequence ``b``, head ``h``, may see the key at position ``kv``.
 The rules are :func:`causal`, :func:`sliding_window`, :func:`same_chunk`, :func:`same_document`,
-:func:`prefix_lm`, :func:`padding` and :func:`key_mask`, composed with ``&`` and ``|`` (:func:`and_masks`,
-:func:`or_masks`). Each consumer turns a rule into what it needs, binding the bottom-right offset ``S - T`` there
-and nowhere else: a dense bool tensor (:func:`mask_tensor`; ``causal_mask`` and the other builders below are that,
-for one rule), or an index-space function for FlexAttention (:func:`mask_mod`, :func:`lessons_src.flex.block_mask`).
+:func:`prefix_lm`, :func:`padding`, :func:`key_mask` and :func:`draft_tree`, composed with ``&`` and ``|``
+(:func:`and_masks`, :func:`or_masks`). Each consumer turns a rule into what it needs, binding the bottom-right offset
+``S - T`` there and nowhere else: a dense bool tensor (:func:`mask_tensor`; ``causal_mask`` and the other builders
+below are that, for one rule), or an index-space function for FlexAttention (:func:`mask_mod`,
+:func:`lessons_src.flex.block_mask`).
 A new mask is one ``MaskRule``: ``attention(q, k, v, attn_mask=rule)`` takes it as it is.
 
 References:
@@ -71,6 +83,8 @@ References:
     Meta, Llama 4 model code (``llama_models/llama4/model.py``): chunked attention on the RoPE layers.
     Beltagy et al., "Longformer: The Long-Document Transformer", 2020 (arXiv:2004.05150), sliding windows.
     Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024 (arXiv:2309.17453).
+    Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference and
+    Verification", ASPLOS 2024 (arXiv:2305.09781): a token tree verified in one pass with a tree mask.
 """
 
 from __future__ import annotations
@@ -96,6 +110,7 @@ __all__ = [
     "MaskRule",
     "PreparedMask",
     "and_masks",
+    "at_positions",
     "by_distance",
     "causal",
     "causal_mask",
@@ -105,6 +120,7 @@ __all__ = [
     "chunk_mask",
     "combine_masks",
     "document_mask",
+    "draft_tree",
     "key_mask",
     "mask_mod",
     "mask_tensor",
@@ -117,6 +133,8 @@ __all__ = [
     "same_chunk",
     "same_document",
     "sliding_window",
+    "tree_ancestors",
+    "tree_positions",
 ]
 
 
@@ -393,6 +411,162 @@ def key_mask(keep: Tensor) -> MaskRule:
         return rows[b if rows.shape[0] > 1 else torch.zeros_like(b), kv]
 
     return MaskRule("key_mask", rule, (covers, _per_sequence("keep", rows.shape[0]), _on_device("keep", rows)))
+
+
+def _parent_list(parents: object) -> list[int]:
+    """``parents`` as a list of ints, each ``-1`` (a root) or an earlier node's index; an error naming it otherwise."""
+    if isinstance(parents, Tensor):
+        if parents.dtype == torch.bool or parents.dtype.is_floating_point or parents.dtype.is_complex:
+            raise TypeError(f"parents must hold integer node indices; got dtype {parents.dtype}")
+        if parents.ndim != 1:
+            raise ValueError(f"parents must be 1-D, one entry per draft node; got shape {tuple(parents.shape)}")
+        items: list[object] = parents.tolist()
+    elif isinstance(parents, list | tuple):
+        items = list(parents)
+    else:
+        raise TypeError(f"parents must be a list of ints (-1 for a root, else an earlier node's index); got "
+                        f"{type(parents).__name__}")
+    if not items:
+        raise ValueError("parents must name at least one node; got an empty list")
+    out = []
+    for i, p in enumerate(items):
+        if isinstance(p, bool) or not hasattr(p, "__index__"):
+            raise TypeError(f"parents[{i}] must be an int; got {p!r} of type {type(p).__name__}")
+        p = int(p.__index__())
+        if not -1 <= p < i:
+            raise ValueError(f"parents[{i}]={p}: each node's parent must come before it (-1 for a root, else one of "
+                             f"0..{i - 1}), so that an ancestor always precedes its descendants")
+        out.append(p)
+    return out
+
+
+def tree_ancestors(parents: Tensor | Sequence[int], *, device: torch.device | str | None = None) -> Tensor:
+    """Which draft nodes each node may see: ``out[i, a]`` is ``True`` when ``a`` is ``i`` or one of its ancestors.
+
+    ``parents[i]`` is the index of node ``i``'s parent, ``-1`` for a root (a node whose parent is the last cached
+    token); a parent always comes before its child, so row ``i`` is its parent's row plus ``i`` itself. The table is
+    built on ``device`` (``None``: the default device).
+
+    Shapes:
+        parents: ``(n,)``; output: ``(n, n)`` bool, lower triangular.
+
+    Raises:
+        TypeError: if ``parents`` is not a list or tensor of ints.
+        ValueError: if it is empty, or a parent is not ``-1`` or an earlier node.
+
+    Example:
+        >>> tree_ancestors([-1, 0, 0, 1]).int().tolist()  # 1 and 2 are siblings; 3 is 1's child
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
+    """
+    ps = _parent_list(parents)
+    n = len(ps)
+    seen = torch.eye(n, dtype=torch.bool, device=device)  # (n, n): each node sees itself
+    for i, p in enumerate(ps):
+        if p >= 0:
+            seen[i] |= seen[p]  # and whatever its parent sees
+    return seen
+
+
+def tree_positions(parents: Tensor | Sequence[int], start: int, *, device: torch.device | str | None = None) -> Tensor:
+    """Each draft node's position: ``start`` plus its depth (a root is at ``start``, its children at ``start + 1``).
+
+    Siblings share a position: they are alternatives for the same place in the text. Positions by index
+    (``start + i``) would put node ``i`` ``i`` places after the cache, wherever it sits in the tree. Made on
+    ``device`` (``None``: the default device).
+
+    Shapes:
+        parents: ``(n,)``; output: ``(n,)`` int64.
+
+    Raises:
+        TypeError, ValueError: as :func:`tree_ancestors`, or naming ``start`` if it is not an int of at least 0.
+
+    Example:
+        >>> tree_positions([-1, 0, 0, 1], start=10).tolist()
+        [10, 11, 11, 12]
+    """
+    start = size("start", start, 0, hint="positions already cached")
+    depth = tree_ancestors(parents, device=device).sum(dim=1) - 1  # (n,): ancestors other than itself
+    return depth + start
+
+
+def draft_tree(parents: Tensor | Sequence[int], *, start: int) -> MaskRule:
+    """A tree of draft tokens after ``start`` cached ones: a draft node sees every cached key, and among the drafts
+    only its ancestors and itself.
+
+    The nodes sit at key slots ``start .. start + n - 1`` in the order of ``parents`` (a parent before its
+    children). A query at slot ``q >= start`` is node ``q - start`` and sees key ``kv`` when ``kv < start`` or node
+    ``kv - start`` is an ancestor of it (:func:`tree_ancestors`). Compose it with :func:`causal` (or pass
+    ``is_causal=True``): queries before ``start`` then see the prefix causally, and the draft queries are unchanged,
+    since an ancestor always precedes its node. Give the nodes :func:`tree_positions` as their positions. A chain
+    (``parents = [-1, 0, 1, ...]``) is the causal mask.
+
+    Raises:
+        TypeError, ValueError: as :func:`tree_ancestors`, or naming ``start``; when applied, unless
+            ``S == start + n``.
+
+    Example:
+        >>> rule = causal() & draft_tree([-1, 0, 0], start=2)  # 2 cached tokens, a root and two children
+        >>> mask_tensor(rule, 3, 5)[0, 0].int().tolist()
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
+    """
+    seen = tree_ancestors(parents, device="cpu")  # (n, n), moved where the mask is built
+    n = seen.shape[0]
+    start = size("start", start, 0, hint="positions already cached")
+
+    def covers(B: int, T: int, S: int, device: torch.device) -> None:
+        if start + n != S:
+            raise ValueError(f"draft_tree(start={start}) puts its {n} nodes at key slots {start}..{start + n - 1}, so "
+                             f"S must be {start + n}; got S={S}")
+
+    def rule(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        on = seen.to(kv.device)
+        node, other = (q - start).clamp(0, n - 1), (kv - start).clamp(0, n - 1)  # slots outside the tree: clamped
+        return (kv < start) | ((q >= start) & (kv < start + n) & on[node, other])
+
+    return MaskRule(f"draft_tree({n} nodes)", rule, (covers,))
+
+
+def at_positions(rule: MaskRule, positions: Tensor) -> MaskRule:
+    """``rule`` applied to each token's position instead of its key slot: ``rule(b, h, pos[q], pos[kv])``.
+
+    A rule compares slots, and a slot is a position only when tokens sit in order. In a draft tree siblings share a
+    position (:func:`tree_positions`), so a sliding window must be measured by positions:
+    ``at_positions(sliding_window(w), pos) & draft_tree(parents, start=P)``. The queries are the last ``T`` slots.
+
+    Args:
+        rule: the rule to apply.
+        positions: the position of each of the ``S`` key slots, ``(S,)`` or ``(B, S)``, integers.
+
+    Raises:
+        TypeError: if ``rule`` is not a :class:`MaskRule` or ``positions`` not an integer tensor.
+        ValueError: if ``positions`` is not 1-D or 2-D; when applied, unless it has one entry per key slot.
+
+    Example:
+        >>> pos = torch.tensor([0, 1, 2, 2])  # two siblings at position 2
+        >>> mask_tensor(at_positions(sliding_window(2), pos), 2, 4)[0, 0].int().tolist()
+        [[0, 1, 1, 1], [0, 1, 1, 1]]
+    """
+    if not isinstance(rule, MaskRule):
+        raise TypeError(f"rule must be a MaskRule (causal(), sliding_window(...), ...); got {type(rule).__name__}")
+    if not isinstance(positions, Tensor) or _int_tensor(positions, None) is None:
+        got = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, one position per key slot; got {got}")
+    if positions.ndim not in (1, 2) or positions.shape[-1] == 0:
+        raise ValueError(f"positions must be (S,) or (B, S), one per key slot, S >= 1; got shape "
+                         f"{tuple(positions.shape)}")
+    rows = positions if positions.ndim == 2 else positions[None]  # (B or 1, S)
+    n = rows.shape[-1]
+
+    def covers(B: int, T: int, S: int, device: torch.device) -> None:
+        if n != S:
+            raise ValueError(f"positions give {n} slots but there are S={S} keys: one position per key slot")
+
+    def at(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        row = b if rows.shape[0] > 1 else 0
+        return rule(b, h, rows[row, q], rows[row, kv])
+
+    checks = (covers, _per_sequence("positions", rows.shape[0]), _on_device("positions", rows), *rule.checks)
+    return MaskRule(f"at_positions({rule.name})", at, checks)
 
 
 def mask_tensor(rule: MaskRule, T: int, S: int | None = None, *, B: int = 1, H: int = 1,

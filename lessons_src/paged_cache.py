@@ -9,7 +9,13 @@ of ragged lengths wastes everything between each sequence's length and the longe
 * each sequence owns a **block table**: the list of pool blocks holding its positions ``0..bs-1``,
   ``bs..2bs-1``, and so on, in order; its blocks need not be adjacent in the pool;
 * a sequence takes a new block only when its last one is full, and gives all of them back when it ends,
-  so at most ``block_size - 1`` positions per sequence are reserved and unused.
+  so at most ``block_size - 1`` positions per sequence are reserved and unused;
+* a block may be **shared**: sequences that begin with the same tokens (one system prompt, a forked
+  sampling) hold the same blocks for that prefix (:meth:`PagedKVCache.fork`). Each block has a reference
+  count, the number of block tables naming it; it goes back to the pool when the count reaches 0, and a
+  shared block is **copied on write**: a sequence about to write into a block another also holds gets
+  its own copy first. :meth:`PagedKVCache.truncate` shortens a sequence (speculative decoding's rejected
+  tokens) and gives back the blocks it no longer needs.
 
 ``block 7 of the pool`` ... ``block table of sequence 3: [7, 2, 9]`` means positions 0-15 are in block 7,
 16-31 in block 2, 32-47 in block 9 (with ``block_size = 16``).
@@ -26,9 +32,14 @@ per head, the same as over a contiguous cache. vLLM's GPU kernel lays its pool o
 reads it block by block; plain PyTorch pays per call, and the long contiguous reads are what keep a
 paged decode step close to a contiguous one (``make bench-long-context`` measures both).
 
+:class:`PagedView` is a :class:`lessons_src.kv_cache.LayerCache` over some of the pool's sequences, so a model's
+cached decode (``TextGPT(..., caches=[one view per layer])``) runs on the pool's pages: the sequences' new tokens
+are packed into one row, and each query sees its own sequence's keys only (:meth:`PagedView.documents`).
+
 References:
     Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
-    SOSP 2023 (arXiv:2309.06180).
+    SOSP 2023 (arXiv:2309.06180); section 4.4 shares blocks between sequences with reference counts and
+    copy-on-write.
 """
 
 from __future__ import annotations
@@ -39,8 +50,9 @@ import torch
 from torch import Tensor
 
 from ._checks import integer, size
+from .kv_cache import LayerCache
 
-__all__ = ["PagedKVCache", "block_runs", "paged_attention"]
+__all__ = ["PagedKVCache", "PagedView", "block_runs", "paged_attention"]
 
 _NEG_INF = float("-inf")
 
@@ -105,6 +117,7 @@ class PagedKVCache:
         self.k = torch.zeros(num_kv_heads, num_blocks, block_size, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros(num_kv_heads, num_blocks, block_size, v_head_dim, dtype=dtype, device=device)
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: pop() hands out block 0 first
+        self.refcounts = [0] * num_blocks  # block tables naming each block; 0: free
         self.block_tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
         # block_runs of each table as last checked, with the table it was made from: reused while the table
@@ -115,6 +128,19 @@ class PagedKVCache:
     def num_free_blocks(self) -> int:
         """Blocks not owned by any sequence."""
         return len(self._free)
+
+    def _take(self) -> int:
+        """A free block, now held once."""
+        block = self._free.pop()
+        self.refcounts[block] = 1
+        return block
+
+    def _release(self, blocks: list[int]) -> None:
+        """Drop one reference to each block; a block no table names any more goes back to the pool."""
+        for block in reversed(blocks):  # the stack then hands out a sequence's first block first again
+            self.refcounts[block] -= 1
+            if self.refcounts[block] == 0:
+                self._free.append(block)
 
     @property
     def block_nbytes(self) -> int:
@@ -147,19 +173,72 @@ class PagedKVCache:
             raise ValueError(f"sequence {seq_id} is already in the cache; free it first or use another id")
         self.block_tables[seq_id], self.lengths[seq_id] = [], 0
 
+    def fork(self, source: int, seq_id: int, length: int | None = None) -> None:
+        """Start sequence ``seq_id`` holding the first ``length`` positions of ``source`` (all of them by default),
+        by sharing its blocks: no key or value is copied, and each shared block's reference count goes up by one.
+
+        The last shared block may be partly filled (``length`` not a multiple of ``block_size``), or hold more of
+        ``source``'s positions than ``seq_id`` keeps: whichever sequence next writes into it copies it first
+        (:meth:`append`), so neither ever sees the other's new tokens.
+
+        Raises:
+            ValueError: if ``source`` is not in the cache, ``seq_id`` already is, or ``length`` is negative or more
+                than ``source`` holds.
+        """
+        self._known(source)
+        held = self.lengths[source]
+        length = held if length is None else size("length", length, minimum=0, hint="positions to share")
+        if length > held:
+            raise ValueError(f"length={length} but sequence {source} holds only {held} positions; share at most "
+                             f"length={held}")
+        self.add_sequence(seq_id)
+        shared = self.block_tables[source][: math.ceil(length / self.block_size)]
+        for block in shared:
+            self.refcounts[block] += 1
+        self.block_tables[seq_id], self.lengths[seq_id] = list(shared), length
+
+    def truncate(self, seq_id: int, length: int) -> None:
+        """Keep the first ``length`` positions of sequence ``seq_id`` (a rollback: rejected draft tokens, a failed
+        step) and drop its reference to every block it no longer needs; a block no sequence holds is free again.
+
+        Raises:
+            ValueError: if ``seq_id`` is not in the cache, or ``length`` is negative or more than it holds.
+        """
+        self._known(seq_id)
+        length = size("length", length, minimum=0, hint="positions to keep")
+        if length > self.lengths[seq_id]:
+            raise ValueError(f"length={length} but sequence {seq_id} holds only {self.lengths[seq_id]} positions; "
+                             "truncate keeps a prefix and cannot add positions")
+        table, keep = self.block_tables[seq_id], math.ceil(length / self.block_size)
+        self._release(table[keep:])
+        del table[keep:]
+        self.lengths[seq_id] = length
+
     def free(self, seq_id: int) -> None:
-        """End a sequence and return its blocks to the pool (their contents are left to be overwritten).
+        """End a sequence and drop its reference to each of its blocks; a block no other sequence holds goes back
+        to the pool (its contents are left to be overwritten).
 
         Raises:
             ValueError: if ``seq_id`` is not in the cache (never added, or freed already).
         """
         self._known(seq_id)
-        self._free.extend(reversed(self.block_tables.pop(seq_id)))
+        self._release(self.block_tables.pop(seq_id))
         del self.lengths[seq_id]
         self._runs.pop(seq_id, None)
 
+    def blocks_needed(self, seq_id: int, new: int) -> int:
+        """Free blocks sequence ``seq_id`` takes to append ``new`` positions: the blocks past its last one, and a
+        copy of its last block if that is partly filled and shared (copy-on-write)."""
+        self._known(seq_id)
+        start, table, bs = self.lengths[seq_id], self.block_tables[seq_id], self.block_size
+        copy = start % bs != 0 and new > 0 and self.refcounts[table[-1]] > 1
+        return math.ceil((start + new) / bs) - len(table) + int(copy)
+
     def append(self, seq_id: int, k: Tensor, v: Tensor) -> None:
         """Append ``T`` positions to one sequence, taking new blocks from the pool as its last one fills.
+
+        If its last block is partly filled and shared with another sequence (:meth:`fork`), it first takes a copy
+        of that block for itself (copy-on-write), so the other sequence's positions are never overwritten.
 
         Raises:
             ValueError: on an unknown or freed sequence; if the pool has too few free blocks (nothing is
@@ -171,15 +250,19 @@ class PagedKVCache:
         T, bs = k.shape[1], self.block_size
         start = self.lengths[seq_id]
         table = self.block_tables[seq_id]
-        needed = math.ceil((start + T) / bs) - len(table)
+        needed = self.blocks_needed(seq_id, T)
         if needed > len(self._free):
             raise ValueError(
                 f"the pool is exhausted: sequence {seq_id} needs {needed} more blocks of {bs} positions for "
                 f"{T} new tokens but only {len(self._free)} of {self.num_blocks} are free; free finished "
                 "sequences or make the cache with more num_blocks"
             )
-        taken = [self._free.pop() for _ in range(needed)]
-        table.extend(taken)
+        if start % bs != 0 and self.refcounts[table[-1]] > 1:  # copy-on-write: the last block is shared
+            shared, own = table[-1], self._take()
+            self.k[:, own], self.v[:, own] = self.k[:, shared], self.v[:, shared]
+            self._release([shared])
+            table[-1] = own
+        table.extend(self._take() for _ in range(math.ceil((start + T) / bs) - len(table)))
         self.lengths[seq_id] = start + T
         if T == 1:  # decoding: one position, written with plain indexing
             self.k[:, table[start // bs], start % bs] = k[:, 0]
@@ -256,6 +339,167 @@ class PagedKVCache:
         k = self.k[:, blocks].reshape(self.num_kv_heads, -1, self.head_dim)[:, :L]  # (K, L, E)
         v = self.v[:, blocks].reshape(self.num_kv_heads, -1, self.v_head_dim)[:, :L]
         return k, v
+
+
+class PagedView(LayerCache):
+    """One layer's cache for a step of some of a pool's sequences: a :class:`~lessons_src.kv_cache.LayerCache`, so
+    a model's cached decode runs on the pool's pages (one view per layer, each on that layer's pool).
+
+    The step's new tokens are packed into one row, sequence after sequence, ``new_tokens[i]`` of them for
+    ``seq_ids[i]``. :meth:`update` appends each sequence's new keys and values to its pages and returns the
+    keys and values the packed queries attend to: every sequence's cached positions, read from the pool (a
+    copy), then the new ones, ``S = length + T`` in all. A query may see only its own sequence's keys: pass
+    ``same_document(view.documents())`` (:func:`lessons_src.masks.same_document`) with the causal rule, and
+    each token's position in its own sequence (:meth:`positions`). With one sequence and ``new_tokens=None``,
+    the view is that sequence's cache across many calls (any ``T`` per call), like a ``KVCache`` of batch 1.
+
+    Args:
+        pool: the layer's :class:`PagedKVCache`.
+        seq_ids: the sequences of the step, each in the pool, no repeats.
+        new_tokens: how many new tokens each brings (each at least 1); ``None`` for one sequence: every update's.
+
+    Shapes:
+        :meth:`update` takes ``(1, K, T, E)`` and ``(1, K, T, Ev)`` with ``T = sum(new_tokens)`` and returns
+        ``(1, K, S, E)`` and ``(1, K, S, Ev)``.
+
+    Raises:
+        ValueError: on an unknown or repeated sequence, or ``new_tokens`` not one count of at least 1 per sequence
+            (``None`` with several sequences); in :meth:`update` and :meth:`truncate`, see there.
+
+    Example:
+        >>> pool = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=1, head_dim=2)
+        >>> for s, n in ((0, 5), (1, 2)):
+        ...     pool.add_sequence(s)
+        ...     pool.append(s, torch.randn(1, n, 2), torch.randn(1, n, 2))
+        >>> view = PagedView(pool, [0, 1], [1, 3])  # a decode step of sequence 0, a prefill chunk of 1
+        >>> view.length, view.positions().tolist(), view.documents().tolist()
+        (7, [[5, 2, 3, 4]], [0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1])
+        >>> k, v = view.update(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))
+        >>> tuple(k.shape), pool.lengths
+        ((1, 1, 11, 2), {0: 6, 1: 5})
+    """
+
+    def __init__(self, pool: PagedKVCache, seq_ids: list[int], new_tokens: list[int] | None = None) -> None:
+        if not isinstance(pool, PagedKVCache):
+            raise TypeError(f"pool must be a PagedKVCache; got {type(pool).__name__}")
+        if not isinstance(seq_ids, list | tuple) or not seq_ids:
+            raise TypeError(f"seq_ids must be a non-empty list of sequence ids; got {seq_ids!r}")
+        for seq in seq_ids:
+            pool._known(seq)
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"seq_ids {list(seq_ids)} name a sequence twice; a step has each sequence once")
+        if new_tokens is None:
+            if len(seq_ids) != 1:
+                raise ValueError(f"new_tokens=None is for one sequence; {len(seq_ids)} sequences need one count each")
+        elif not isinstance(new_tokens, list | tuple) or len(new_tokens) != len(seq_ids):
+            raise ValueError(f"new_tokens must be a list of one count per sequence ({len(seq_ids)}); "
+                             f"got {new_tokens!r}")
+        else:
+            new_tokens = [size(f"new_tokens[{i}]", n, hint="a sequence in a step brings a token")
+                          for i, n in enumerate(new_tokens)]
+        self.pool, self.seq_ids, self.new_tokens = pool, list(seq_ids), new_tokens
+        self._before: list[int] | None = None  # each sequence's length before the last update
+
+    @property
+    def length(self) -> int:
+        """Positions the step's sequences hold together: the cached keys the packed queries are shown."""
+        return sum(self.pool.lengths[s] for s in self.seq_ids)
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self.truncate(value)  # the pool holds the lengths: setting one is a truncate
+
+    def _counts(self, T: int) -> list[int]:
+        return [T] if self.new_tokens is None else self.new_tokens
+
+    def positions(self) -> Tensor:
+        """Each new token's position in its own sequence, ``(1, T)``: sequence ``i``'s continue from its length."""
+        if self.new_tokens is None:
+            raise ValueError("positions() needs new_tokens; with one sequence and new_tokens=None the cache's length "
+                             "is the next position (pass no positions)")
+        at = self.pool.k.device
+        starts = [self.pool.lengths[s] for s in self.seq_ids]
+        pos = [torch.arange(a, a + n, device=at) for a, n in zip(starts, self.new_tokens, strict=True)]
+        return torch.cat(pos)[None]  # (1, T)
+
+    def documents(self) -> Tensor:
+        """The sequence (its index in ``seq_ids``) of each of the ``S`` key slots :meth:`update` will return: the
+        cached ones, sequence after sequence, then the new ones; for :func:`lessons_src.masks.same_document`."""
+        if self.new_tokens is None:
+            raise ValueError("documents() needs new_tokens; with one sequence every key is its own")
+        cached = [self.pool.lengths[s] for s in self.seq_ids]
+        ids = [i for i, n in enumerate(cached) for _ in range(n)] + \
+              [i for i, n in enumerate(self.new_tokens) for _ in range(n)]
+        return torch.tensor(ids, dtype=torch.long, device=self.pool.k.device)  # (S,)
+
+    def _cached(self) -> tuple[Tensor, Tensor]:
+        """Every sequence's cached keys and values, in order, read from the pool: ``(K, L, E)``, ``(K, L, Ev)``."""
+        pool, bs = self.pool, self.pool.block_size
+        slots = []  # each cached position's place in the pool seen as (K, num_blocks * block_size, E)
+        for s in self.seq_ids:
+            slots += [b * bs + i for b in pool.table(s) for i in range(bs)][: pool.lengths[s]]
+        where = torch.tensor(slots, dtype=torch.long, device=pool.k.device)  # (L,)
+        K, n = pool.num_kv_heads, pool.num_blocks * bs
+        return pool.k.view(K, n, pool.head_dim)[:, where], pool.v.view(K, n, pool.v_head_dim)[:, where]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append each sequence's new keys and values to its pages; return every cached position's, then the new.
+
+        Raises:
+            ValueError: if ``k``/``v`` are not ``(1, K, T, E)``/``(1, K, T, Ev)`` with ``T = sum(new_tokens)`` (see
+                :meth:`PagedKVCache.append` for dtype, device and grad), or the pool has too few free blocks for the
+                step (nothing is written then).
+        """
+        pool = self.pool
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.ndim != 4 or t.shape[0] != 1:
+                raise ValueError(f"{name} must be one packed row (1, K, T, E); got "
+                                 f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        counts = self._counts(k.shape[2])
+        if sum(counts) != k.shape[2]:
+            raise ValueError(f"k holds T={k.shape[2]} new positions but the step's sequences bring "
+                             f"sum(new_tokens)={sum(counts)}")
+        pool._check(k[0], v[0])
+        needed = sum(pool.blocks_needed(s, n) for s, n in zip(self.seq_ids, counts, strict=True))  # at most
+        if needed > pool.num_free_blocks:
+            raise ValueError(f"the pool is exhausted: the step needs up to {needed} more blocks of {pool.block_size} "
+                             f"positions but only {pool.num_free_blocks} of {pool.num_blocks} are free; finish or "
+                             "free sequences first, or make the pool with more num_blocks")
+        old_k, old_v = self._cached()  # (K, L, E), (K, L, Ev)
+        self._before = [pool.lengths[s] for s in self.seq_ids]
+        start = 0
+        for s, n in zip(self.seq_ids, counts, strict=True):
+            pool.append(s, k[0, :, start : start + n], v[0, :, start : start + n])
+            start += n
+        return torch.cat([old_k, k[0]], dim=1)[None], torch.cat([old_v, v[0]], dim=1)[None]  # (1, K, S, E)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions. One sequence: :meth:`PagedKVCache.truncate`. Several: only the
+        length before the last :meth:`update` (that step undone, as a failed layer step asks) or the present one.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the sequences hold, or, for several sequences, any
+                other length (which of their positions to drop would be ambiguous).
+        """
+        length = size("length", length, minimum=0, hint="positions to keep")
+        if len(self.seq_ids) == 1:
+            self.pool.truncate(self.seq_ids[0], length)
+            return
+        if length == self.length:
+            return
+        if self._before is None or length != sum(self._before):
+            before = "no update yet" if self._before is None else f"{sum(self._before)} before the last update"
+            raise ValueError(f"length={length}: a view of {len(self.seq_ids)} sequences can go back only to the "
+                             f"length before its last update ({before}) or stay at {self.length}; truncate each "
+                             "sequence in the pool with PagedKVCache.truncate(seq_id, length)")
+        for s, n in zip(self.seq_ids, self._before, strict=True):
+            self.pool.truncate(s, n)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks the view's sequences hold, each shared block counted once."""
+        blocks = {b for s in self.seq_ids for b in self.pool.block_tables[s]}
+        return len(blocks) * self.pool.block_nbytes
 
 
 def block_runs(table: list[int], *, num_blocks: int | None = None) -> list[tuple[int, int]]:

@@ -45,11 +45,13 @@ from .._checks import choice, divisors, flag, instance, number, positive, size, 
 from ..functional import attention
 from ..kv_cache import ChunkedKVCache, KVCache, LayerCache, RollingKVCache
 from ..layer import MultiHeadAttention
-from ..masks import MaskRule, causal, same_chunk, sliding_window
+from ..masks import MaskRule, at_positions, causal, same_chunk, sliding_window
 from ..mechanisms import NoPETemperature, PerHeadRMSNorm, Rotary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from ..masks import MaskLike
 
 __all__ = [
     "LayerType",
@@ -272,10 +274,12 @@ class PatternConfig:
             raise TypeError(f"nope_temperature must be (floor_scale, attn_scale) or None; got {t!r}")
 
 
-def _limits(window: int | None, chunk: int | None) -> list[MaskRule]:
-    """The rules a sliding-window or chunked layer adds to its mask (lessons_src.masks)."""
-    return ([sliding_window(window)] if window is not None else []) + (
+def _limits(window: int | None, chunk: int | None, positions: Tensor | None = None) -> list[MaskRule]:
+    """The rules a sliding-window or chunked layer adds to its mask (lessons_src.masks), measured on the keys'
+    ``positions`` when they are given (a draft tree's siblings share one), else on their slots."""
+    rules = ([sliding_window(window)] if window is not None else []) + (
         [causal() & same_chunk(chunk)] if chunk is not None else [])
+    return rules if positions is None else [at_positions(r, positions) for r in rules]
 
 
 class _Attended(NamedTuple):
@@ -399,8 +403,10 @@ class PatternBlock(nn.Module):
                                           rope=pos)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
 
-    def forward(self, x: Tensor, *, start: int, cache: Cache, shared: _Attended | None) -> tuple[Tensor, _Attended]:
-        """One block on ``x`` (tokens ``start .. start + T - 1``); returns the output and what it attended to."""
+    def forward(self, x: Tensor, *, start: int, cache: Cache, shared: _Attended | None, positions: Tensor | None = None,
+                attn_mask: MaskLike = None) -> tuple[Tensor, _Attended]:
+        """One block on ``x`` (tokens ``start .. start + T - 1``, or at ``positions``); returns the output and what it
+        attended to."""
         h = self.norm1(x)  # (B, T, D)
         if isinstance(self.attn, SharedKVAttention):  # a sharing layer: its source's keys, values and mask
             assert shared is not None
@@ -408,11 +414,12 @@ class PatternBlock(nn.Module):
             y = self.attn(h, seen.k, seen.v, start=start, attn_mask=seen.mask, is_causal=seen.is_causal,
                           window=seen.window, chunk=seen.chunk)  # (B, T, D)
         else:
-            y, seen = self._attend(self.attn, h, start, cache)
+            y, seen = self._attend(self.attn, h, start, cache, positions, attn_mask)
         x = x + y
         return x + self.mlp(self.norm2(x)), seen
 
-    def _attend(self, a: MultiHeadAttention, h: Tensor, start: int, cache: Cache) -> tuple[Tensor, _Attended]:
+    def _attend(self, a: MultiHeadAttention, h: Tensor, start: int, cache: Cache, positions: Tensor | None = None,
+                attn_mask: MaskLike = None) -> tuple[Tensor, _Attended]:
         """A layer with keys and values of its own: attend, and return what it attended to for its sharers."""
         B, T, D = h.shape
         kind = self.layer.kind
@@ -420,7 +427,8 @@ class PatternBlock(nn.Module):
         assert a.qk_norm is not None
         q, k = a.qk_norm(q, k)
         if a.rope is not None:
-            q, k = a.rope(q, k, start=start)  # positions start .. start + T - 1 (or Llama 4's temperature)
+            at = {"start": start} if positions is None else {"positions": positions}
+            q, k = a.rope(q, k, **at)  # positions start .. start + T - 1, or given (or Llama 4's temperature)
         if a.v_norm is not None:
             v = a.v_norm(v)  # normed once, here: its sharers get them normed
         if cache is None:  # the full pass: the layer's limit through the one mask preparation
@@ -433,7 +441,8 @@ class PatternBlock(nn.Module):
         else:  # a rolling or chunked cache: the keys it keeps, and its mask of who may see which
             step = cache.update(k, v)
             seen = _Attended(step.k, step.v, step.mask, False)
-        masks = [m for m in (seen.mask, *_limits(seen.window, seen.chunk)) if m is not None]
+        extra = attn_mask if isinstance(attn_mask, list | tuple) else [attn_mask]
+        masks = [m for m in (seen.mask, *_limits(seen.window, seen.chunk, positions), *extra) if m is not None]
         out = attention(q, seen.k, seen.v, attn_mask=masks, is_causal=seen.is_causal, scale=a.scale).output
         return a.out_proj(out.transpose(1, 2).reshape(B, T, D)), seen  # (B, T, D)
 
@@ -466,9 +475,10 @@ class PatternGPT(nn.Module):
         self.norm = nn.RMSNorm(cfg.d_model)
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def make_caches(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+    def make_caches(self, batch_size: int, max_len: int, *, spare: int = 0, dtype: torch.dtype | None = None,
                     device: torch.device | str | None = None) -> list[Cache]:
-        """One cache per layer, of its type: full, rolling (the window), chunked (one chunk), or none (sharing)."""
+        """One cache per layer, of its type: full, rolling (the window, and ``spare`` slots for draft tokens:
+        :class:`~lessons_src.kv_cache.RollingKVCache`), chunked (one chunk), or none (sharing)."""
         w = self.unembed.weight
         dtype, device = dtype or w.dtype, device or w.device
         K, E = self.cfg.num_kv_heads, self.cfg.d_model // self.cfg.num_heads
@@ -480,25 +490,50 @@ class PatternGPT(nn.Module):
                 caches.append(KVCache(batch_size, K, E, max_len, dtype=dtype, device=device))
             elif t.kind == "window":
                 assert t.size is not None
-                caches.append(RollingKVCache(batch_size, K, E, t.size, dtype=dtype, device=device))
+                caches.append(RollingKVCache(batch_size, K, E, t.size, spare=spare, dtype=dtype, device=device))
             else:
                 assert t.size is not None
                 caches.append(ChunkedKVCache(batch_size, K, E, t.size, dtype=dtype, device=device))
         return caches
 
-    def forward(self, tokens: Tensor, *, caches: list[Cache] | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, *, caches: list[Cache] | None = None, positions: Tensor | None = None,
+                attn_mask: MaskLike = None) -> Tensor:
+        """Logits of ``tokens``, after the cached ones if ``caches`` are given.
+
+        Args:
+            tokens: ``(B, T)`` ids.
+            caches: one cache per layer (:meth:`make_caches`); the tokens go after what they hold.
+            positions: ``(B, T)``, each token's position, rotating its query and key and, without caches,
+                measuring the windows and chunks (a draft tree's siblings share a position:
+                :func:`lessons_src.masks.tree_positions`); ``None``: ``cached .. cached + T - 1``.
+            attn_mask: a mask every layer adds to its own (a rule of :mod:`lessons_src.masks` such as
+                ``draft_tree(parents, start=P)``, or a tensor), over the key slots.
+
+        Raises:
+            ValueError: on caches that are not one per layer, or ``positions`` or ``attn_mask`` given with a layer
+                that shares keys and values, or ``positions`` with a rolling or chunked cache (which place keys by
+                their own count).
+        """
         tensor("tokens", tokens, ndim=2, shape="(B, T) of token ids", dtype="integer")
         if caches is not None and not isinstance(caches, list):
             raise TypeError(f"caches must be a list, one cache per layer (make_caches()); got {type(caches).__name__}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches has {len(caches)} entries for {len(self.blocks)} layers; use make_caches()")
         start = 0 if caches is None else next(c.length for c in caches if c is not None)
+        if (positions is not None or attn_mask is not None) and any(t.shares is not None for t in self.pattern):
+            raise ValueError("positions and attn_mask are for layers with keys of their own; this pattern has "
+                             "layers that share keys and values (share_kv): use one without")
+        if positions is not None and caches is not None and any(
+                not isinstance(c, LayerCache | None) for c in caches):
+            raise ValueError("positions with a rolling or chunked cache: those caches place keys by their own count "
+                             "of positions; decode in order (positions=None), or without caches")
         x = self.embed(tokens)  # (B, T, D)
         seen: list[_Attended] = []
         for i, block in enumerate(self.blocks):
             t = self.pattern[i]
             shared = None if t.shares is None else seen[t.shares]
-            x, attended = block(x, start=start, cache=None if caches is None else caches[i], shared=shared)
+            x, attended = block(x, start=start, cache=None if caches is None else caches[i], shared=shared,
+                                positions=positions, attn_mask=attn_mask)
             seen.append(attended)
         logits: Tensor = self.unembed(self.norm(x))  # (B, T, V)
         return logits

@@ -299,7 +299,9 @@ class TextGPT(nn.Module):
                 that are not one per layer of one length, or positions at or past ``max_len``.
         """
         cached = self._check_caches(caches)
-        self._check_tokens(tokens, cached)
+        # with positions, the cache may hold other sequences' keys (a packed step over a page pool): the positions,
+        # not the cache's length, are what must stay in the trained context
+        self._check_tokens(tokens, cached if positions is None else 0)
         if positions is not None and isinstance(positions, Tensor) and positions.numel() and \
                 positions.device.type != "meta" and int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"positions must be below max_len={self.cfg.max_len}, the trained context; got "

@@ -305,6 +305,7 @@ def _specs_lab() -> None:
     from lessons_src.lab.minilm import BertConfig, MiniLM, Tokenizer
     from lessons_src.lab.text_model import TextConfig, TextGPT
     from lessons_src.lab.toy_models import TinyConfig, TinyTransformer
+    from lessons_src.masks import draft_tree
     from lessons_src.mechanisms import PerHeadRMSNorm
 
     spec("lab.pattern_model.LayerType", lambda **a: pm.LayerType(**a), kind=Arg("choice", "window"), size=size(4), rope=FLAG, shares=size0(0, optional=True))
@@ -314,7 +315,10 @@ def _specs_lab() -> None:
     small = pm.PatternConfig(two, vocab_size=16, d_model=16, num_heads=4, num_kv_heads=2, d_ff=8)
     spec("lab.pattern_model.PatternGPT", lambda **a: pm.PatternGPT(**a), cfg=obj(small))
     model = pm.PatternGPT(small)
-    spec("lab.pattern_model.PatternGPT.forward", lambda tokens, caches: model(tokens, caches=caches), tokens=Arg("itensor", torch.arange(5)[None]), caches=obj(None, optional=True))
+    spec("lab.pattern_model.PatternGPT.forward", lambda tokens, caches, positions, attn_mask: model(tokens, caches=caches, positions=positions, attn_mask=attn_mask),
+         tokens=Arg("itensor", torch.arange(5)[None]), caches=obj(None, optional=True),
+         positions=Arg("itensor", torch.tensor([[0, 1, 2, 2, 3]]), optional=True, extra=[("negative", torch.tensor([[0, -1, 2, 3, 4]]), V_), ("other T", torch.tensor([[0, 1]]), V_)]),
+         attn_mask=obj(draft_tree([-1, 0], start=3), optional=True, extra=[("a string", "tree", T_)]))
     spec("lab.pattern_model.SharedKVAttention", lambda **a: pm.SharedKVAttention(**a), d_model=size(16), num_heads=size(4), qk_norm=obj(PerHeadRMSNorm(4, keys=False), optional=True),
          rope=obj(None, optional=True), scale=SCALE, bias=FLAG)
     shared = pm.SharedKVAttention(16, 4)

@@ -40,6 +40,7 @@ from lessons_src.masks import (
     MaskRule,
     PreparedMask,
     and_masks,
+    at_positions,
     by_distance,
     causal,
     check_chunk,
@@ -48,6 +49,7 @@ from lessons_src.masks import (
     chunk_mask,
     combine_masks,
     document_mask,
+    draft_tree,
     key_mask,
     mask_mod,
     mask_tensor,
@@ -59,6 +61,8 @@ from lessons_src.masks import (
     same_chunk,
     same_document,
     sliding_window,
+    tree_ancestors,
+    tree_positions,
 )
 from lessons_src.mechanisms import (
     ConjugateRotation,
@@ -71,7 +75,7 @@ from lessons_src.mechanisms import (
     ValueRMSNorm,
     WeightlessRMSNorm,
 )
-from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
+from lessons_src.paged_cache import PagedKVCache, PagedView, block_runs, paged_attention
 from lessons_src.parallel import TensorParallelAttention, tp_plan, ulysses_attention, valid_tp_degrees
 from lessons_src.ring import ring_attention, sequence_chunks, shard_sequence, unshard_sequence
 from lessons_src.rope import (
@@ -102,6 +106,7 @@ from lessons_src.score_mods import (
     soft_cap,
 )
 from lessons_src.shared_kv import GroupedOutput, OverlapCompressor, SharedKVAttention, SharedKVCache
+from lessons_src.speculative import DraftCache, accept_greedy, prompt_lookup, tree_from_drafts
 from lessons_src.split_kv import shared_prefix_attention, split_bounds, split_kv_attention
 
 if TYPE_CHECKING:
@@ -339,6 +344,16 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
     ("PagedKVCache", "dtype", lambda: PagedKVCache(4, 2, 1, 4, dtype=torch.int64), ValueError, r"dtype=torch.int64"),
     ("PagedKVCache.append", "device", _no_grad(lambda: _one_sequence().append(0, torch.zeros(1, 1, 4, device=META),
      torch.zeros(1, 1, 4, device=META))), ValueError, r"k is torch.float32 on meta but the pool is torch.float32 on cpu"),
+    ("PagedKVCache.fork", "value", lambda: _one_sequence().fork(0, 1, 2), ValueError,
+     r"length=2 but sequence 0 holds only 1 positions"),
+    ("PagedKVCache.truncate", "type", lambda: _one_sequence().truncate(0, 0.5), TypeError,  # type: ignore[arg-type]
+     r"length must be an int; got 0.5"),
+    ("PagedView", "type", lambda: PagedView(_one_sequence(), 0), TypeError,  # type: ignore[arg-type]
+     r"seq_ids must be a non-empty list of sequence ids; got 0"),
+    ("PagedView.update", "shape", _no_grad(lambda: PagedView(_one_sequence(), [0]).update(torch.zeros(1, 1, 1, 2),
+     torch.zeros(1, 1, 1, 2))), ValueError, r"k of shape \(1, 1, 2\) does not fit: one sequence's \(K, T, E\)"),
+    ("PagedView.update", "device", _no_grad(lambda: PagedView(_one_sequence(), [0]).update(
+     torch.zeros(1, 1, 1, 4, device=META), torch.zeros(1, 1, 1, 4, device=META))), ValueError, r"k is torch.float32 on meta"),
     ("paged_attention", "value", lambda: paged_attention(torch.randn(1, 1, 1, 4), _one_sequence(table=[99]), [0]),
      ValueError, r"names block 99; the pool has 0..3"),
     ("paged_attention", "type", lambda: paged_attention("q", _one_sequence(), [0]), ValueError,  # type: ignore[arg-type]
@@ -512,6 +527,26 @@ CASES: list[tuple[str, str, Callable[[], object], type[Exception], str]] = [
      attn_mask=same_document(torch.zeros(3, dtype=torch.long))), ValueError, r"documents are on cpu but the mask is built on meta; move them there"),
     ("attention", "shape", lambda: attention(torch.randn(2, 1, 3, 4), *[torch.randn(2, 1, 3, 4)] * 2, attn_mask=same_document(torch.zeros(3, 3, dtype=torch.long))),
      ValueError, r"documents has 3 rows for a batch of B=2; give one per sequence or one for all"),
+    ("tree_ancestors", "type", lambda: tree_ancestors("01"), TypeError, r"parents must be a list of ints"),
+    ("tree_ancestors", "value", lambda: tree_ancestors([-1, 1]), ValueError, r"parents\[1\]=1: each node's parent must come before it"),
+    ("tree_ancestors", "dtype", lambda: tree_ancestors(torch.tensor([-1.0, 0.0])), TypeError, r"parents must hold integer node indices"),
+    ("tree_positions", "value", lambda: tree_positions([-1, 0], start=-2), ValueError, r"start must be at least 0"),
+    ("draft_tree", "shape", lambda: attention(Q, KV, KV, attn_mask=draft_tree([-1, 0], start=1)), ValueError, r"S must be 3; got S=5"),
+    ("draft_tree", "type", lambda: draft_tree([-1, 0], start=1.0), TypeError, r"start must be an int"),  # type: ignore[arg-type]
+    ("at_positions", "dtype", lambda: at_positions(causal(), torch.zeros(4)), TypeError, r"positions must be an integer tensor"),
+    ("at_positions", "shape", lambda: attention(Q, KV, KV, attn_mask=at_positions(causal(), torch.arange(3))), ValueError, r"positions give 3 slots but there are S=5"),
+    ("at_positions", "device", lambda: attention(Q, KV, KV, attn_mask=at_positions(causal(), torch.arange(5, device="meta"))), ValueError, r"positions are on meta"),
+    ("prompt_lookup", "type", lambda: prompt_lookup("abc"), TypeError, r"context must be a list or 1-D tensor of token ids"),
+    ("prompt_lookup", "dtype", lambda: prompt_lookup(torch.zeros(3)), TypeError, r"context must be a 1-D tensor of token ids; got dtype torch.float32"),
+    ("prompt_lookup", "value", lambda: prompt_lookup([1, 2], ngram=0), ValueError, r"ngram must be at least 1"),
+    ("tree_from_drafts", "type", lambda: tree_from_drafts(0, [[1, 2.5]]), TypeError, r"each draft must hold int token ids"),
+    ("tree_from_drafts", "type", lambda: tree_from_drafts(0, "12"), TypeError, r"drafts must be a list of chains"),  # type: ignore[arg-type]
+    ("accept_greedy", "shape", lambda: accept_greedy([0, 1], [-1, 0], torch.zeros(3, 5)), ValueError, r"logits must be \(n, V\) = \(2, V\)"),
+    ("accept_greedy", "value", lambda: accept_greedy([0], [-1, 0], torch.zeros(2, 5)), ValueError, r"tokens has 1 entries but parents has 2"),
+    ("DraftCache", "type", lambda: DraftCache(RollingKVCache(1, 1, 2, window=2)), TypeError, r"cache must be a LayerCache"),  # type: ignore[arg-type]
+    ("DraftCache", "value", lambda: DraftCache(KVCache(1, 1, 2, max_len=4)).keep([0]), ValueError, r"keep\(\) needs the positions of the last pass"),
+    ("RollingKVCache", "value", lambda: RollingKVCache(1, 1, 2, window=2, spare=-1), ValueError, r"spare must be at least 0"),
+    ("RollingKVCache", "value", lambda: RollingKVCache(1, 1, 2, window=2).truncate(1), ValueError, r"length=1 but the cache has seen only 0"),
     ("key_mask", "type", lambda: key_mask([1, 1, 0]), TypeError, r"keep must be a tensor, True \(or 1\) for each real token; got list"),  # type: ignore[arg-type]
     ("key_mask", "dtype", lambda: key_mask(torch.ones(3)), TypeError, r"keep must be bool \(or 0/1 integers\).*; got dtype torch.float32"),
     ("key_mask", "shape", lambda: key_mask(torch.ones(1, 1, 3, dtype=torch.bool)), ValueError, r"keep must be \(S,\) or \(B, S\), .*; got shape \(1, 1, 3\)"),
@@ -672,7 +707,7 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import flash, paged_cache, parallel, ring
 
     public |= {n for m in (flash, paged_cache, parallel, ring) for n in m.__all__ if n[0].islower() or n in
-               ("PagedKVCache", "TensorParallelAttention")}
+               ("PagedKVCache", "PagedView", "TensorParallelAttention")}
     public |= {"RollingKVCache", "ChunkedKVCache", "soft_cap"}
     from lessons_src import mechanisms
 
@@ -683,6 +718,9 @@ def test_every_public_function_of_the_core_is_covered() -> None:
     from lessons_src import flex, score_mods, split_kv
 
     public |= set(score_mods.__all__) | set(flex.__all__) | set(split_kv.__all__)
+    from lessons_src import speculative
+
+    public |= set(speculative.__all__)
     assert public <= covered, f"no bad-input case for {sorted(public - covered)}"
     categories = {c[1] for c in CASES}
     assert categories == {"type", "shape", "dtype", "device", "value"}

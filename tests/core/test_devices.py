@@ -99,6 +99,27 @@ def _paged_meta() -> object:
     return cache.gather(0)
 
 
+def _draft_cache_on_meta() -> list[object]:
+    from lessons_src.kv_cache import KVCache
+    from lessons_src.speculative import DraftCache
+
+    cache = DraftCache(KVCache(1, 2, 8, max_len=8, device=META))
+    out = cache.update(_meta(1, 2, 4, 8), _meta(1, 2, 4, 8))
+    cache.keep([0, 2])  # a path that skips a node: written again
+    return [*out, cache.cache.k]
+
+
+def _paged_view_meta() -> object:
+    from lessons_src.paged_cache import PagedKVCache, PagedView
+
+    pool = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=2, head_dim=8, device=META)
+    for s in (0, 1):
+        pool.add_sequence(s)
+    view = PagedView(pool, [0, 1], [3, 1])
+    return [view.positions(), view.documents(), *view.update(_meta(1, 2, 4, 8), _meta(1, 2, 4, 8)),
+            *PagedView(pool, [0, 1], [1, 1]).update(_meta(1, 2, 2, 8), _meta(1, 2, 2, 8))]
+
+
 def _flex_on_meta() -> dict[str, object]:
     """FlexAttention's functions on meta index tensors, as create_block_mask applies them; block masks on meta."""
     import lessons_src.flex as fx
@@ -114,6 +135,10 @@ def _flex_on_meta() -> dict[str, object]:
         "masks.same_chunk": lambda: mk.same_chunk(2)(0, 0, qi + 2, ki),
         "masks.same_document": lambda: mk.same_document(ids)(1, 0, qi + 2, ki),
         "masks.key_mask": lambda: mk.key_mask(torch.empty(2, 5, dtype=torch.bool, device=META))(1, 0, qi + 2, ki),
+        "masks.draft_tree": lambda: mk.draft_tree([-1, 0, 0], start=2)(0, 0, qi + 2, ki),
+        "masks.at_positions": lambda: mk.at_positions(mk.causal(), torch.empty(5, dtype=torch.long, device=META))(
+            0, 0, qi + 2, ki),
+        "speculative.DraftCache": _draft_cache_on_meta,
         "masks.prefix_lm": lambda: mk.prefix_lm([1, 2], device=META)(1, 0, qi + 2, ki),
         "masks.and_masks": lambda: mk.and_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
         "masks.or_masks": lambda: mk.or_masks(mk.causal(), mk.same_chunk(2))(0, 0, qi + 2, ki),
@@ -237,6 +262,7 @@ def _on_meta() -> dict[str, object]:
         "kv_cache.ChunkedKVCache": lambda: list(kc.ChunkedKVCache(1, 2, 8, 2, device=META).update(kv, kv)[:3]),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
+        "paged_cache.PagedView": _paged_view_meta,
         "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
         "flash.tiled_attention_function": lambda: fl.tiled_attention_function(q, kv, kv, prep, scale=0.5,
                                                                               dropout_p=0.0),
@@ -320,6 +346,7 @@ def _shared_kv_on_meta() -> dict[str, object]:
 
 NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the default-device test below
     "masks.padding_mask": "* reads the lengths' values (max, range check)",
+    "speculative.accept_greedy": "reads each node's argmax to walk the tree",
     "kv_cache.RollingKVCache": "* update() reads which slots are filled (nonzero, bool())",
     "paged_cache.paged_attention": "* reads each sequence's length and block table to pick its pieces",
     "ring.ring_attention": "needs a torch.distributed process group; gloo sends real values",
@@ -375,6 +402,10 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "ring.RingResult": "a record of the ranks' tensors",
     "ring.sequence_chunks": "arithmetic on ints",
     "split_kv.split_bounds": "arithmetic on ints",
+    "masks.tree_ancestors": "a small table built from a list of ints, on the CPU (draft_tree moves it to the mask's)",
+    "masks.tree_positions": "positions from a list of ints, on the CPU (move them with .to(device))",
+    "speculative.prompt_lookup": "compares Python ints (the context's values are read)",
+    "speculative.tree_from_drafts": "lists of Python ints",
     "parallel.TPPlan": "a record of ints",
     "parallel.tp_plan": "arithmetic on ints",
     "parallel.valid_tp_degrees": "arithmetic on ints",

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 from lessons_src.functional import attention
 from lessons_src.layer import MultiHeadAttention
 from lessons_src.masks import (
+    at_positions,
     causal,
     causal_mask,
     check_mask,
     chunk_mask,
     combine_masks,
     document_mask,
+    draft_tree,
     key_mask,
     mask_tensor,
     padding,
@@ -29,6 +31,8 @@ from lessons_src.masks import (
     same_chunk,
     same_document,
     sliding_window,
+    tree_ancestors,
+    tree_positions,
 )
 from lessons_src.score_mods import Sinks
 
@@ -326,3 +330,74 @@ def test_lengths_given_as_ints_follow_the_mask_to_its_device() -> None:
         mask_tensor(padding(torch.tensor([2, 3])), 1, 4, B=2, device="meta")
     torch.testing.assert_close(mask_tensor(prefix_lm([1, 2]), 3, 4, B=2)[:, 0],
                                prefix_lm_mask(3, 4, prefix=[1, 2])[:, 0])
+
+
+# --------------------------------------------------------------------------- draft trees (speculative decoding)
+
+parent_arrays = st.integers(1, 7).flatmap(
+    lambda n: st.tuples(*[st.integers(-1, i - 1) for i in range(n)]).map(list))
+
+
+def _ancestors_walked(parents: list[int], i: int) -> set[int]:
+    """Node ``i`` and every node reached by following parents from it: the relation, computed directly."""
+    out = {i}
+    while parents[i] >= 0:
+        i = parents[i]
+        out.add(i)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(parents=parent_arrays, start=st.integers(0, 3))
+def test_a_draft_node_sees_the_cache_and_exactly_its_ancestors(parents: list[int], start: int) -> None:
+    n = len(parents)
+    keep = mask_tensor(causal() & draft_tree(parents, start=start), n, start + n)[0, 0]  # (n, start + n)
+    for i in range(n):
+        seen = {j - start for j in range(start, start + n) if keep[i, j]}
+        assert seen == _ancestors_walked(parents, i)
+        assert bool(keep[i, :start].all())  # every cached key
+    assert [len(_ancestors_walked(parents, i)) - 1 + start for i in range(n)] == tree_positions(parents, start).tolist()
+    assert torch.equal(tree_ancestors(torch.tensor(parents)), keep[:, start:])
+
+
+@settings(max_examples=20, deadline=None)
+@given(parents=parent_arrays, start=st.integers(1, 3))
+def test_a_full_pass_over_prompt_and_tree_is_causal_on_the_prompt(parents: list[int], start: int) -> None:
+    S = start + len(parents)
+    keep = mask_tensor(causal() & draft_tree(parents, start=start), S)[0, 0]
+    assert torch.equal(keep[:start], causal_mask(S)[:start])  # the prompt's queries: causal, no draft seen
+
+
+def test_a_chain_is_the_causal_mask() -> None:
+    assert torch.equal(mask_tensor(draft_tree([-1, 0, 1, 2], start=3), 4, 7)[0, 0], causal_mask(4, 7))
+    assert tree_positions([-1, 0, 1, 2], start=3).tolist() == [3, 4, 5, 6]
+
+
+def test_a_window_over_a_tree_is_measured_by_positions() -> None:
+    parents = [-1, 0, 0, 1, 2]  # two branches: positions 4, 5, 5, 6, 6 after a 4-token prompt
+    pos = torch.cat([torch.arange(4), tree_positions(parents, 4)])  # (9,)
+    keep = mask_tensor(at_positions(sliding_window(3), pos) & draft_tree(parents, start=4), 5, 9)[0, 0]
+    assert keep[4].int().tolist() == [0, 0, 0, 0, 1, 0, 1, 0, 1]  # node 4, at 6: ancestors at 4, 5; itself
+    by_slot = mask_tensor(sliding_window(3) & draft_tree(parents, start=4), 5, 9)[0, 0]
+    assert not torch.equal(keep, by_slot)  # slots would hide the root from node 4, its grandparent
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: tree_ancestors([0]), ValueError, "parents\\[0\\]=0"),
+    (lambda: tree_ancestors([-1, 2, 0]), ValueError, "must come before"),
+    (lambda: tree_ancestors([]), ValueError, "at least one node"),
+    (lambda: tree_ancestors([-1, 0.5]), TypeError, "parents\\[1\\] must be an int"),
+    (lambda: tree_ancestors("01"), TypeError, "parents must be a list"),
+    (lambda: tree_ancestors(torch.tensor([[-1]])), ValueError, "1-D"),
+    (lambda: tree_ancestors(torch.tensor([-1.0])), TypeError, "integer"),
+    (lambda: tree_positions([-1], start=-1), ValueError, "start must be at least 0"),
+    (lambda: draft_tree([-1], start=True), TypeError, "start"),
+    (lambda: mask_tensor(draft_tree([-1, 0], start=2), 2, 5), ValueError, "S must be 4"),
+    (lambda: at_positions(causal(), torch.tensor([0.0, 1.0])), TypeError, "integer tensor"),
+    (lambda: at_positions("causal", torch.arange(3)), TypeError, "MaskRule"),
+    (lambda: at_positions(causal(), torch.zeros(1, 1, 3, dtype=torch.long)), ValueError, "positions must be"),
+    (lambda: mask_tensor(at_positions(causal(), torch.arange(3)), 2, 4), ValueError, "one position per key slot"),
+])
+def test_draft_tree_arguments_get_clear_errors(call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call()

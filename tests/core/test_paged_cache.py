@@ -2,7 +2,10 @@
 """PagedKVCache and paged_attention: equal to each sequence's own contiguous cache, for ragged batches.
 
 The reference is the package's attention over one ``KVCache`` per sequence (bottom-right causal), and
-PyTorch's SDPA; the cases include sequences freed and their blocks handed to new ones.
+PyTorch's SDPA; the cases include sequences freed and their blocks handed to new ones. Shared blocks (``fork``),
+copy-on-write and ``truncate`` are checked against a plain list of each sequence's keys and values over a whole
+run of random operations, with every block counted after each one; ``PagedView`` against ``KVCache`` through the
+package's attention layer.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import torch.nn.functional as F
 
 from lessons_src.functional import attention
 from lessons_src.kv_cache import KVCache, kv_bytes_per_token
-from lessons_src.paged_cache import PagedKVCache, block_runs, paged_attention
+from lessons_src.layer import MultiHeadAttention
+from lessons_src.masks import same_document
+from lessons_src.mechanisms import Rotary
+from lessons_src.paged_cache import PagedKVCache, PagedView, block_runs, paged_attention
 
 K, E, EV = 2, 8, 6
 
@@ -211,11 +217,198 @@ def test_an_exhausted_pool_writes_nothing() -> None:
     assert cache.lengths[0] == 6 and cache.block_tables[0] == [0, 1]
 
 
+def count_blocks(pool: PagedKVCache) -> None:
+    """Every block is free or held, never both, never lost: its reference count is the number of block tables
+    naming it, the free list holds exactly the blocks of count 0, once each."""
+    named = [0] * pool.num_blocks
+    for table in pool.block_tables.values():
+        for b in table:
+            named[b] += 1
+    assert pool.refcounts == named
+    assert sorted(pool._free) == [b for b in range(pool.num_blocks) if named[b] == 0]
+    assert len(set(pool._free)) == len(pool._free)
+    for s, table in pool.block_tables.items():
+        assert len(table) == -(-pool.lengths[s] // pool.block_size)
+    assert pool.nbytes == sum(1 for n in named if n) * pool.block_nbytes
+
+
+def test_a_whole_run_of_forks_appends_truncates_and_frees_loses_and_leaks_no_block() -> None:
+    """Random operations on a small pool; after each, every block is counted and every sequence's keys and values
+    are those it was given (a plain list per sequence is the reference): a forked sequence reads its source's
+    prefix, and neither sees what the other appends later (copy-on-write). At the end every block is free."""
+    rng = torch.Generator().manual_seed(0)
+    pool = PagedKVCache(num_blocks=24, block_size=3, num_kv_heads=K, head_dim=E, v_head_dim=EV, dtype=torch.float64)
+    want: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # seq -> its (K, L, E), (K, L, Ev)
+    ops = {"add": 0, "fork": 0, "append": 0, "copy": 0, "truncate": 0, "free": 0}
+    next_id = 0
+
+    def pick() -> int:
+        return sorted(want)[int(torch.randint(len(want), (1,), generator=rng))]
+
+    for _ in range(300):
+        r = float(torch.rand((), generator=rng))
+        if not want or r < 0.1:
+            pool.add_sequence(next_id)
+            want[next_id] = (torch.zeros(K, 0, E, dtype=torch.float64), torch.zeros(K, 0, EV, dtype=torch.float64))
+            next_id, ops["add"] = next_id + 1, ops["add"] + 1
+        elif r < 0.25:
+            src = pick()
+            n = int(torch.randint(pool.lengths[src] + 1, (1,), generator=rng))
+            pool.fork(src, next_id, n)
+            want[next_id] = (want[src][0][:, :n], want[src][1][:, :n])
+            next_id, ops["fork"] = next_id + 1, ops["fork"] + 1
+        elif r < 0.7:
+            s, n = pick(), int(torch.randint(1, 5, (1,), generator=rng))
+            if pool.blocks_needed(s, n) > pool.num_free_blocks:
+                continue
+            shared_tail = pool.lengths[s] % 3 != 0 and pool.refcounts[pool.block_tables[s][-1]] > 1
+            k, v = kv(n, rng)
+            pool.append(s, k, v)
+            want[s] = (torch.cat([want[s][0], k], dim=1), torch.cat([want[s][1], v], dim=1))
+            ops["append"], ops["copy"] = ops["append"] + 1, ops["copy"] + shared_tail
+        elif r < 0.85:
+            s = pick()
+            n = int(torch.randint(pool.lengths[s] + 1, (1,), generator=rng))
+            pool.truncate(s, n)
+            want[s] = (want[s][0][:, :n], want[s][1][:, :n])
+            ops["truncate"] += 1
+        else:
+            s = pick()
+            pool.free(s)
+            del want[s]
+            ops["free"] += 1
+        count_blocks(pool)
+        for s, (k, v) in want.items():
+            torch.testing.assert_close(pool.gather(s), (k, v), rtol=0, atol=0)
+    assert min(ops.values()) >= 5, ops  # every kind of operation, copies on write included, happened
+    for s in list(want):
+        pool.free(s)
+    count_blocks(pool)
+    assert pool.num_free_blocks == pool.num_blocks and pool.nbytes == 0
+
+
+def test_a_fork_shares_full_blocks_and_copies_a_shared_partial_block_when_written() -> None:
+    pool = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=1, head_dim=2)
+    with torch.no_grad():
+        pool.add_sequence(0)
+        pool.append(0, torch.ones(1, 6, 2), torch.ones(1, 6, 2))  # blocks [0, 1], block 1 half full
+        pool.fork(0, 1)  # all 6 positions
+        assert pool.block_tables[1] == [0, 1] and pool.refcounts[:2] == [2, 2] and pool.num_free_blocks == 6
+        assert pool.nbytes == 2 * pool.block_nbytes  # shared: counted once
+        pool.append(1, 2 * torch.ones(1, 1, 2), 2 * torch.ones(1, 1, 2))  # writes into block 1: copied first
+        assert pool.block_tables[1] == [0, 2] and pool.refcounts[:3] == [2, 1, 1]
+        assert pool.gather(0)[0][0, :, 0].tolist() == [1] * 6  # the source did not see the fork's token
+        assert pool.gather(1)[0][0, :, 0].tolist() == [1] * 6 + [2]
+        pool.append(0, 3 * torch.ones(1, 2, 2), 3 * torch.ones(1, 2, 2))  # block 1 is its own again: no copy
+        assert pool.block_tables[0] == [0, 1] and pool.gather(1)[0][0, :, 0].tolist() == [1] * 6 + [2]
+        pool.fork(0, 2, 4)  # one full block: appending after it takes a new block, copies nothing
+        pool.append(2, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
+        assert pool.block_tables[2] == [0, 3] and pool.refcounts[0] == 3
+    count_blocks(pool)
+
+
+def test_truncate_gives_back_the_blocks_a_sequence_no_longer_needs() -> None:
+    pool = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=1, head_dim=2)
+    with torch.no_grad():
+        pool.add_sequence(0)
+        pool.append(0, torch.ones(1, 10, 2), torch.ones(1, 10, 2))  # blocks [0, 1, 2]
+        pool.fork(0, 1, 9)
+        pool.truncate(0, 5)  # block 2 is still held by sequence 1
+        assert pool.block_tables[0] == [0, 1] and pool.num_free_blocks == 5 and pool.refcounts[2] == 1
+        pool.truncate(1, 3)  # blocks 1 and 2 leave sequence 1; block 2 is free
+        assert pool.block_tables[1] == [0] and pool.num_free_blocks == 6 and pool.refcounts[:3] == [2, 1, 0]
+        pool.truncate(0, 0)
+        assert pool.block_tables[0] == [] and pool.lengths[0] == 0
+        pool.append(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))  # starts again from an empty table
+        assert pool.lengths[0] == 1
+    count_blocks(pool)
+
+
+def _layer_pair() -> tuple[MultiHeadAttention, int]:
+    torch.manual_seed(0)
+    return MultiHeadAttention(16, 4, num_kv_heads=2, rope=Rotary(4)).double().eval(), 2
+
+
+def test_a_view_of_one_sequence_decodes_as_a_kv_cache_does_and_truncates_in_the_pool() -> None:
+    layer, kv_heads = _layer_pair()
+    pool = PagedKVCache(num_blocks=6, block_size=3, num_kv_heads=kv_heads, head_dim=4, dtype=torch.float64)
+    pool.add_sequence(0)
+    view, own = PagedView(pool, [0]), KVCache(1, kv_heads, 4, 16, dtype=torch.float64)
+    x = torch.randn(1, 9, 16, dtype=torch.float64)
+    with torch.no_grad():
+        for a, b in ((0, 5), (5, 6), (6, 9)):  # a prompt, a token, a chunk of three
+            at = None if a == 0 else a
+            got = layer(x[:, a:b], is_causal=True, cache=view, cache_position=at)
+            torch.testing.assert_close(got, layer(x[:, a:b], is_causal=True, cache=own, cache_position=at))
+        assert view.length == pool.lengths[0] == 9 and view.nbytes == pool.nbytes
+        view.truncate(4)  # a rollback of five positions: two blocks back to the pool
+        assert pool.lengths[0] == 4 and pool.block_tables[0] == [0, 1] and pool.num_free_blocks == 4
+        own.truncate(4)
+        torch.testing.assert_close(layer(x[:, 4:5], is_causal=True, cache=view), layer(x[:, 4:5], is_causal=True, cache=own))
+
+
+def test_a_packed_step_of_several_sequences_equals_each_one_alone() -> None:
+    """Three sequences of the pool, one decoding a token, one prefilling a chunk, one starting its prompt, in one
+    packed row: each sequence's outputs are those of its own KVCache; a fork shares its source's blocks. Without
+    the mask of documents the queries would see other sequences' keys (checked to differ)."""
+    layer, kv_heads = _layer_pair()
+    g = torch.Generator().manual_seed(1)
+    pool = PagedKVCache(num_blocks=12, block_size=4, num_kv_heads=kv_heads, head_dim=4, dtype=torch.float64)
+    x = {s: torch.randn(1, 12, 16, generator=g, dtype=torch.float64) for s in range(3)}
+    own = {s: KVCache(1, kv_heads, 4, 16, dtype=torch.float64) for s in range(3)}
+    with torch.no_grad():
+        for s, n in ((0, 7), (1, 2)):  # already cached
+            pool.add_sequence(s)
+            layer(x[s][:, :n], is_causal=True, cache=PagedView(pool, [s]))
+            layer(x[s][:, :n], is_causal=True, cache=own[s])
+        pool.add_sequence(2)
+        new = {0: (7, 8), 1: (2, 6), 2: (0, 3)}
+        views = PagedView(pool, [0, 1, 2], [b - a for a, b in new.values()])
+        tokens = torch.cat([x[s][:, a:b] for s, (a, b) in new.items()], dim=1)  # (1, 8, 16)
+        docs, pos = views.documents(), views.positions()
+        got = layer(tokens, is_causal=True, cache=views, cache_position=views.length, positions=pos,
+                    attn_mask=same_document(docs))
+        want = torch.cat([layer(x[s][:, a:b], is_causal=True, cache=own[s], cache_position=a or None)
+                          for s, (a, b) in new.items()], dim=1)
+        torch.testing.assert_close(got, want)
+        assert pool.lengths == {0: 8, 1: 6, 2: 3}
+        views.truncate(sum(a for a, _ in new.values()))  # a failed step undone: each sequence back where it was
+        assert pool.lengths == {0: 7, 1: 2, 2: 0}
+        blind = layer(tokens, is_causal=True, cache=PagedView(pool, [0, 1, 2], [1, 4, 3]), cache_position=9,
+                      positions=pos)
+        assert (blind - want).abs().max() > 1e-3
+
+
+def test_a_failing_layer_step_leaves_every_sequence_of_the_view_as_it_was() -> None:
+    """The layer calls ``truncate(start)`` when a step fails after the cache was updated (a softcap the default
+    backend refuses here stands for any failure): the view undoes the step in every sequence."""
+    pool = PagedKVCache(num_blocks=6, block_size=2, num_kv_heads=1, head_dim=4)
+    for s in (0, 1):
+        pool.add_sequence(s)
+    view = PagedView(pool, [0, 1], [2, 1])
+    with torch.no_grad():
+        view.update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4))
+    blocks = pool.num_free_blocks
+    view.truncate(3)  # the present length: nothing to do
+    assert pool.lengths == {0: 2, 1: 1}
+    view.truncate(0)
+    assert pool.lengths == {0: 0, 1: 0} and pool.num_free_blocks == blocks + 2
+    count_blocks(pool)
+
+
 def _filled() -> PagedKVCache:
     cache = PagedKVCache(4, 2, 1, 4)
     cache.add_sequence(0)
     with torch.no_grad():
         cache.append(0, torch.zeros(1, 3, 4), torch.zeros(1, 3, 4))
+    return cache
+
+
+def _two() -> PagedKVCache:
+    cache = _filled()
+    cache.add_sequence(1)
+    with torch.no_grad():
+        cache.append(1, torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
     return cache
 
 
@@ -250,6 +443,36 @@ def _freed() -> PagedKVCache:
      r"sequences \[0\] hold fewer than T=4 positions"),
     (lambda: paged_attention(torch.randn(1, 1, 1, 4).double(), _filled(), [0]), ValueError, r"q is torch.float64"),
     (lambda: paged_attention(torch.randn(1, 1, 1, 4), _filled(), [0], min_run=0), ValueError, r"min_run must be at least 1"),
+    (lambda: _filled().fork(5, 1), ValueError, r"sequence 5 is not in the cache"),
+    (lambda: _filled().fork(0, 0), ValueError, r"sequence 0 is already in the cache"),
+    (lambda: _filled().fork(0, 1, 4), ValueError, r"length=4 but sequence 0 holds only 3 positions; share at most length=3"),
+    (lambda: _filled().fork(0, 1, -1), ValueError, r"length must be at least 0 \(positions to share\); got length=-1"),
+    (lambda: _filled().fork(0, 1, 1.0), TypeError, r"length must be an int; got 1.0"),
+    (lambda: _filled().truncate(0, 4), ValueError, r"length=4 but sequence 0 holds only 3 positions; truncate keeps a prefix"),
+    (lambda: _filled().truncate(0, -1), ValueError, r"length must be at least 0 \(positions to keep\)"),
+    (lambda: _filled().truncate(0, True), TypeError, r"length must be an int; got True"),
+    (lambda: _freed().truncate(0, 0), ValueError, r"sequence 0 is not in the cache"),
+    (lambda: PagedView("pool", [0]), TypeError, r"pool must be a PagedKVCache; got str"),  # type: ignore[arg-type]
+    (lambda: PagedView(_filled(), []), TypeError, r"seq_ids must be a non-empty list of sequence ids; got \[\]"),
+    (lambda: PagedView(_filled(), [1]), ValueError, r"sequence 1 is not in the cache"),
+    (lambda: PagedView(_filled(), [0, 0], [1, 1]), ValueError, r"seq_ids \[0, 0\] name a sequence twice"),
+    (lambda: PagedView(_two(), [0, 1]), ValueError, r"new_tokens=None is for one sequence; 2 sequences need one count each"),
+    (lambda: PagedView(_two(), [0, 1], [1]), ValueError, r"new_tokens must be a list of one count per sequence \(2\); got \[1\]"),
+    (lambda: PagedView(_two(), [0, 1], [1, 0]), ValueError, r"new_tokens\[1\] must be at least 1"),
+    (lambda: PagedView(_two(), [0, 1], [1, 2.0]), TypeError, r"new_tokens\[1\] must be an int; got 2.0"),  # type: ignore[list-item]
+    (lambda: PagedView(_two(), [0, 1], [1, 1]).update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4)), ValueError,
+     r"k holds T=3 new positions but the step's sequences bring sum\(new_tokens\)=2"),
+    (lambda: PagedView(_filled(), [0]).update(torch.zeros(1, 1, 4), torch.zeros(1, 1, 4)), ValueError,
+     r"k must be one packed row \(1, K, T, E\); got \(1, 1, 4\)"),
+    (lambda: PagedView(_filled(), [0]).update(torch.zeros(1, 1, 9, 4), torch.zeros(1, 1, 9, 4)), ValueError,
+     r"the pool is exhausted: the step needs up to 4 more blocks of 2 positions but only 2 of 4 are free"),
+    (lambda: PagedView(_filled(), [0]).update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 2)), ValueError,
+     r"v of shape \(1, 1, 2\) does not fit"),
+    (lambda: PagedView(_two(), [0, 1], [1, 1]).truncate(1), ValueError,
+     r"length=1: a view of 2 sequences can go back only to the length before its last update \(no update yet\) or stay at 4"),
+    (lambda: PagedView(_filled(), [0]).truncate(5), ValueError, r"length=5 but sequence 0 holds only 3 positions"),
+    (lambda: PagedView(_filled(), [0]).positions(), ValueError, r"positions\(\) needs new_tokens"),
+    (lambda: PagedView(_filled(), [0]).documents(), ValueError, r"documents\(\) needs new_tokens"),
 ])
 def test_bad_input_gets_a_clear_error(call, error, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=match):

@@ -12,7 +12,7 @@ from lessons_src.kv_cache import KVCache, RollingKVCache, kv_bytes_per_token
 from lessons_src.masks import causal_mask
 
 
-@pytest.mark.parametrize("implementation", ["sdpa", "eager", "tiled"])
+@pytest.mark.parametrize(("implementation", "spare"), [("sdpa", 0), ("eager", 0), ("tiled", 0), ("sdpa", 3)])
 @pytest.mark.parametrize(("window", "sinks", "chunks"), [
     (5, 0, [1] * 20),  # token by token from the start
     (5, 2, [7] + [1] * 13),  # a prompt longer than the window, then decoding
@@ -21,11 +21,12 @@ from lessons_src.masks import causal_mask
     (30, 3, [10, 10]),  # a window longer than the sequence: plain causal attention
     (3, 4, [2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]),  # more sinks than the window
 ])
-def test_decoding_equals_the_masked_full_forward(window: int, sinks: int, chunks: list[int], implementation: str) -> None:
+def test_decoding_equals_the_masked_full_forward(window: int, sinks: int, chunks: list[int], implementation: str,
+                                                 spare: int) -> None:
     N = sum(chunks)
     q, k, v = rotated(N, seed=window * 10 + sinks)
     full = attention(q, k, v, attn_mask=causal_mask(N, window=window, sink_tokens=sinks), implementation="eager").output
-    cache = RollingKVCache(B, K, E, window, sink_tokens=sinks, v_head_dim=6, dtype=torch.float64)
+    cache = RollingKVCache(B, K, E, window, sink_tokens=sinks, spare=spare, v_head_dim=6, dtype=torch.float64)
     outs, start = [], 0
     with torch.no_grad():
         for T in chunks:
@@ -35,6 +36,30 @@ def test_decoding_equals_the_masked_full_forward(window: int, sinks: int, chunks
                                   implementation=implementation).output)
             start += T
     torch.testing.assert_close(torch.cat(outs, dim=2), full, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_drafts_rolled_back_leave_the_window_whole_with_spare_slots(sinks: int) -> None:
+    """Speculative decoding: four drafts written, one kept (truncate), decoding goes on equal to the full pass; with
+    no spare slots, truncate refuses (the drafts overwrote keys the next token sees)."""
+    window, N = 4, 14
+    q, k, v = rotated(N, seed=5)
+    full = attention(q, k, v, attn_mask=causal_mask(N, window=window, sink_tokens=sinks), implementation="eager").output
+    for spare in (4, 0):
+        cache = RollingKVCache(B, K, E, window, sink_tokens=sinks, spare=spare, v_head_dim=6, dtype=torch.float64)
+        cache.update(k[:, :, :8], v[:, :, :8])
+        junk = torch.randn_like(k[:, :, :4])
+        cache.update(junk, torch.randn(B, K, 4, 6, dtype=torch.float64))  # four drafts at 8..11, all wrong ...
+        if spare < 4:
+            with pytest.raises(ValueError, match="spare >= the longest draft"):
+                cache.truncate(9)
+            continue
+        cache.truncate(8)  # ... so none is kept
+        outs = []
+        for t in range(8, N):
+            step = cache.update(k[:, :, t : t + 1], v[:, :, t : t + 1])
+            outs.append(attention(q[:, :, t : t + 1], step.k, step.v, attn_mask=step.mask).output)
+        torch.testing.assert_close(torch.cat(outs, dim=2), full[:, :, 8:], atol=1e-12, rtol=1e-10)
 
 
 def test_the_cache_keeps_the_sinks_and_the_last_window() -> None:

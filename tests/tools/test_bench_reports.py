@@ -517,6 +517,67 @@ def _split_kv_claims(r: dict[str, Any]) -> None:
     assert most["bytes_measured"]["own_copies"] > 10 * most["bytes_measured"]["shared_prefix"]
 
 
+# ------------------------------------------------------------------- speculative (tools/bench/bench_speculative.py)
+
+
+@check("speculative/settings")
+def _speculative_settings(r: dict[str, Any]) -> None:
+    from bench_speculative import (
+        DRAFT_LEN,
+        GOAL_REPEATS,
+        HALF,
+        LEAD,
+        NEW_TOKENS,
+        NGRAM,
+        PROMPT,
+        PROMPTS,
+        REPEATS,
+        ROWS,
+        TREE_DRAFTS,
+    )
+
+    c = r["config"]
+    assert (c["prompts"], c["prompt"], c["half"], c["lead"], c["new_tokens"]) == (PROMPTS, PROMPT, HALF, LEAD,
+                                                                                  NEW_TOKENS)
+    assert (c["ngram"], c["draft_len"], c["tree_drafts"], c["repeats"], c["goal_repeats"]) == (
+        NGRAM, DRAFT_LEN, TREE_DRAFTS, REPEATS, GOAL_REPEATS) and r["full_run"]
+    assert c["rows"] == list(ROWS) and set(r["sets"]) == {"held_out", "repeats"}
+    for s in r["sets"].values():
+        assert len(s["per_prompt"]) == PROMPTS
+        assert set(s["runs"]) == set(ROWS) and all(len(v) == REPEATS for v in s["runs"].values())
+    assert {"load_average_before", "load_average_after", "threads"} <= set(r["machine"])
+
+
+@check("speculative/counts")
+def _speculative_counts(r: dict[str, Any]) -> None:
+    """The first prompt of the repeats set decoded again: identical to greedy, the same passes and tokens per pass."""
+    from bench_speculative import counts, prompt_sets
+
+    from lessons_src.lab.text_model import load_text_model
+
+    model = load_text_model()
+    assert counts(model, prompt_sets(1)["repeats"][0]) == r["sets"]["repeats"]["per_prompt"][0]
+    for s in r["sets"].values():
+        assert s["identical"] and all(c["identical"] for c in s["per_prompt"])
+
+
+@check("speculative/summary")
+def _speculative_summary(r: dict[str, Any]) -> None:
+    import statistics
+
+    from bench_speculative import GOAL_REPEATS, NEW_TOKENS, ROWS, speedups
+
+    for s in r["sets"].values():
+        assert s["speedup"] == pytest.approx(speedups(s["runs"]))
+        assert s["tokens_per_pass"] == {row: pytest.approx(statistics.mean(c[row]["tokens_per_pass"]
+                                                                            for c in s["per_prompt"]), abs=1e-4)
+                                        for row in ("chain", "tree")}
+        tokens = len(s["per_prompt"]) * NEW_TOKENS
+        assert s["tokens_per_cpu_second"] == pytest.approx(
+            {row: tokens / statistics.median(x["cpu_seconds"] for x in s["runs"][row]) for row in ROWS})
+    assert r["goal_met"] == (max(r["sets"]["repeats"]["speedup"].values()) >= GOAL_REPEATS)
+
+
 # ------------------------------------------------------------------- every check above, one test each
 
 

@@ -354,6 +354,11 @@ def _lse_cases() -> list[Case]:
     return [Case(f"{label}, block_size={b}", (in_blocks(x, b),), {"block_size": b}) for label, x, b in sizes]
 
 
+def _draft_tree_cases() -> list[Case]:
+    trees = [([-1, 0, 0, 1, 2], 3), ([-1, 0, 1, 1, 0], 2), ([-1, -1, 0, 1], 4), ([-1, 0, 1], 1)]  # the last a chain
+    return [Case(f"parents={p}, cached={c}", (p, c)) for p, c in trees]
+
+
 def _left_pad_cases() -> list[Case]:
     sizes = [([3, 5, 1], 5), ([2, 4], 6), ([1, 3, 2], 3)]  # the first row never the longest: one length shows
     return [Case(f"lengths={lengths}, T={T}", (lengths, T)) for lengths, T in sizes]
@@ -632,6 +637,17 @@ EXERCISES: dict[str, Exercise] = {
              "`torch.arange(T) - pad` with `pad` of shape `(B, 1)` does every row at once.",
              "The padding slots come out negative: `.clamp(min=0)` puts them at 0."),
             _left_pad_cases, ("lessons_src.lab.batching.padded_positions",),
+        ),
+        Exercise(
+            "draft_tree_mask", "The mask of a draft tree",
+            Link("lessons/speculative-decoding.md", "a-tree-checked-in-one-pass",
+                 "Guess, then check: a tree checked in one pass"),
+            ("A draft sees its ancestors: follow the parents. Since a parent comes before its child, row `i` of "
+             "the drafts' part is row `parents[i]` plus `i` itself: one loop over the drafts, in order.",
+             "Every draft sees all `cached` keys before the drafts: put a block of `True` before the drafts' part.",
+             "A draft's position is `cached` plus its depth, the number of its ancestors: siblings share one. "
+             "`seen.sum(dim=1) - 1` counts them."),
+            _draft_tree_cases, ("lessons_src.masks.draft_tree", "lessons_src.masks.tree_positions"),
         ),
     )
 }

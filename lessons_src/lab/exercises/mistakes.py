@@ -80,6 +80,8 @@ _KERNEL_LESSON = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-
 _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counted",
                      "Why decoding waits on memory: one decoding step, counted")
 _PADDED = Link("lessons/many-prompts.md", "a-padded-batch", "Many prompts in one batch: a padded batch")
+_TREE = Link("lessons/speculative-decoding.md", "a-tree-checked-in-one-pass",
+             "Guess, then check: a tree checked in one pass")
 _MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
               "Split, merged, shared: the attention state, and its merge")
 MISCONCEPTIONS: dict[str, Misconception] = {
@@ -402,6 +404,25 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "Positions count from 0: the first real token is at 0, as in the prompt decoded alone "
             "(`attention_mask.cumsum(-1) - 1`, not the cumulative sum itself).",
             _PADDED,
+        ),
+        Misconception(
+            "tree_causal_by_index", "a tree checked with the causal mask",
+            "The drafts of a tree are alternatives: two siblings are two guesses for the same place, so neither may "
+            "see the other. A draft sees the cache and, among the drafts, only the path from the root to itself; "
+            "the causal mask lets it see every earlier draft, and its logits are no longer its path's.",
+            _TREE,
+        ),
+        Misconception(
+            "tree_positions_by_index", "draft positions by index",
+            "A draft's position is where its token would sit in the text: the cache's length plus its depth in the "
+            "tree. Siblings share a position; a draft's index in the list is not its place in the text.",
+            _TREE,
+        ),
+        Misconception(
+            "draft_cannot_see_prompt", "drafts that cannot see the cached prompt",
+            "The drafts continue the cached text: each query sees every cached key, as a decoded token does, and "
+            "the tree's rule only narrows what it sees among the drafts.",
+            _TREE,
         ),
         Misconception(
             "merge_without_reweighting", "outputs added without reweighting",
@@ -850,6 +871,30 @@ def _lse_whole_rows(x: Tensor, block_size: int) -> Tensor:
     return torch.logsumexp(x, dim=-1)  # over each whole row at once
 
 
+def _tree_seen(parents: list[int]) -> Tensor:
+    seen = torch.eye(len(parents), dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            seen[i] |= seen[p]
+    return seen
+
+
+def _tree_causal(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    n, seen = len(parents), _tree_seen(parents)
+    keep = torch.ones(n, cached + n, dtype=torch.bool).tril(cached)  # causal by index: every earlier draft
+    return keep, cached + seen.sum(dim=1) - 1
+
+
+def _tree_positions_by_index(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    n, seen = len(parents), _tree_seen(parents)
+    return torch.cat([torch.ones(n, cached, dtype=torch.bool), seen], dim=1), cached + torch.arange(n)
+
+
+def _tree_prompt_hidden(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    n, seen = len(parents), _tree_seen(parents)
+    return torch.cat([torch.zeros(n, cached, dtype=torch.bool), seen], dim=1), cached + seen.sum(dim=1) - 1
+
+
 def _positions_from_padding(lengths: list[int], T: int) -> Tensor:
     return torch.arange(T).expand(len(lengths), T)  # every row from slot 0, its padding counted
 
@@ -1106,6 +1151,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("merge_attention_states", "merge_nan_for_empty", "empty_state_forgotten",
             "weighted each output by `exp(lse_i - lse)` even where both states are empty (`lse = -inf`), which "
             "gives NaN", _merge_nan_empty),
+    Variant("draft_tree_mask", "tree_causal", "tree_causal_by_index",
+            "let each draft see every earlier draft, causally by index, siblings and cousins included", _tree_causal),
+    Variant("draft_tree_mask", "tree_positions_by_index", "tree_positions_by_index",
+            "gave draft `i` the position `cached + i`, its index, not its depth", _tree_positions_by_index),
+    Variant("draft_tree_mask", "tree_prompt_hidden", "draft_cannot_see_prompt",
+            "hid the cached prompt from the drafts: each sees only its ancestors", _tree_prompt_hidden),
     Variant("left_padded_positions", "positions_from_padding", "positions_from_padding",
             "gave every row the positions `0 .. T - 1` of its slots, padding included", _positions_from_padding),
     Variant("left_padded_positions", "one_length", "one_length_for_all_rows",

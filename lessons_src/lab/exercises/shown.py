@@ -21,6 +21,7 @@ __all__ = [
     "decode_step",
     "delta_rule_step",
     "dimension_arithmetic",
+    "draft_tree_mask",
     "flash_tile_step",
     "flex_sink_attention",
     "gated_output",
@@ -271,6 +272,17 @@ def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
         l = l * torch.exp2(m - shift) + torch.exp2(block - shift[..., None]).sum(dim=-1)
         m = m_new
     return (m + torch.log2(l)) * math.log(2)  # back to natural log: log2(y) * ln(2) == ln(y)
+
+
+def draft_tree_mask(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    n = len(parents)
+    seen = torch.eye(n, dtype=torch.bool)  # (n, n): each draft sees itself
+    for i, p in enumerate(parents):
+        if p >= 0:
+            seen[i] |= seen[p]  # and what its parent sees: all its ancestors (a parent comes first)
+    prompt = torch.ones(n, cached, dtype=torch.bool)  # every draft sees the whole cached prompt
+    depth = seen.sum(dim=1) - 1  # (n,): its ancestors, itself not counted
+    return torch.cat([prompt, seen], dim=1), cached + depth  # (n, cached + n), (n,): positions by depth
 
 
 def left_padded_positions(lengths: list[int], T: int) -> Tensor:

@@ -19,7 +19,7 @@ from ...flash import softmax_statistics, tile_plan
 from ...flex import flex_attend
 from ...functional import _softmax_zero_rows, attention
 from ...layer import MultiHeadAttention
-from ...masks import causal, mask_mod
+from ...masks import causal, draft_tree, mask_mod, mask_tensor, tree_positions
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
@@ -37,6 +37,7 @@ __all__ = [
     "decode_step",
     "delta_rule_step",
     "dimension_arithmetic",
+    "draft_tree_mask",
     "flash_tile_step",
     "flex_sink_attention",
     "gated_output",
@@ -220,6 +221,12 @@ def causal_key_ends(T: int, S: int, block_q: int) -> list[int]:
 def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
     *_, (m, l) = softmax_statistics(x, block_size=block_size)  # lessons_src.flash: block by block; the last
     return m + torch.log(l)  # natural log; -inf + log(0) = -inf for a row that sees nothing
+
+
+def draft_tree_mask(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    n = len(parents)
+    keep = mask_tensor(causal() & draft_tree(parents, start=cached), n, cached + n)[0, 0]  # lessons_src.masks
+    return keep, tree_positions(parents, cached)
 
 
 def left_padded_positions(lengths: list[int], T: int) -> Tensor:

@@ -378,6 +378,23 @@ def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
     raise NotImplementedError
 
 
+def draft_tree_mask(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
+    """The mask and positions that check a tree of draft tokens in one pass, after ``cached`` cached tokens.
+
+    Draft ``i``'s parent is ``parents[i]``: an earlier draft's index, or ``-1`` for the last cached token. The
+    queries are the ``n`` drafts; the keys are the ``cached`` tokens, then the ``n`` drafts in order. A draft may
+    see every cached key and, among the drafts, only its ancestors and itself. Its position is ``cached`` plus its
+    depth (a draft whose parent is ``-1`` is at ``cached``).
+
+    Returns:
+        the mask, ``(n, cached + n)`` bool, True = may attend; the positions, ``(n,)`` int64.
+
+    Example:
+        ``parents=[-1, 0, 0], cached=1`` gives ``[[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]`` and ``[1, 2, 2]``.
+    """
+    raise NotImplementedError
+
+
 def left_padded_positions(lengths: list[int], T: int) -> Tensor:
     """Each token's position in a batch of prompts left padded to ``T`` slots, as RoPE must see it.
 
