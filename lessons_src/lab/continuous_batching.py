@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-    from .text_model import TextGPT
+    from .batching import CachedDecoder
 
 __all__ = ["Request", "Served", "Step", "serve", "steps_figure"]
 
@@ -132,12 +132,14 @@ def _start(pools: list[PagedKVCache], i: int, r: Request, running: dict[int, Req
 
 
 @torch.no_grad()
-def serve(model: TextGPT, requests: Sequence[Request], *, num_blocks: int = 64, block_size: int = 16,
+def serve(model: CachedDecoder, requests: Sequence[Request], *, num_blocks: int = 64, block_size: int = 16,
           max_batch_tokens: int = 64) -> Served:
     """Greedy decoding of every request by continuous batching over a shared page pool (see the module).
 
     Args:
-        model: a :class:`~lessons_src.lab.text_model.TextGPT`.
+        model: a decoder with a cached interface (:class:`~lessons_src.lab.batching.CachedDecoder`), such as
+            :class:`~lessons_src.lab.text_model.TextGPT`: the shape of its caches (``model.make_caches(1)``) gives
+            the pages' shape and the context.
         requests: what to serve; each starts at its ``arrival`` step or when the pool can hold it, in order.
         num_blocks: pages in each layer's pool.
         block_size: positions per page.
@@ -157,17 +159,16 @@ def serve(model: TextGPT, requests: Sequence[Request], *, num_blocks: int = 64, 
         >>> [len(t) for t in done.tokens], [len(s.rows) for s in done.steps]
         ([3, 2], [1, 2, 1])
     """
-    cfg = model.cfg
     num_blocks, block_size = size("num_blocks", num_blocks), size("block_size", block_size)
     budget = size("max_batch_tokens", max_batch_tokens, hint="tokens per step")
-    reqs = _check(requests, cfg.max_len)
+    layers = model.make_caches(1)  # the shape of each layer's cache, and the context
+    reqs = _check(requests, layers[0].max_len)
     need = [math.ceil((len(r.prompt) + r.max_new - 1) / block_size) for r in reqs]  # pages at most, sharing aside
     if max(need) > num_blocks:
         raise ValueError(f"a request needs up to {max(need)} pages of {block_size} but the pool has "
                          f"num_blocks={num_blocks}; give at least that many")
-    w = model.unembed.weight
-    pools = [PagedKVCache(num_blocks, block_size, cfg.num_heads, cfg.d_model // cfg.num_heads, dtype=w.dtype,
-                          device=w.device) for _ in range(cfg.num_layers)]  # one per layer, the same pages in each
+    pools = [PagedKVCache(num_blocks, block_size, c.num_kv_heads, c.head_dim, v_head_dim=c.v_head_dim, dtype=c.k.dtype,
+                          device=c.k.device) for c in layers]  # one per layer, the same pages in each
     waiting, running = list(range(len(reqs))), dict[int, Request]()  # by request id, in arrival order
     chosen: list[list[Tensor]] = [[] for _ in reqs]
     steps, peak, computed, shared, now = [], 0, 0, 0, 0
@@ -187,7 +188,7 @@ def serve(model: TextGPT, requests: Sequence[Request], *, num_blocks: int = 64, 
             continue
         ids, feed = [i for i, _, _ in rows], [f for _, _, f in rows]
         views = [PagedView(pool, ids, [len(f) for f in feed]) for pool in pools]
-        tokens = torch.tensor([t for f in feed for t in f], device=w.device)[None]  # (1, T): the packed row
+        tokens = torch.tensor([t for f in feed for t in f], device=pools[0].k.device)[None]  # (1, T): the packed row
         logits, _ = model(tokens, caches=views, positions=views[0].positions(),
                           attn_mask=same_document(views[0].documents()))  # (1, T, V)
         computed, end = computed + tokens.shape[1], -1

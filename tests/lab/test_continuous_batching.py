@@ -1,7 +1,9 @@
 """lessons_src.lab.continuous_batching: requests that arrive, prefill in chunks, decode and leave, on one page pool.
 
 The reference is each prompt decoded alone by full passes (``batching.generate_alone``): every request's tokens are
-its, and its logits to float32's tolerance, however the steps mixed it with others. A prompt that begins with whole
+its, and its logits to float32's tolerance, however the steps mixed it with others; and ``transformers``' own
+continuous batching (``generate_batch``) on a tiny random Qwen3, whose weights the course's copy of that decoder
+shares: the same greedy tokens, and the same log-probabilities. A prompt that begins with whole
 pages another request holds starts on those very pages (the same block ids, computed once); every page is back in
 the pool when the last request leaves, and none is held that no request names during the run.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from qwen3_like import Qwen3Like, tiny_qwen3
 
 from lessons_src.lab.batching import generate_alone
 from lessons_src.lab.continuous_batching import Request, serve, steps_figure
@@ -84,6 +87,34 @@ def test_the_steps_figure_draws_each_step() -> None:
     assert [len(t) for t in done.tokens] == [3, 2] and [len(s.rows) for s in done.steps] == [1, 2, 2]
     fig = steps_figure(done.steps, size=(4, 2), font=9)
     assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 5
+
+
+def test_the_same_tokens_as_transformers_generate_batch() -> None:
+    """Six prompts (87 tokens: more than a step's 64, so prefill goes in chunks beside decoding; two share 32 tokens,
+    the second arriving later in the course's loop so it starts on the first one's pages) through ``generate_batch``
+    with a small configuration of pages, and through :func:`serve` with the same: the same greedy tokens, and each
+    token's log-probability to float32's tolerance."""
+    pytest.importorskip("transformers")
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    ref = tiny_qwen3(max_position_embeddings=64)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 64, (n,), generator=g) for n in (3, 20, 7, 40, 5)]
+    prompts.append(torch.cat([prompts[3][:32], torch.randint(1, 64, (12,), generator=g)]))
+    with torch.no_grad():
+        theirs = ref.generate_batch([p.tolist() for p in prompts], warmup=False,
+                                    generation_config=GenerationConfig(max_new_tokens=8, do_sample=False,
+                                                                       eos_token_id=-1, pad_token_id=0),
+                                    continuous_batching_config=ContinuousBatchingConfig(
+                                        page_size=16, num_blocks=16, max_batch_tokens=64, return_logprobs=True))
+    ours = serve(Qwen3Like(ref).eval(), [Request(p, 8, arrival=2 * (i == 5)) for i, p in enumerate(prompts)],
+                 num_blocks=16, block_size=16, max_batch_tokens=64)
+    assert [t.tolist() for t in ours.tokens] == [out.generated_tokens for out in theirs.values()]
+    assert ours.shared == 32 and any({kind for _, kind, _ in step.rows} == {"prefill", "decode"} for step in ours.steps)
+    for logits, tokens, out in zip(ours.logits, ours.tokens, theirs.values(), strict=True):
+        chosen = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]
+        torch.testing.assert_close(chosen, torch.tensor(out.logprobs), atol=1e-5, rtol=1e-5)
 
 
 def _tiny() -> TextGPT:
