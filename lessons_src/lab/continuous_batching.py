@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from .._checks import size, tensor
-from ..masks import same_document
+from ..masks import mask_tensor, same_document
 from ..paged_cache import PagedKVCache, PagedView
 
 if TYPE_CHECKING:
@@ -189,8 +189,9 @@ def serve(model: CachedDecoder, requests: Sequence[Request], *, num_blocks: int 
         ids, feed = [i for i, _, _ in rows], [f for _, _, f in rows]
         views = [PagedView(pool, ids, [len(f) for f in feed]) for pool in pools]
         tokens = torch.tensor([t for f in feed for t in f], device=pools[0].k.device)[None]  # (1, T): the packed row
-        logits, _ = model(tokens, caches=views, positions=views[0].positions(),
-                          attn_mask=same_document(views[0].documents()))  # (1, T, V)
+        docs = views[0].documents()  # (S,): each key's request; a query sees its own request's keys only
+        mask = mask_tensor(same_document(docs), tokens.shape[1], len(docs), device=docs.device)  # once, every layer
+        logits, _ = model(tokens, caches=views, positions=views[0].positions(), attn_mask=mask)  # (1, T, V)
         computed, end = computed + tokens.shape[1], -1
         for i, f in zip(ids, feed, strict=True):
             r, end = reqs[i], end + len(f)
