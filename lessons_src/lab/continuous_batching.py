@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import size, tensor
+from .._checks import flag, instance, positive, size, tensor
 from ..masks import mask_tensor, same_document
 from ..paged_cache import PagedKVCache, PagedView
 
@@ -62,8 +62,15 @@ class Request:
     prompt: Tensor
     max_new: int
     arrival: int = 0
-    out: list[int] = field(default_factory=list, repr=False)  # tokens written so far
-    fed: int = field(default=0, repr=False)  # positions in its cache
+    out: list[int] = field(default_factory=list, init=False, repr=False)  # tokens written so far
+    fed: int = field(default=0, init=False, repr=False)  # positions in its cache
+
+    def __post_init__(self) -> None:
+        tensor("prompt", self.prompt, ndim=1, shape="(L,) of token ids", dtype="integer")
+        if self.prompt.numel() == 0:
+            raise ValueError("prompt is empty; a request needs at least one token")
+        self.max_new = size("max_new", self.max_new, hint="tokens to write")
+        self.arrival = size("arrival", self.arrival, minimum=0, hint="the first step it may join")
 
     def tokens(self) -> list[int]:
         """Its prompt, then what it wrote."""
@@ -103,12 +110,8 @@ def _check(requests: Sequence[Request], max_len: int) -> list[Request]:
     if not isinstance(requests, list | tuple) or not requests:
         raise TypeError(f"requests must be a non-empty list of Request; got {type(requests).__name__}")
     for i, r in enumerate(requests):
-        if not isinstance(r, Request):
-            raise TypeError(f"requests[{i}] must be a Request; got {type(r).__name__}")
-        tensor(f"requests[{i}].prompt", r.prompt, ndim=1, shape="(L,) of token ids", dtype="integer")
-        size(f"requests[{i}].max_new", r.max_new, hint="tokens to write")
-        size(f"requests[{i}].arrival", r.arrival, minimum=0, hint="the first step it may join")
-        if not 1 <= len(r.prompt) <= max_len - r.max_new + 1:
+        instance(f"requests[{i}]", r, Request, "a Request")
+        if len(r.prompt) > max_len - r.max_new + 1:
             raise ValueError(f"requests[{i}] has a prompt of {len(r.prompt)} tokens and max_new={r.max_new}: the "
                              f"prompt needs 1 to {max_len - r.max_new + 1} tokens to stay in the context of {max_len}")
     return [Request(r.prompt, r.max_new, r.arrival) for r in requests]  # fresh state: the caller's are untouched
@@ -159,6 +162,9 @@ def serve(model: CachedDecoder, requests: Sequence[Request], *, num_blocks: int 
         >>> [len(t) for t in done.tokens], [len(s.rows) for s in done.steps]
         ([3, 2], [1, 2, 1])
     """
+    if not callable(getattr(model, "make_caches", None)):
+        raise TypeError(f"model must be a decoder with make_caches() and a cached call, such as TextGPT; got "
+                        f"{type(model).__name__}")
     num_blocks, block_size = size("num_blocks", num_blocks), size("block_size", block_size)
     budget = size("max_batch_tokens", max_batch_tokens, hint="tokens per step")
     layers = model.make_caches(1)  # the shape of each layer's cache, and the context
@@ -209,42 +215,53 @@ def serve(model: CachedDecoder, requests: Sequence[Request], *, num_blocks: int 
     return Served([torch.tensor(r.out) for r in reqs], [torch.stack(c) for c in chosen], steps, peak, computed, shared)
 
 
-def steps_figure(steps: Sequence[Step], *, size: tuple[float, float], font: float) -> Figure:
-    """Each step's batch: one bar per request, prefill tokens in orange and decoding tokens in blue (left); the pages
-    each running request holds after the step, shared pages hatched (right).
+def steps_figure(steps: Sequence[Step], *, size: tuple[float, float], font: float, stacked: bool = False) -> Figure:
+    """Each step's batch (left): one bar per request, its number on it, orange where it prefills, blue where it
+    decodes, as long as the tokens it brings; and the pages each running request holds after the step (right), one
+    colour per request, a page it shares with another hatched.
 
     Args:
         steps: from :func:`serve`.
         size: the figure's size in inches; font: its type size in points.
+        stacked: the panels one above the other (a phone's column), not side by side.
     """
     from .plotting import figure
 
+    if not isinstance(steps, list | tuple) or not all(isinstance(step, Step) for step in steps):
+        raise TypeError(f"steps must be a list of Step, as serve() returns them; got {type(steps).__name__}")
+    if not isinstance(size, tuple) or len(size) != 2:
+        raise TypeError(f"size must be (width, height) in inches; got {size!r}")
+    size = (positive("size[0]", size[0]), positive("size[1]", size[1]))
+    font, stacked = positive("font", font, hint="points"), flag("stacked", stacked)
     fig = figure(figsize=size)
-    left, right = fig.subplots(1, 2)
-    colours = {"prefill": "#e08a2c", "decode": "#2b6cb0"}
+    left, right = fig.subplots(2, 1) if stacked else fig.subplots(1, 2)
+    kinds = {"prefill": "#d9822b", "decode": "#2b6cb0"}
+    palette = ["#4c956c", "#8e6bbf", "#c9563c", "#3a8fb7", "#b8860b", "#7a7a7a", "#d16ba5", "#2f4f4f"]
     for s, step in enumerate(steps):
         x = 0.0
         for i, kind, n in step.rows:
-            left.barh(s, n, left=x, color=colours[kind], edgecolor="white", linewidth=0.8)
-            if n >= 6:
-                left.text(x + n / 2, s, str(i), ha="center", va="center", fontsize=font, color="white")
+            left.barh(s, n, left=x, height=0.8, color=kinds[kind], edgecolor="white", linewidth=1)
+            left.text(x + n / 2, s, str(i), ha="center", va="center", fontsize=font, color="white")
             x += n
         held: dict[int, int] = {}
         for table in step.pages.values():
             for b in table:
                 held[b] = held.get(b, 0) + 1
         x = 0.0
-        for table in step.pages.values():
+        for i, table in step.pages.items():
             for b in table:
-                right.barh(s, 1, left=x, color="#6b8e23", hatch="///" if held[b] > 1 else None, edgecolor="white",
-                           linewidth=0.5)
+                right.barh(s, 1, left=x, height=0.8, color=palette[i % len(palette)], edgecolor="white",
+                           hatch="////" if held[b] > 1 else None, linewidth=1)
                 x += 1
-            x += 0.5
-    for ax, label in ((left, "tokens in the step"), (right, "pages held")):
-        ax.invert_yaxis()
-        ax.set_xlabel(label, fontsize=font)
+            if table:  # the number on its last page, its own
+                right.text(x - 0.5, s, str(i), ha="center", va="center", fontsize=font, color="white")
+    left.set_title("tokens in each step (orange: prefill, blue: decode)", fontsize=font)
+    right.set_title("pages held (hatched: shared)", fontsize=font)
+    for ax, unit in ((left, "tokens"), (right, "pages")):
+        ax.set_xlabel(unit, fontsize=font)
+        ax.set_ylim(len(steps) - 0.5, -0.5)
+        ax.set_ylabel("step", fontsize=font)
         ax.tick_params(labelsize=font)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    left.set_ylabel("step", fontsize=font)
     return fig

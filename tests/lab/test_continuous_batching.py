@@ -124,10 +124,14 @@ def _tiny() -> TextGPT:
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: serve(_tiny(), []), TypeError, r"requests must be a non-empty list of Request; got list"),
     (lambda: serve(_tiny(), ["ab"]), TypeError, r"requests\[0\] must be a Request; got str"),  # type: ignore[list-item]
-    (lambda: serve(_tiny(), [Request(torch.zeros(2, 2, dtype=torch.long), 1)]), ValueError, r"requests\[0\].prompt"),
-    (lambda: serve(_tiny(), [Request(encode("a"), 0)]), ValueError, r"requests\[0\].max_new must be at least 1"),
-    (lambda: serve(_tiny(), [Request(encode("a"), 1, arrival=-1)]), ValueError,
-     r"requests\[0\].arrival must be at least 0"),
+    (lambda: Request(torch.zeros(2, 2, dtype=torch.long), 1), ValueError, r"prompt must be 1-D \(L,\) of token ids"),
+    (lambda: Request(torch.zeros(0, dtype=torch.long), 1), ValueError, r"prompt is empty"),
+    (lambda: Request(encode("a"), 0), ValueError, r"max_new must be at least 1 \(tokens to write\)"),
+    (lambda: Request(encode("a"), 1, arrival=-1), ValueError, r"arrival must be at least 0"),
+    (lambda: serve("model", [Request(encode("a"), 1)]), TypeError, r"model must be a decoder with make_caches\(\)"),
+    (lambda: steps_figure(["x"], size=(4, 2), font=9), TypeError, r"steps must be a list of Step"),
+    (lambda: steps_figure([], size=4, font=9), TypeError, r"size must be \(width, height\) in inches; got 4"),
+    (lambda: steps_figure([], size=(4, 2), font=0), ValueError, r"font must be above 0"),
     (lambda: serve(_tiny(), [Request(encode("a" * 10), 8)]), ValueError,
      r"requests\[0\] has a prompt of 10 tokens and max_new=8: the prompt needs 1 to 9 tokens to stay in the context "
      r"of 16"),
