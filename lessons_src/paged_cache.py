@@ -36,6 +36,8 @@ paged decode step close to a contiguous one (``make bench-long-context`` measure
 cached decode (``TextGPT(..., caches=[one view per layer])``) runs on the pool's pages: the sequences' new tokens
 are packed into one row, and each query sees its own sequence's keys only (:meth:`PagedView.documents`).
 
+Needs ``kv_cache.py`` (with ``masks.py``) and ``_checks.py``.
+
 References:
     Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
     SOSP 2023 (arXiv:2309.06180); section 4.4 shares blocks between sequences with reference counts and
