@@ -30,7 +30,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
 .PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
-	bench-long-context bench-flex bench-sparse bench-split-kv bench-speculative parallel
+	bench-long-context bench-flex bench-sparse bench-split-kv bench-continuous-batching bench-speculative parallel
 .PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate
 
 help: ## List the targets
@@ -226,6 +226,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_sparse.py
 	$(BIN)/python tools/bench/bench_roofline.py
 	$(BIN)/python tools/bench/bench_split_kv.py
+	$(BIN)/python tools/bench/bench_continuous_batching.py
 	$(BIN)/python tools/bench/bench_speculative.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
@@ -261,6 +262,8 @@ bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S =
 bench-split-kv: $(DEPS) ## Only split-KV decoding vs one pass (8K-128K cached) and a shared 4K prefix vs own copies
 	$(BIN)/python tools/bench/bench_split_kv.py
 
+bench-continuous-batching: $(DEPS) ## Only 16 requests one at a time, in a padded batch, and by continuous batching
+	$(BIN)/python tools/bench/bench_continuous_batching.py
 bench-speculative: $(DEPS) ## Only the text model's greedy decoding vs prompt-lookup speculation (chains, trees), two sets
 	$(BIN)/python tools/bench/bench_speculative.py
 

@@ -36,6 +36,8 @@ paged decode step close to a contiguous one (``make bench-long-context`` measure
 cached decode (``TextGPT(..., caches=[one view per layer])``) runs on the pool's pages: the sequences' new tokens
 are packed into one row, and each query sees its own sequence's keys only (:meth:`PagedView.documents`).
 
+Needs ``kv_cache.py`` (with ``masks.py``) and ``_checks.py``.
+
 References:
     Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention",
     SOSP 2023 (arXiv:2309.06180); section 4.4 shares blocks between sequences with reference counts and
@@ -248,8 +250,20 @@ class PagedKVCache:
         self._known(seq_id)
         self._check(k, v)
         T, bs = k.shape[1], self.block_size
-        start = self.lengths[seq_id]
-        table = self.block_tables[seq_id]
+        start, table = self._grow(seq_id, T), self.block_tables[seq_id]
+        if T == 1:  # decoding: one position, written with plain indexing
+            self.k[:, table[start // bs], start % bs] = k[:, 0]
+            self.v[:, table[start // bs], start % bs] = v[:, 0]
+            return
+        pos = torch.arange(start, start + T, device=self.k.device)
+        blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
+        self.k[:, blocks, pos % bs] = k  # (K, T, E): one position per (block, offset)
+        self.v[:, blocks, pos % bs] = v
+
+    def _grow(self, seq_id: int, T: int) -> int:
+        """Make room for ``T`` more positions of a known sequence: copy its last block if that is partly filled and
+        shared (copy-on-write), take the blocks past it; return where the new positions start. Writes no key."""
+        bs, start, table = self.block_size, self.lengths[seq_id], self.block_tables[seq_id]
         needed = self.blocks_needed(seq_id, T)
         if needed > len(self._free):
             raise ValueError(
@@ -264,14 +278,7 @@ class PagedKVCache:
             table[-1] = own
         table.extend(self._take() for _ in range(math.ceil((start + T) / bs) - len(table)))
         self.lengths[seq_id] = start + T
-        if T == 1:  # decoding: one position, written with plain indexing
-            self.k[:, table[start // bs], start % bs] = k[:, 0]
-            self.v[:, table[start // bs], start % bs] = v[:, 0]
-            return
-        pos = torch.arange(start, start + T, device=self.k.device)
-        blocks = torch.tensor(table, dtype=torch.long, device=self.k.device)[pos // bs]  # (T,) block of each position
-        self.k[:, blocks, pos % bs] = k  # (K, T, E): one position per (block, offset)
-        self.v[:, blocks, pos % bs] = v
+        return start
 
     def _check(self, k: Tensor, v: Tensor) -> None:
         for name, t, width in (("k", k, self.head_dim), ("v", v, self.v_head_dim)):
@@ -432,15 +439,19 @@ class PagedView(LayerCache):
               [i for i, n in enumerate(self.new_tokens) for _ in range(n)]
         return torch.tensor(ids, dtype=torch.long, device=self.pool.k.device)  # (S,)
 
-    def _cached(self) -> tuple[Tensor, Tensor]:
-        """Every sequence's cached keys and values, in order, read from the pool: ``(K, L, E)``, ``(K, L, Ev)``."""
+    def _slots(self, start: list[int], end: list[int]) -> Tensor:
+        """Where positions ``start[i] .. end[i] - 1`` of each sequence ``i`` are, in order, in the pool seen as one row
+        of ``num_blocks * block_size`` slots per head."""
         pool, bs = self.pool, self.pool.block_size
-        slots = []  # each cached position's place in the pool seen as (K, num_blocks * block_size, E)
-        for s in self.seq_ids:
-            slots += [b * bs + i for b in pool.table(s) for i in range(bs)][: pool.lengths[s]]
-        where = torch.tensor(slots, dtype=torch.long, device=pool.k.device)  # (L,)
-        K, n = pool.num_kv_heads, pool.num_blocks * bs
-        return pool.k.view(K, n, pool.head_dim)[:, where], pool.v.view(K, n, pool.v_head_dim)[:, where]
+        tables = [pool.table(s) for s in self.seq_ids]
+        at = pool.k.device
+        blocks = torch.tensor([b for t in tables for b in t], dtype=torch.long, device=at)  # every block, in order
+        first = torch.tensor([i * bs for t in tables for i in range(len(t))], device=at)  # its first position
+        low = torch.tensor([a for t, a in zip(tables, start, strict=True) for _ in t], device=at)
+        high = torch.tensor([b for t, b in zip(tables, end, strict=True) for _ in t], device=at)
+        pos = first[:, None] + torch.arange(bs, device=at)  # (blocks, bs): each slot's position in its sequence
+        keep = (pos >= low[:, None]) & (pos < high[:, None])
+        return (blocks[:, None] * bs + torch.arange(bs, device=at))[keep]  # (n,), sequence by sequence
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append each sequence's new keys and values to its pages; return every cached position's, then the new.
@@ -465,13 +476,14 @@ class PagedView(LayerCache):
             raise ValueError(f"the pool is exhausted: the step needs up to {needed} more blocks of {pool.block_size} "
                              f"positions but only {pool.num_free_blocks} of {pool.num_blocks} are free; finish or "
                              "free sequences first, or make the pool with more num_blocks")
-        old_k, old_v = self._cached()  # (K, L, E), (K, L, Ev)
-        self._before = [pool.lengths[s] for s in self.seq_ids]
-        start = 0
-        for s, n in zip(self.seq_ids, counts, strict=True):
-            pool.append(s, k[0, :, start : start + n], v[0, :, start : start + n])
-            start += n
-        return torch.cat([old_k, k[0]], dim=1)[None], torch.cat([old_v, v[0]], dim=1)[None]  # (1, K, S, E)
+        self._before = [pool._grow(s, n) for s, n in zip(self.seq_ids, counts, strict=True)]  # blocks taken
+        after = [pool.lengths[s] for s in self.seq_ids]
+        K, n = pool.num_kv_heads, pool.num_blocks * pool.block_size
+        keys, values = pool.k.view(K, n, pool.head_dim), pool.v.view(K, n, pool.v_head_dim)  # one row of slots
+        new = self._slots(self._before, after)
+        keys[:, new], values[:, new] = k[0], v[0]  # every sequence's new positions, in one write
+        old = self._slots([0] * len(after), self._before)
+        return torch.cat([keys[:, old], k[0]], dim=1)[None], torch.cat([values[:, old], v[0]], dim=1)[None]
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions. One sequence: :meth:`PagedKVCache.truncate`. Several: only the

@@ -35,7 +35,7 @@ T_, V_ = TypeError, ValueError
 EITHER = (TypeError, ValueError)
 
 MODULES = ["mechanisms", "shared_kv", "score_mods", "split_kv", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
-           "lab.pattern_model", "lab.hybrid_models", "lab.long_context"]
+           "lab.pattern_model", "lab.hybrid_models", "lab.long_context", "lab.continuous_batching"]
 
 
 # --------------------------------------------------------------------------- kinds of argument and their wrong values
@@ -360,6 +360,14 @@ def _specs_lab() -> None:
     spec("lab.long_context.text_model_top_k", lambda **a: lc.text_model_top_k(**a), model=obj(text), windows=Arg("itensor", windows), top_k=size(2), indexer=obj(lc.TextIndexer(icfg), optional=True))
     configs = load_configs()
     ds, nsa, v4 = configs["DeepSeek-V3.2"], configs["NSA 27B"], configs["DeepSeek-V4-Flash"]
+    import lessons_src.lab.continuous_batching as cb
+
+    tiny = TextGPT(TextConfig(d_model=16, num_heads=2, max_len=16, d_ff=32)).eval()
+    spec("lab.continuous_batching.Request", lambda **a: cb.Request(**a), prompt=Arg("itensor", torch.arange(3)), max_new=size(2), arrival=size0(0))
+    spec("lab.continuous_batching.serve", lambda **a: cb.serve(**a), model=obj(tiny), requests=obj([cb.Request(torch.arange(3), 2)]), num_blocks=size(8), block_size=size(4),
+         max_batch_tokens=size(8))
+    steps = cb.serve(tiny, [cb.Request(torch.arange(3), 2)]).steps
+    spec("lab.continuous_batching.steps_figure", lambda **a: cb.steps_figure(**a), steps=obj(steps), size=obj((2.0, 1.5)), font=Arg("positive", 8.0), stacked=FLAG)
     spec("lab.long_context.selection_costs", lambda **a: lc.selection_costs(**a), cfg=obj(ds), context=size(4096), cache_bytes=size(2), index_bytes=size(1))
     spec("lab.long_context.native_sparse_costs", lambda **a: lc.native_sparse_costs(**a), cfg=obj(nsa), context=size(4096), cache_bytes=size(2))
     spec("lab.long_context.compressed_costs", lambda **a: lc.compressed_costs(**a), cfg=obj(v4), context=size(4096), kind=Arg("choice", "compressed_sparse"), cache_bytes=size(2), index_bytes=size(1))
@@ -400,6 +408,7 @@ NOT_CHECKED.update({
     "lab.long_context.INDEXER_CHECKPOINT": "a file name", "lab.long_context.INDEXER_LOG": "a file name",
     "lab.long_context.SENTENCES": "a tuple of sentences", "lab.long_context.read_indexer_log": "takes no argument",
     "lab.long_context.TopKResult": "a record a function fills with its results",
+    "lab.continuous_batching.Step": "a record serve() fills with each step", "lab.continuous_batching.Served": "a record serve() fills with its results",
     "triton_flash.INTERPRETED": "a bool read from the environment",
     "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
     "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",

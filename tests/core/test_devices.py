@@ -109,17 +109,6 @@ def _draft_cache_on_meta() -> list[object]:
     return [*out, cache.cache.k]
 
 
-def _paged_view_meta() -> object:
-    from lessons_src.paged_cache import PagedKVCache, PagedView
-
-    pool = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=2, head_dim=8, device=META)
-    for s in (0, 1):
-        pool.add_sequence(s)
-    view = PagedView(pool, [0, 1], [3, 1])
-    return [view.positions(), view.documents(), *view.update(_meta(1, 2, 4, 8), _meta(1, 2, 4, 8)),
-            *PagedView(pool, [0, 1], [1, 1]).update(_meta(1, 2, 2, 8), _meta(1, 2, 2, 8))]
-
-
 def _flex_on_meta() -> dict[str, object]:
     """FlexAttention's functions on meta index tensors, as create_block_mask applies them; block masks on meta."""
     import lessons_src.flex as fx
@@ -262,7 +251,6 @@ def _on_meta() -> dict[str, object]:
         "kv_cache.ChunkedKVCache": lambda: list(kc.ChunkedKVCache(1, 2, 8, 2, device=META).update(kv, kv)[:3]),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
-        "paged_cache.PagedView": _paged_view_meta,
         "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
         "flash.tiled_attention_function": lambda: fl.tiled_attention_function(q, kv, kv, prep, scale=0.5,
                                                                               dropout_p=0.0),
@@ -349,6 +337,7 @@ NOT_ON_META = {  # name: why it cannot run on meta; those marked * run in the de
     "speculative.accept_greedy": "reads each node's argmax to walk the tree",
     "kv_cache.RollingKVCache": "* update() reads which slots are filled (nonzero, bool())",
     "paged_cache.paged_attention": "* reads each sequence's length and block table to pick its pieces",
+    "paged_cache.PagedView": "* picks each sequence's slots of the pool with a boolean mask (its size is read)",
     "ring.ring_attention": "needs a torch.distributed process group; gloo sends real values",
     "parallel.ulysses_attention": "needs a torch.distributed process group; gloo sends real values",
     "parallel.TensorParallelAttention": "needs a torch.distributed process group; gloo sends real values",
@@ -442,7 +431,7 @@ def _cpu_cases() -> dict[str, object]:
     from lessons_src.flash import tiled_attention, tiled_attention_function
     from lessons_src.kv_cache import RollingKVCache
     from lessons_src.masks import padding_mask
-    from lessons_src.paged_cache import PagedKVCache, paged_attention
+    from lessons_src.paged_cache import PagedKVCache, PagedView, paged_attention
 
     def mha():
         torch.manual_seed(0)
@@ -496,6 +485,23 @@ def _cpu_cases() -> dict[str, object]:
         q = torch.randn(2, 2, 1, 4)
         return lambda: paged_attention(q, cache, [0, 1], min_run=1)
 
+    def paged_view():  # a packed step of two sequences through the pool: positions, documents, keys and values
+        torch.manual_seed(0)
+        pool = PagedKVCache(num_blocks=6, block_size=2, num_kv_heads=1, head_dim=4)
+        for s, n in ((0, 3), (1, 0)):
+            pool.add_sequence(s)
+            if n:
+                pool.append(s, torch.randn(1, n, 4), torch.randn(1, n, 4))
+        k = torch.randn(1, 1, 4, 4)
+
+        def run():
+            pool.truncate(0, 3)  # the same pool each call
+            pool.truncate(1, 0)
+            view = PagedView(pool, [0, 1], [1, 3])
+            return [view.positions(), view.documents(), *view.update(k, k)]
+
+        return run
+
     lengths = torch.tensor([2, 3])
     def flex():
         import torch.nn.attention.flex_attention as flex_module
@@ -540,6 +546,7 @@ def _cpu_cases() -> dict[str, object]:
                         *delta_rule_chunked(qk, qk, v, g, beta, chunk_size=2)]
 
     return {"MultiHeadAttention": mha, "mechanisms": mechanisms, "tiled": tiled, "rolling": rolling, "paged": paged,
+            "paged_view": paged_view,
             "padding_mask": lambda: lambda: padding_mask(lengths, 4), "flex": flex, "selection": selection,
             "delta_rule": delta_rule}
 

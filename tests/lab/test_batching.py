@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from qwen3_like import Qwen3Like, tiny_qwen3
 
 from lessons_src.lab.batching import (
     MISTAKES,
@@ -200,72 +201,20 @@ def test_bad_input_gets_a_clear_error(call, error, match) -> None:  # type: igno
 # --------------------------------------------------------------------------- against transformers: Qwen3's generate
 
 
-class _Qwen3Like(torch.nn.Module):
-    """Qwen3's decoder from the course's parts (the layer with QK-norm, RoPE and GQA; RMSNorm; a SwiGLU MLP), with
-    the cached interface :func:`generate_batch` runs; its weights are copied from a ``Qwen3ForCausalLM``."""
-
-    def __init__(self, ref: torch.nn.Module) -> None:
-        from lessons_src.layer import MultiHeadAttention
-        from lessons_src.mechanisms import PerHeadRMSNorm, Rotary
-
-        super().__init__()
-        cfg = ref.config
-        D, H, K, E = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        eps = cfg.rms_norm_eps
-        self.K, self.E, self.context = K, E, cfg.max_position_embeddings
-        self.embed = ref.model.embed_tokens
-        self.layers = torch.nn.ModuleList()
-        for block in ref.model.layers:
-            a = MultiHeadAttention(D, H, num_kv_heads=K, qk_norm=PerHeadRMSNorm(E, eps=eps),
-                                   rope=Rotary(E, base=cfg.rope_parameters["rope_theta"]))
-            s = block.self_attn
-            with torch.no_grad():
-                a.qkv_proj.weight.copy_(torch.cat([s.q_proj.weight, s.k_proj.weight, s.v_proj.weight]))
-                a.out_proj.weight.copy_(s.o_proj.weight)
-                a.qk_norm.q_weight.copy_(s.q_norm.weight)
-                a.qk_norm.k_weight.copy_(s.k_norm.weight)
-            self.layers.append(torch.nn.ModuleDict({"attn": a, "norm1": block.input_layernorm, "mlp": block.mlp,
-                                                    "norm2": block.post_attention_layernorm}))
-        self.norm, self.unembed = ref.model.norm, ref.lm_head
-
-    def make_caches(self, batch_size: int, max_len: int | None = None) -> list:
-        from lessons_src.kv_cache import KVCache
-
-        return [KVCache(batch_size, self.K, self.E, max_len or self.context) for _ in self.layers]
-
-    def forward(self, tokens, *, caches=None, positions=None, attn_mask=None):  # type: ignore[no-untyped-def]
-        x = self.embed(tokens)  # (B, T, D)
-        for i, layer in enumerate(self.layers):
-            cache = None if caches is None else caches[i]
-            at = None if cache is None or cache.length == 0 else cache.length
-            x = x + layer["attn"](layer["norm1"](x), is_causal=True, cache=cache, cache_position=at,
-                                  positions=positions, attn_mask=attn_mask)
-            x = x + layer["mlp"](layer["norm2"](x))
-        return self.unembed(self.norm(x)), None
-
-
 def test_a_left_padded_batch_is_qwen3s_generate() -> None:
     """A tiny random Qwen3 (two layers, GQA, QK-norm) decodes a left-padded batch with ``generate``: the input ids
     padded by hand and the ``attention_mask`` passed (``padding_side`` is the tokenizer's, not ``generate``'s).
     The course's batched decoder, on the same weights, chooses the same greedy tokens from the same logits."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=32,
-                                   tie_word_embeddings=False, pad_token_id=0, eos_token_id=None, bos_token_id=None)
-    ref = transformers.Qwen3ForCausalLM(cfg).eval()
-    with torch.no_grad():  # norms' weights start at 1: draw them, so a misplaced norm shows
-        for p in ref.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn_like(p) * 0.3)
+    pytest.importorskip("transformers")
+    ref = tiny_qwen3()
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, 64, (n,), generator=g) for n in (3, 7, 5)]
     tokens, keep = left_pad(prompts)
     with torch.no_grad():
         theirs = ref.generate(tokens, attention_mask=keep.long(), max_new_tokens=5, do_sample=False,
                               output_logits=True, return_dict_in_generate=True)
-    ours = generate_batch(_Qwen3Like(ref).eval(), prompts, 5)
+    ours = generate_batch(Qwen3Like(ref).eval(), prompts, 5)
     assert torch.equal(ours.tokens, theirs.sequences[:, tokens.shape[1]:])
     torch.testing.assert_close(ours.logits, torch.stack(theirs.logits, dim=1), atol=1e-5, rtol=1e-5)
-    dropped = generate_batch(_Qwen3Like(ref).eval(), prompts, 5, mistake="mask dropped after the prefill")
+    dropped = generate_batch(Qwen3Like(ref).eval(), prompts, 5, mistake="mask dropped after the prefill")
     assert (dropped.logits - ours.logits).abs().max() > 1e-2

@@ -58,6 +58,60 @@ def check(name: str) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[d
     return register
 
 
+# ------------------------------------------------------------------- continuous_batching (bench_continuous_batching.py)
+
+
+@check("continuous_batching/settings")
+def _continuous_batching_settings(r: dict[str, Any]) -> None:
+    from bench_continuous_batching import (
+        BLOCK_SIZE,
+        GOAL_OVER_ONE,
+        MAX_BATCH_TOKENS,
+        NUM_BLOCKS,
+        OUTPUTS,
+        PROMPTS,
+        REPEATS,
+        STRIDE,
+        WAYS,
+    )
+
+    c = r["config"]
+    assert (c["prompts"], c["outputs"], c["stride"]) == (list(PROMPTS), list(OUTPUTS), STRIDE) and r["full_run"]
+    assert len(PROMPTS) == 16 and (min(PROMPTS), max(PROMPTS), min(OUTPUTS), max(OUTPUTS)) == (8, 96, 8, 64)  # the mix
+    assert all(p + n - 1 <= 128 for p, n in zip(PROMPTS, OUTPUTS, strict=True))  # each within the context
+    assert (c["block_size"], c["num_blocks"], c["max_batch_tokens"], c["repeats"]) == (BLOCK_SIZE, NUM_BLOCKS,
+                                                                                       MAX_BATCH_TOKENS, REPEATS)
+    assert c["goal_continuous_over_one_at_a_time"] == GOAL_OVER_ONE == 3.0
+    assert set(r["runs"]) == set(WAYS) and all(len(x) == REPEATS for x in r["runs"].values())
+    assert {"load_average_before", "load_average_after"} <= set(r["machine"])
+
+
+@check("continuous_batching/counts")
+def _continuous_batching_counts(r: dict[str, Any]) -> None:
+    """Tokens computed, the useful fraction and the peak bytes, from the code now: the scheduler run again (no timing),
+    the padded batch's slots from the formula of ``kv_bytes_per_token``."""
+    from bench_continuous_batching import OUTPUTS, PROMPTS, continuous, counts, mix
+
+    from lessons_src.lab.text_model import load_text_model
+
+    model = load_text_model()
+    served = continuous(model, mix())
+    assert counts(model, served) == {k: r[k] for k in ("computed_tokens", "useful_fraction", "peak_cache_bytes")}
+    assert r["steps"] == len(served.steps)
+    slots = max(PROMPTS) + max(OUTPUTS) - 1  # the padded batch: every row as long as the longest prompt and output
+    assert r["peak_cache_bytes"]["padded_static"] == 16 * slots * kv_bytes_per_token(4, 32, torch.float32) * 2
+
+
+@check("continuous_batching/summary")
+def _continuous_batching_summary(r: dict[str, Any]) -> None:
+    from bench_continuous_batching import OUTPUTS, goals, ratios
+
+    assert r["over_one_at_a_time"] == pytest.approx(ratios(r["runs"]))
+    assert r["tokens_per_second"] == pytest.approx({w: sum(OUTPUTS) / min(x["cpu_seconds"] for x in v)
+                                                    for w, v in r["runs"].items()})
+    assert r["goals_met"] == goals(r["over_one_at_a_time"], r)
+
+
 # ------------------------------------------------------------------- decode (lessons_src/lab/artifacts/)
 
 

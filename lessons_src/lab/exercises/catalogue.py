@@ -364,6 +364,11 @@ def _left_pad_cases() -> list[Case]:
     return [Case(f"lengths={lengths}, T={T}", (lengths, T)) for lengths, T in sizes]
 
 
+def _packed_step_cases() -> list[Case]:
+    sizes = [([5, 0, 3], [1, 4, 1]), ([2, 7], [3, 1]), ([0], [6])]  # a decode, a prompt chunk, a request starting
+    return [Case(f"cached={cached}, new={new}", (cached, new)) for cached, new in sizes]
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 _KERNEL = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-parts",
@@ -637,6 +642,16 @@ EXERCISES: dict[str, Exercise] = {
              "`torch.arange(T) - pad` with `pad` of shape `(B, 1)` does every row at once.",
              "The padding slots come out negative: `.clamp(min=0)` puts them at 0."),
             _left_pad_cases, ("lessons_src.lab.batching.padded_positions",),
+        ),
+        Exercise(
+            "packed_step_positions", "Positions in a packed step",
+            Link("lessons/continuous-batching.md", "one-step", "Serving attention, part 4: one step"),
+            ("The row is not one sequence: each request's tokens are positioned in their own request, so the "
+             "row's slot numbers mean nothing to RoPE.",
+             "Request `i` holds `cached[i]` positions already: its `new[i]` tokens are at "
+             "`cached[i] .. cached[i] + new[i] - 1`.",
+             "`torch.arange(c, c + n)` for each request, then `torch.cat` them in the row's order."),
+            _packed_step_cases, ("lessons_src.paged_cache.PagedView.positions",),
         ),
         Exercise(
             "draft_tree_mask", "The mask of a draft tree",

@@ -84,6 +84,7 @@ _TREE = Link("lessons/speculative-decoding.md", "a-tree-checked-in-one-pass",
              "Guess, then check: a tree checked in one pass")
 _MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
               "Split, merged, shared: the attention state, and its merge")
+_PACKED = Link("lessons/continuous-batching.md", "one-step", "Serving attention, part 4: one step")
 MISCONCEPTIONS: dict[str, Misconception] = {
     m.key: m
     for m in (
@@ -404,6 +405,25 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "Positions count from 0: the first real token is at 0, as in the prompt decoded alone "
             "(`attention_mask.cumsum(-1) - 1`, not the cumulative sum itself).",
             _PADDED,
+        ),
+        Misconception(
+            "positions_across_the_row", "positions counted across the packed row",
+            "The packed row is not one sequence: it lays several requests end to end, and RoPE must rotate each "
+            "token by its place in its own request. Counted across the row, a request's tokens sit far from its "
+            "own cached keys, at distances it never had alone.",
+            _PACKED,
+        ),
+        Misconception(
+            "positions_ignore_the_cache", "new tokens counted from 0",
+            "A request's new tokens follow what its cache already holds: a decoding request's one token is at its "
+            "cached length, a prompt's next chunk continues where the last one stopped.",
+            _PACKED,
+        ),
+        Misconception(
+            "one_past_the_cache", "one past the cache",
+            "Positions count from 0, so a cache holding `c` positions holds `0 .. c - 1`: the next token is at `c`, "
+            "the cache's length itself.",
+            _PACKED,
         ),
         Misconception(
             "tree_causal_by_index", "a tree checked with the causal mask",
@@ -907,6 +927,18 @@ def _first_real_at_one(lengths: list[int], T: int) -> Tensor:
     return (torch.arange(T) - (T - torch.tensor(lengths)[:, None]) + 1).clamp(min=0)  # 1 at the first real token
 
 
+def _across_the_row(cached: list[int], new: list[int]) -> Tensor:
+    return torch.arange(sum(new))  # the row's slots, as if it were one sequence
+
+
+def _from_zero(cached: list[int], new: list[int]) -> Tensor:
+    return torch.cat([torch.arange(n) for n in new])  # each request's new tokens from 0, its cache forgotten
+
+
+def _one_past(cached: list[int], new: list[int]) -> Tensor:
+    return torch.cat([torch.arange(c + 1, c + n + 1) for c, n in zip(cached, new, strict=True)])
+
+
 def _merged(o1: Tensor, lse1: Tensor, o2: Tensor, lse2: Tensor, shift: Tensor) -> Tensor:
     return torch.exp(lse1 - shift)[..., None] * o1 + torch.exp(lse2 - shift)[..., None] * o2
 
@@ -1163,5 +1195,11 @@ VARIANTS: tuple[Variant, ...] = (
             "took every row's padding from the first row's length", _one_length),
     Variant("left_padded_positions", "first_real_at_one", "first_real_at_one",
             "put each row's first real token at position 1", _first_real_at_one),
+    Variant("packed_step_positions", "across_the_row", "positions_across_the_row",
+            "numbered the packed row's slots `0 .. T - 1`", _across_the_row),
+    Variant("packed_step_positions", "from_zero", "positions_ignore_the_cache",
+            "started every request's new tokens at 0", _from_zero),
+    Variant("packed_step_positions", "one_past", "one_past_the_cache",
+            "started request `i`'s new tokens at `cached[i] + 1`", _one_past),
     *_SCALE_VARIANTS,
 )

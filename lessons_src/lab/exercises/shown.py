@@ -36,6 +36,7 @@ __all__ = [
     "mha_forward",
     "mha_param_count",
     "online_softmax",
+    "packed_step_positions",
     "padding_mask",
     "qk_norm_scores",
     "rope_interleaved",
@@ -289,3 +290,8 @@ def left_padded_positions(lengths: list[int], T: int) -> Tensor:
     slot = torch.arange(T)  # (T,): 0 .. T - 1, padding included
     pad = T - torch.tensor(lengths)[:, None]  # (B, 1): each row's own padding slots before its first real token
     return (slot - pad).clamp(min=0)  # (B, T): 0 at the first real token; the padding (negative) at 0
+
+
+def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
+    parts = [torch.arange(c, c + n) for c, n in zip(cached, new, strict=True)]  # each from its own length
+    return torch.cat(parts)  # (T,), T = sum(new): request after request, as the row packs them

@@ -23,6 +23,7 @@ from ...masks import causal, draft_tree, mask_mod, mask_tensor, tree_positions
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
+from ...paged_cache import PagedKVCache, PagedView
 from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
@@ -52,6 +53,7 @@ __all__ = [
     "mha_forward",
     "mha_param_count",
     "online_softmax",
+    "packed_step_positions",
     "padding_mask",
     "qk_norm_scores",
     "rope_interleaved",
@@ -232,3 +234,12 @@ def draft_tree_mask(parents: list[int], cached: int) -> tuple[Tensor, Tensor]:
 def left_padded_positions(lengths: list[int], T: int) -> Tensor:
     keep = torch.arange(T) >= T - torch.tensor(lengths)[:, None]  # (B, T): True on the real tokens
     return padded_positions(keep)  # lessons_src.lab.batching: keep.cumsum(-1) - 1, the padding at 0
+
+
+def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
+    pool = PagedKVCache(num_blocks=sum(cached) + sum(new), block_size=1, num_kv_heads=1, head_dim=1)
+    for i, n in enumerate(cached):  # each request in a page pool, holding its cached positions
+        pool.add_sequence(i)
+        if n:
+            pool.append(i, torch.zeros(1, n, 1), torch.zeros(1, n, 1))
+    return PagedView(pool, list(range(len(cached))), list(new)).positions()[0]  # lessons_src.paged_cache

@@ -409,3 +409,19 @@ def left_padded_positions(lengths: list[int], T: int) -> Tensor:
         ``lengths=[2, 3], T=3`` gives ``[[0, 0, 1], [0, 1, 2]]``.
     """
     raise NotImplementedError
+
+
+def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
+    """Each token's position in its own request, in one step of continuous batching that packs several requests.
+
+    The step lays ``new[i]`` tokens of request ``i`` end to end in one row, request after request; request ``i``
+    already holds ``cached[i]`` positions in its cache, so its new tokens continue from there. RoPE must rotate
+    each token by that position, not by its slot in the row.
+
+    Returns:
+        ``(T,)`` int64 positions, ``T = sum(new)``.
+
+    Example:
+        ``cached=[5, 0], new=[1, 3]`` gives ``[5, 0, 1, 2]``.
+    """
+    raise NotImplementedError
