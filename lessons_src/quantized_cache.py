@@ -95,7 +95,7 @@ def _pack(codes: Tensor, bits: int) -> Tensor:
         return codes
     per = 8 // bits
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=codes.device)  # (per,)
-    return (codes.unflatten(-1, (-1, per)) << shifts).sum(-1, dtype=torch.uint8)  # (..., N / per)
+    return (codes.reshape(*codes.shape[:-1], -1, per) << shifts).sum(-1, dtype=torch.uint8)  # (..., N / per)
 
 
 def _unpack(packed: Tensor, bits: int) -> Tensor:
@@ -103,7 +103,8 @@ def _unpack(packed: Tensor, bits: int) -> Tensor:
     if bits == 8:
         return packed
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
-    return ((packed[..., None] >> shifts) & (2**bits - 1)).flatten(-2)
+    codes: Tensor = (packed[..., None] >> shifts) & (2**bits - 1)  # (..., M, 8 / bits)
+    return codes.flatten(-2)
 
 
 def quantize_tiles(x: Tensor, fmt: TileFormat) -> tuple[Tensor, Tensor]:
@@ -130,7 +131,7 @@ def quantize_tiles(x: Tensor, fmt: TileFormat) -> tuple[Tensor, Tensor]:
     if x.ndim == 0 or x.shape[-1] % fmt.tile:
         raise ValueError(f"x's last dimension must be a multiple of the tile, {fmt.tile} ({fmt.name}); got shape "
                          f"{tuple(x.shape)}")
-    tiles = x.float().unflatten(-1, (-1, fmt.tile))  # (..., N / tile, tile)
+    tiles = x.float().reshape(*x.shape[:-1], -1, fmt.tile)  # (..., N / tile, tile)
     largest = tiles.abs().amax(-1, keepdim=True)  # (..., N / tile, 1)
     if fmt.float8:  # the scale stays float32, as transformers' "fp8" cache and FlashMLA keep it
         scale = (largest / fmt.largest_code).clamp(min=torch.finfo(torch.float32).tiny)
@@ -171,7 +172,7 @@ def dequantize_tiles(codes: Tensor, scales: Tensor, fmt: TileFormat, dtype: torc
     if codes.shape[:-1] != scales.shape[:-1] or q.shape[-1] != scales.shape[-1] * fmt.tile:
         raise ValueError(f"codes {tuple(codes.shape)} and scales {tuple(scales.shape)} must be one tile's scale for "
                          f"every {fmt.tile} codes ({fmt.name}); use the pair quantize_tiles returned")
-    x = q.unflatten(-1, (-1, fmt.tile)) * scales.float()[..., None]  # (..., N / tile, tile)
+    x = q.reshape(*q.shape[:-1], -1, fmt.tile) * scales.float()[..., None]  # (..., N / tile, tile)
     return x.flatten(-2).to(dtype)
 
 
@@ -269,7 +270,10 @@ class TileQuantizedCache(_CacheShape):
                  device: torch.device | str | None = None) -> None:
         super().__init__(batch_size, num_kv_heads, head_dim, max_len, v_head_dim, dtype, device)
         self.fmt = _format(fmt)
-        quantized_bytes_per_token(self.num_kv_heads, self.head_dim, self.fmt, self.v_head_dim)  # whole tiles
+        for name, width in (("head_dim", self.head_dim), ("v_head_dim", self.v_head_dim)):
+            if (self.num_kv_heads * width) % fmt.tile:
+                raise ValueError(f"num_kv_heads * {name} = {self.num_kv_heads} * {width} must be a multiple of the "
+                                 f"tile, {fmt.tile} ({fmt.name}): each token's row is cut into whole tiles")
         B, L, K = self.batch_size, self.max_len, self.num_kv_heads
         code = torch.float8_e4m3fn if fmt.float8 else torch.int8 if fmt.bits == 8 else torch.uint8
         self.k_codes, self.v_codes = (torch.zeros(B, L, K * w * fmt.bits // 8, dtype=code, device=self.device)
@@ -294,7 +298,7 @@ class TileQuantizedCache(_CacheShape):
 
     def _read(self, codes: Tensor, scales: Tensor) -> Tensor:
         rows = dequantize_tiles(codes[:, : self.length], scales[:, : self.length], self.fmt, self.dtype)  # (B, S, K*E)
-        return rows.unflatten(-1, (self.num_kv_heads, -1)).transpose(1, 2)  # (B, K, S, E)
+        return rows.reshape(*rows.shape[:-1], self.num_kv_heads, -1).transpose(1, 2)  # (B, K, S, E)
 
     @property
     def nbytes(self) -> int:
@@ -362,12 +366,16 @@ class KIVICache(_CacheShape):
         if (self.head_dim * self.bits) % 8 or (self.v_head_dim * self.bits) % 8:
             raise ValueError(f"head_dim={self.head_dim} and v_head_dim={self.v_head_dim} must fill whole bytes at "
                              f"bits={self.bits}; use widths that are multiples of {8 // self.bits}")
-        B, K, L, E, Ev, dev = self.batch_size, self.num_kv_heads, self.max_len, self.head_dim, self.v_head_dim, self.device
+        B, K, L, dev = self.batch_size, self.num_kv_heads, self.max_len, self.device
+        E, Ev = self.head_dim, self.v_head_dim
         self.quantized, self.held = 0, 0  # quantized tokens, then full-precision ones: length = quantized + held
         self.k_codes = torch.zeros(B, K, L, E * self.bits // 8, dtype=torch.uint8, device=dev)
         self.v_codes = torch.zeros(B, K, L, Ev * self.bits // 8, dtype=torch.uint8, device=dev)
-        self.k_scale, self.k_min = (torch.zeros(B, K, L, E, dtype=torch.float16, device=dev) for _ in range(2))  # per block
-        self.v_scale, self.v_min = (torch.zeros(B, K, L, 1, dtype=torch.float16, device=dev) for _ in range(2))  # per token
+        half = torch.float16
+        self.k_scale = torch.zeros(B, K, L, E, dtype=half, device=dev)  # per block (the first `blocks` in use)
+        self.k_min = torch.zeros(B, K, L, E, dtype=half, device=dev)
+        self.v_scale = torch.zeros(B, K, L, 1, dtype=half, device=dev)  # per token
+        self.v_min = torch.zeros(B, K, L, 1, dtype=half, device=dev)
         self.block_of = torch.zeros(L, dtype=torch.long, device=dev)  # each quantized token's block
         self.blocks = 0
         self.k_held = torch.zeros(B, K, self.residual, E, dtype=dtype, device=dev)  # the residual, full precision
@@ -375,10 +383,10 @@ class KIVICache(_CacheShape):
 
     def _keys_values(self) -> tuple[Tensor, Tensor]:
         """Every quantized token dequantized, ``(B, K, quantized, E)`` and ``(B, K, quantized, Ev)``."""
-        n, b = self.quantized, self.block_of[: self.quantized]
-        k = _unpack(self.k_codes[:, :, :n], self.bits).float() * self.k_scale[:, :, b].float() + self.k_min[:, :, b].float()
-        v = _unpack(self.v_codes[:, :, :n], self.bits).float() * self.v_scale[:, :, :n].float() + self.v_min[:, :, :n].float()
-        return k.to(self.dtype), v.to(self.dtype)
+        n, b = self.quantized, self.block_of[: self.quantized]  # b: each token's block
+        k = _unpack(self.k_codes[:, :, :n], self.bits).float() * self.k_scale[:, :, b].float()  # (B, K, n, E)
+        v = _unpack(self.v_codes[:, :, :n], self.bits).float() * self.v_scale[:, :, :n].float()  # (B, K, n, Ev)
+        return (k + self.k_min[:, :, b].float()).to(self.dtype), (v + self.v_min[:, :, :n].float()).to(self.dtype)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``T`` new positions; return the quantized ones dequantized, then the residual and the new ones as given.
@@ -397,8 +405,9 @@ class KIVICache(_CacheShape):
             self.held += T
         else:  # the residual's tokens and the new ones become one quantized block
             a, b = self.quantized, self.quantized + h + T
-            codes, self.k_scale[:, :, self.blocks : self.blocks + 1], self.k_min[:, :, self.blocks : self.blocks + 1] = \
-                _quantize_min_max(keys[:, :, a:b].float(), 2, self.bits)  # per channel: over the block's tokens
+            m = self.blocks
+            codes, self.k_scale[:, :, m : m + 1], self.k_min[:, :, m : m + 1] = _quantize_min_max(
+                keys[:, :, a:b].float(), 2, self.bits)  # per channel: over the block's tokens
             self.k_codes[:, :, a:b] = _pack(codes, self.bits)
             codes, self.v_scale[:, :, a:b], self.v_min[:, :, a:b] = _quantize_min_max(values[:, :, a:b].float(), 3,
                                                                                       self.bits)  # per token
