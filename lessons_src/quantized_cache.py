@@ -42,7 +42,8 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from ._checks import size, tensor
+from ._checks import device as check_device
+from ._checks import flag, instance, size, tensor
 from .kv_cache import LayerCache
 
 __all__ = ["FP8", "Q4_0", "Q8_0", "KIVICache", "TileFormat", "TileQuantizedCache", "dequantize_tiles",
@@ -65,6 +66,19 @@ class TileFormat:
     tile: int  # numbers sharing one scale
     scale_dtype: torch.dtype
     float8: bool = False  # codes are float8 e4m3 (else signed integers)
+
+    def __post_init__(self) -> None:
+        instance("name", self.name, str, "a str")
+        object.__setattr__(self, "bits", size("bits", self.bits))  # a plain int (numpy's too)
+        object.__setattr__(self, "tile", size("tile", self.tile, hint="numbers per scale"))
+        flag("float8", self.float8)
+        if self.bits not in (4, 8) or (self.float8 and self.bits != 8):
+            raise ValueError(f"bits must be 8 or 4 (8 for float8 codes); got bits={self.bits}")
+        if self.tile % 2:
+            raise ValueError(f"tile must be even (4-bit codes are packed two to a byte); got tile={self.tile}")
+        if not isinstance(self.scale_dtype, torch.dtype) or not self.scale_dtype.is_floating_point:
+            raise TypeError(f"scale_dtype must be a floating torch.dtype such as torch.float16; got "
+                            f"{self.scale_dtype!r}")
 
     @property
     def largest_code(self) -> float:
@@ -163,6 +177,8 @@ def dequantize_tiles(codes: Tensor, scales: Tensor, fmt: TileFormat, dtype: torc
         tensor(True)
     """
     fmt = _format(fmt)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32; got {dtype!r}")
     codes = tensor("codes", codes, shape="(..., N * bits / 8)", dtype="any")
     scales = tensor("scales", scales, shape="(..., N / tile)")
     if fmt.bits == 8:
@@ -184,13 +200,18 @@ def quantized_bytes_per_token(num_kv_heads: int, head_dim: int, fmt: TileFormat,
         1152
     """
     fmt = _format(fmt)
-    numbers = size("num_kv_heads", num_kv_heads) * (size("head_dim", head_dim) + size(
-        "v_head_dim", head_dim if v_head_dim is None else v_head_dim))
-    total = numbers * fmt.bytes_per_number
-    if total.denominator != 1:
-        raise ValueError(f"num_kv_heads * head_dim must be a multiple of the tile, {fmt.tile}; got {num_kv_heads} * "
-                         f"{head_dim}")
-    return int(total)
+    K, E = size("num_kv_heads", num_kv_heads), size("head_dim", head_dim)
+    Ev = size("v_head_dim", head_dim if v_head_dim is None else v_head_dim)
+    _whole_tiles(K, {"head_dim": E, "v_head_dim": Ev}, fmt)
+    return int(K * (E + Ev) * fmt.bytes_per_number)
+
+
+def _whole_tiles(num_kv_heads: int, widths: dict[str, int], fmt: TileFormat) -> None:
+    """Each token's row of ``K * E`` numbers must cut into whole tiles, or a ValueError names the width."""
+    for name, width in widths.items():
+        if (num_kv_heads * width) % fmt.tile:
+            raise ValueError(f"num_kv_heads * {name} = {num_kv_heads} * {width} must be a multiple of the tile, "
+                             f"{fmt.tile} ({fmt.name}): each token's row is cut into whole tiles")
 
 
 def _check_kv(cache: _CacheShape, k: object, v: object) -> tuple[Tensor, Tensor]:
@@ -226,7 +247,8 @@ class _CacheShape(LayerCache):
         self.batch_size, self.num_kv_heads = size("batch_size", batch_size), size("num_kv_heads", num_kv_heads)
         self.head_dim, self.max_len = size("head_dim", head_dim), size("max_len", max_len)
         self.v_head_dim = size("v_head_dim", head_dim if v_head_dim is None else v_head_dim)
-        self.dtype, self.device = dtype, torch.empty(0, device=device).device
+        where = check_device("device", device)
+        self.dtype, self.device = dtype, torch.empty(0, device=where).device
         self.length = 0
 
     def reset(self) -> None:
@@ -270,10 +292,7 @@ class TileQuantizedCache(_CacheShape):
                  device: torch.device | str | None = None) -> None:
         super().__init__(batch_size, num_kv_heads, head_dim, max_len, v_head_dim, dtype, device)
         self.fmt = _format(fmt)
-        for name, width in (("head_dim", self.head_dim), ("v_head_dim", self.v_head_dim)):
-            if (self.num_kv_heads * width) % fmt.tile:
-                raise ValueError(f"num_kv_heads * {name} = {self.num_kv_heads} * {width} must be a multiple of the "
-                                 f"tile, {fmt.tile} ({fmt.name}): each token's row is cut into whole tiles")
+        _whole_tiles(self.num_kv_heads, {"head_dim": self.head_dim, "v_head_dim": self.v_head_dim}, self.fmt)
         B, L, K = self.batch_size, self.max_len, self.num_kv_heads
         code = torch.float8_e4m3fn if fmt.float8 else torch.int8 if fmt.bits == 8 else torch.uint8
         self.k_codes, self.v_codes = (torch.zeros(B, L, K * w * fmt.bits // 8, dtype=code, device=self.device)
