@@ -31,7 +31,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # Measurements and training, run by hand:
 .PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
 	bench-long-context bench-flex bench-sparse bench-split-kv parallel
-.PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate
+.PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate measure-quantized-cache
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -283,6 +283,9 @@ train-hybrids: $(DEPS) ## Train all-linear, 3:1 hybrid and all-attention models 
 
 train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded)
 	$(BIN)/python tools/train/train_one_vs_many.py
+
+measure-quantized-cache: $(DEPS) ## Decode the text model's validation windows with each quantized KV cache: error, loss, greedy agreement (1 thread)
+	$(BIN)/python tools/train/measure_quantized_cache.py
 
 ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/
 	$(BIN)/python tools/train/ablate_minilm.py
