@@ -37,6 +37,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "quantize_tile",
     "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
@@ -277,3 +278,11 @@ def left_padded_positions(lengths: list[int], T: int) -> Tensor:
     slot = torch.arange(T)  # (T,): 0 .. T - 1, padding included
     pad = T - torch.tensor(lengths)[:, None]  # (B, 1): each row's own padding slots before its first real token
     return (slot - pad).clamp(min=0)  # (B, T): 0 at the first real token; the padding (negative) at 0
+
+
+def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
+    tiles = x.reshape(*x.shape[:-1], -1, tile)  # (..., N / tile, tile)
+    largest = 2 ** (bits - 1) - 1  # the largest code: 127 for 8 bits, 7 for 4
+    scale = tiles.abs().amax(dim=-1, keepdim=True) / largest  # each tile's own, from its largest magnitude
+    codes = torch.round(tiles / scale).clamp(-largest - 1, largest)  # round to an integer, keep it a code
+    return (codes * scale).reshape(x.shape)  # what the cache gives back

@@ -23,6 +23,7 @@ from ...masks import causal, mask_mod
 from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
+from ...quantized_cache import TileFormat, dequantize_tiles, quantize_tiles
 from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
@@ -53,6 +54,7 @@ __all__ = [
     "online_softmax",
     "padding_mask",
     "qk_norm_scores",
+    "quantize_tile",
     "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
@@ -225,3 +227,8 @@ def lse_in_base_2(x: Tensor, block_size: int) -> Tensor:
 def left_padded_positions(lengths: list[int], T: int) -> Tensor:
     keep = torch.arange(T) >= T - torch.tensor(lengths)[:, None]  # (B, T): True on the real tokens
     return padded_positions(keep)  # lessons_src.lab.batching: keep.cumsum(-1) - 1, the padding at 0
+
+
+def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
+    fmt = TileFormat("exercise", bits, tile, torch.float32)  # lessons_src.quantized_cache, a float32 scale
+    return dequantize_tiles(*quantize_tiles(x, fmt), fmt)
