@@ -30,7 +30,7 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
 .PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
-	bench-long-context bench-flex bench-sparse bench-split-kv parallel
+	bench-long-context bench-flex bench-sparse bench-split-kv bench-quantized-cache parallel
 .PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate measure-quantized-cache
 
 help: ## List the targets
@@ -226,6 +226,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_sparse.py
 	$(BIN)/python tools/bench/bench_roofline.py
 	$(BIN)/python tools/bench/bench_split_kv.py
+	$(BIN)/python tools/bench/bench_quantized_cache.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
@@ -259,6 +260,9 @@ bench-sparse: $(DEPS) ## Only attention over k = 512 chosen keys vs dense at S =
 
 bench-split-kv: $(DEPS) ## Only split-KV decoding vs one pass (8K-128K cached) and a shared 4K prefix vs own copies
 	$(BIN)/python tools/bench/bench_split_kv.py
+
+bench-quantized-cache: $(DEPS) ## Only a decoding step over quantized KV caches (dequantized on the fly) vs the float cache, 8K and 32K cached
+	$(BIN)/python tools/bench/bench_quantized_cache.py
 
 bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding
 	$(BIN)/python tools/bench/bench_long_context.py
