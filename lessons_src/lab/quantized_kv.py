@@ -143,42 +143,52 @@ def _relative(a: Tensor, b: Tensor, dims: tuple[int, ...]) -> Tensor:
 
 
 @torch.no_grad()
-def compare_formats(model: TextGPT, windows: Tensor, names: Sequence[str], *, prompt: int = 64,
+def compare_formats(model: TextGPT, windows: Tensor, names: Sequence[str], *, prompt: int | None = 64,
                     parts: Sequence[str] = ("both",)) -> list[dict[str, Any]]:
     """Each format of ``names`` (and each ``part``) against the float caches, decoding ``windows`` byte by byte.
 
     For each, a row: ``format``, ``part``, ``bytes_per_token`` (per layer, from the caches' ``nbytes``), the
     attention outputs' relative error per layer (``output_error``, over all windows and positions), the mean
-    next-byte loss (``loss``, nats) and its change from the float caches' (``loss_change``), and, greedy from the
-    first ``prompt`` bytes of each window to the context's end: the share of bytes equal to the float caches'
-    (``greedy_agreement``) and the share of windows whose continuation is the same throughout (``greedy_same``).
+    next-byte loss (``loss``, nats) and its change from the float caches' (``loss_change``, and per window,
+    ``loss_change_per_window``), and, greedy from the first ``prompt`` bytes of each window to the context's end
+    (unless ``prompt`` is None): the share of bytes equal to the float caches' (``greedy_agreement``) and the
+    share of windows whose continuation is the same throughout (``greedy_same``).
 
     Shapes:
         windows: ``(B, T + 1)`` bytes with ``T + 1 <= max_len + 1``; the last byte of each is only a target.
     """
     tokens, targets = windows[:, :-1], windows[:, 1:]
     B, T = tokens.shape
-    new = model.cfg.max_len - prompt
 
-    def run(name: str, part: str) -> tuple[Tensor, Tensor, Tensor, list[LayerCache]]:
+    def run(name: str, part: str) -> tuple[Tensor, Tensor, Tensor | None, list[LayerCache]]:
         caches = format_caches(model, name, B, part)
         logits, outs = _decode(model, tokens, caches)
-        return logits, outs, _greedy(model, tokens[:, :prompt], new, format_caches(model, name, B, part)), caches
+        if prompt is None:
+            return logits, outs, None, caches
+        greedy = _greedy(model, tokens[:, :prompt], model.cfg.max_len - prompt, format_caches(model, name, B, part))
+        return logits, outs, greedy, caches
+
+    def losses(logits: Tensor) -> Tensor:  # (B,): each window's mean next-byte loss
+        return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(-1)
 
     ref_logits, ref_outs, ref_greedy, _ = run("float32", "both")
-    ref_loss = F.cross_entropy(ref_logits.transpose(1, 2), targets).item()
+    ref_loss = losses(ref_logits)
     rows = []
     for name in names:
         for part in parts:
             logits, outs, greedy, caches = run(name, part)
-            loss = F.cross_entropy(logits.transpose(1, 2), targets).item()
-            same = greedy == ref_greedy
-            rows.append({
+            loss = losses(logits)
+            row = {
                 "format": name, "part": part, "bytes_per_token": caches[0].nbytes / (B * T),
-                "output_error": _relative(outs, ref_outs, (1, 2, 3)).tolist(), "loss": loss,
-                "loss_change": loss - ref_loss, "greedy_agreement": same.float().mean().item(),
-                "greedy_same": same.all(-1).float().mean().item(),
-            })
+                "output_error": _relative(outs, ref_outs, (1, 2, 3)).tolist(), "loss": loss.mean().item(),
+                "loss_change": (loss - ref_loss).mean().item(),
+                "loss_change_per_window": [round(x, 6) for x in (loss - ref_loss).tolist()],
+            }
+            if greedy is not None and ref_greedy is not None:
+                same = greedy == ref_greedy
+                row |= {"greedy_agreement": same.float().mean().item(),
+                        "greedy_same": same.all(-1).float().mean().item()}
+            rows.append(row)
     return rows
 
 

@@ -28,6 +28,7 @@ def _tiny() -> tuple[TextGPT, torch.Tensor]:
 def test_the_float_cache_against_itself_measures_nothing_and_quantized_ones_something() -> None:
     model, windows = _tiny()
     float_row, q4_row = compare_formats(model, windows, ["float32", "q4_0"], prompt=8)
+    assert float_row["loss_change_per_window"] == [0.0] * 3
     assert float_row["loss_change"] == 0 and float_row["output_error"] == [0.0, 0.0]
     assert float_row["greedy_agreement"] == float_row["greedy_same"] == 1.0
     assert float_row["bytes_per_token"] == 2 * 64 * 4
@@ -71,8 +72,9 @@ def test_the_committed_measurement_recomputes() -> None:
     spread = channel_spread(model, windows[:, :-1])
     assert [[r[h] for h in ("keys", "values")] for r in spread] == [
         pytest.approx([r[h] for h in ("keys", "values")], rel=1e-4) for r in log["channel_spread"]]
-    again = compare_formats(model, windows, ["q4_0"], prompt=log["prompt"])[0]
+    few = 8  # the first windows, teacher-forced only: a second of the measurement's minutes
+    again = compare_formats(model, windows[:few], ["q4_0"], prompt=None)[0]
     stored = log["rows"][[r["format"] for r in log["rows"]].index("q4_0")]
-    assert again["loss_change"] == pytest.approx(stored["loss_change"], abs=1e-4)
-    assert again["greedy_agreement"] == pytest.approx(stored["greedy_agreement"], abs=0.01)
-    assert again["output_error"] == pytest.approx(stored["output_error"], rel=1e-3)
+    assert again["loss_change_per_window"] == pytest.approx(stored["loss_change_per_window"][:few], abs=1e-5)
+    assert stored["loss_change"] == pytest.approx(sum(stored["loss_change_per_window"]) / log["windows"], abs=1e-5)
+    assert again["bytes_per_token"] == stored["bytes_per_token"]
