@@ -875,7 +875,7 @@ def _lse_whole_rows(x: Tensor, block_size: int) -> Tensor:
 def _tile_with(x: Tensor, bits: int, tile: int, largest_of: Callable[[Tensor], Tensor],
                to_code: Callable[[Tensor], Tensor]) -> Tensor:
     tiles = x.reshape(*x.shape[:-1], -1, tile)
-    q = 2 ** (bits - 1) - 1
+    q: int = 2 ** (bits - 1) - 1
     scale = largest_of(tiles) / q
     return (to_code(tiles / scale).clamp(-q - 1, q) * scale).reshape(x.shape)
 

@@ -282,7 +282,7 @@ def left_padded_positions(lengths: list[int], T: int) -> Tensor:
 
 def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
     tiles = x.reshape(*x.shape[:-1], -1, tile)  # (..., N / tile, tile)
-    largest = 2 ** (bits - 1) - 1  # the largest code: 127 for 8 bits, 7 for 4
+    largest: int = 2 ** (bits - 1) - 1  # the largest code: 127 for 8 bits, 7 for 4
     scale = tiles.abs().amax(dim=-1, keepdim=True) / largest  # each tile's own, from its largest magnitude
     codes = torch.round(tiles / scale).clamp(-largest - 1, largest)  # round to an integer, keep it a code
     return (codes * scale).reshape(x.shape)  # what the cache gives back
