@@ -24,6 +24,10 @@ the codes and returns every cached position dequantized.
   head), and the latest tokens in full precision. Its residual buffer fills up, and when it holds ``residual``
   tokens it is quantized as one block and emptied, on the schedule of ``transformers``' ``QuantizedCache``.
 
+* :class:`RotatedKeysCache` rotates the keys by an orthogonal matrix (:func:`hadamard`) before another cache
+  quantizes them, and back when they are read: the same attention in exact arithmetic, an outlier channel spread
+  over all of them before rounding.
+
 :func:`quantize_tiles` and :func:`dequantize_tiles` are the tile rule on its own. ``nbytes`` of a cache is
 measured from the tensors it holds; :func:`quantized_bytes_per_token` is the formula (the tests check both agree).
 
@@ -32,6 +36,7 @@ References:
     ``ggml-common.h`` (``block_q8_0``: 32 int8 and a float16 scale, 34 bytes; ``block_q4_0``: 18 bytes).
     Liu et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024 (arXiv:2402.02750).
     DeepSeek-AI, FlashMLA's FP8 KV cache for DeepSeek-V3.2 (512 e4m3 latent numbers, a float32 scale per 128).
+    Ashkboos et al., "QuaRot: Outlier-Free 4-Bit Inference in Rotated LLMs", 2024 (arXiv:2404.00456).
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ from ._checks import device as check_device
 from ._checks import flag, instance, size, tensor
 from .kv_cache import LayerCache
 
-__all__ = ["FP8", "Q4_0", "Q8_0", "KIVICache", "TileFormat", "TileQuantizedCache", "dequantize_tiles",
-           "quantize_tiles", "quantized_bytes_per_token"]
+__all__ = ["FP8", "Q4_0", "Q8_0", "KIVICache", "RotatedKeysCache", "TileFormat", "TileQuantizedCache",
+           "dequantize_tiles", "hadamard", "quantize_tiles", "quantized_bytes_per_token"]
 
 _FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
 
@@ -457,3 +462,93 @@ class KIVICache(_CacheShape):
         parts = (self.k_codes[:, :, :n], self.v_codes[:, :, :n], self.v_scale[:, :, :n], self.v_min[:, :, :n],
                  self.k_scale[:, :, :m], self.k_min[:, :, :m], self.k_held[:, :, :h], self.v_held[:, :, :h])
         return sum(t.numel() * t.element_size() for t in parts)
+
+
+def hadamard(n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
+    """The ``n x n`` Hadamard matrix over ``sqrt(n)``: orthogonal, every entry ``+-1/sqrt(n)`` (Sylvester's build).
+
+    Rotating a vector by it spreads each coordinate over all of them: a channel ``c`` times larger than the rest
+    becomes ``n`` coordinates of similar size, which one scale suits better.
+
+    Raises:
+        TypeError: if ``n`` is not an int.
+        ValueError: if ``n`` is not a power of two.
+
+    Example:
+        >>> H = hadamard(4)
+        >>> torch.allclose(H @ H.T, torch.eye(4)), H[1].tolist()
+        (True, [0.5, -0.5, 0.5, -0.5])
+    """
+    n = size("n", n)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32; got {dtype!r}")
+    if n & (n - 1):
+        raise ValueError(f"n must be a power of two (Sylvester's construction); got n={n}")
+    where = check_device("device", device)
+    h = torch.ones(1, 1, dtype=dtype, device=where)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)  # (2m, 2m)
+    out: Tensor = h / n**0.5
+    return out
+
+
+class RotatedKeysCache(LayerCache):
+    """Keys rotated by an orthogonal ``R`` before another cache stores them, and rotated back when read.
+
+    Attention reads keys only through scores ``q . k``, and ``q . k = (q R) . (k R)`` for an orthogonal ``R``: a
+    rotation changes nothing in exact arithmetic. Quantized, it does: a Hadamard ``R`` spreads an outlier channel
+    over every channel, so the per-token scales of the cache inside fit the rotated keys better. Engines rotate the
+    queries too and keep the keys rotated (QuaRot, SpinQuant); rotating the keys back when read is the same
+    attention and keeps the layer unchanged. Values pass through as they are.
+
+    Args:
+        inner: the cache that stores the rotated keys and the values (a ``TileQuantizedCache``, a ``KIVICache``).
+        rotation: ``R``, ``(E, E)``, orthogonal (:func:`hadamard`, or ``torch.linalg.qr`` of a random matrix).
+
+    Shapes:
+        :meth:`update` takes ``(B, K, T, E)`` and ``(B, K, T, Ev)`` and returns ``(B, K, S, E)``, ``(B, K, S, Ev)``.
+
+    Raises:
+        TypeError: if ``inner`` is not a ``LayerCache`` or ``rotation`` not a floating tensor.
+        ValueError: if ``rotation`` is not square or not orthogonal.
+
+    Example:
+        >>> cache = RotatedKeysCache(TileQuantizedCache(1, 1, 32, 4, Q4_0), hadamard(32))
+        >>> k = torch.randn(1, 1, 2, 32)
+        >>> keys, values = cache.update(k, k)
+        >>> keys.shape, cache.nbytes == cache.inner.nbytes
+        (torch.Size([1, 1, 2, 32]), True)
+    """
+
+    def __init__(self, inner: LayerCache, rotation: Tensor) -> None:
+        instance("inner", inner, LayerCache, "a LayerCache such as TileQuantizedCache")
+        R = tensor("rotation", rotation, ndim=2, shape="(E, E)")
+        eye = torch.eye(R.shape[0], dtype=R.dtype, device=R.device)
+        if R.shape[0] != R.shape[1] or (R.device.type != "meta" and not torch.allclose(R @ R.T, eye, atol=1e-4)):
+            raise ValueError(f"rotation must be an orthogonal (E, E) matrix (R @ R.T == I), such as hadamard(E); "
+                             f"got shape {tuple(R.shape)}")
+        self.inner, self.rotation, self.length = inner, R, inner.length
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """The inner cache's update of ``k @ R`` and ``v``; its keys come back rotated by ``R.T``.
+
+        Raises:
+            ValueError: as the inner cache's update, and if ``k``'s width is not ``R``'s.
+        """
+        k = tensor("k", k, ndim=4, shape="(B, K, T, E)")
+        if k.shape[-1] != self.rotation.shape[0]:
+            raise ValueError(f"k's width {k.shape[-1]} must be the rotation's, {self.rotation.shape[0]}; use a "
+                             "rotation of size head_dim")
+        keys, values = self.inner.update(k @ self.rotation.to(k.dtype), v)  # (B, K, S, E): stored rotated
+        self.length = self.inner.length
+        return keys @ self.rotation.T.to(keys.dtype), values
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions of the inner cache."""
+        super().truncate(length)
+        self.inner.truncate(length)
+
+    @property
+    def nbytes(self) -> int:
+        """The inner cache's bytes (the rotation is one matrix per layer, not per token)."""
+        return self.inner.nbytes

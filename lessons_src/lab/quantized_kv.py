@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..kv_cache import KVCache, LayerCache
-from ..quantized_cache import FP8, Q4_0, Q8_0, KIVICache, TileQuantizedCache
+from ..quantized_cache import FP8, Q4_0, Q8_0, KIVICache, RotatedKeysCache, TileQuantizedCache, hadamard
 from . import read_artifact_json
 
 if TYPE_CHECKING:
@@ -45,8 +45,11 @@ FORMATS: dict[str, MakeCache] = {
     "q4_0": lambda B, K, E, L: TileQuantizedCache(B, K, E, L, Q4_0),
     "kivi-4": lambda B, K, E, L: KIVICache(B, K, E, L, bits=4, residual=32),
     "kivi-2": lambda B, K, E, L: KIVICache(B, K, E, L, bits=2, residual=32),
+    "q4_0+hadamard": lambda B, K, E, L: RotatedKeysCache(TileQuantizedCache(B, K, E, L, Q4_0), hadamard(E)),
+    "kivi-2+hadamard": lambda B, K, E, L: RotatedKeysCache(KIVICache(B, K, E, L, bits=2, residual=32), hadamard(E)),
 }
-"""Each cache measured, by name: how to make one layer's (the float cache first, the reference)."""
+"""Each cache measured, by name: how to make one layer's (the float cache first, the reference; ``+hadamard``: the
+keys rotated by a Hadamard matrix before the cache quantizes them)."""
 
 
 class MixedCache(LayerCache):

@@ -297,6 +297,10 @@ def _specs_quantized() -> None:
          v_head_dim=size(16, optional=True))
     spec("quantized_cache.KIVICache", lambda **a: qc.KIVICache(**a), **sizes, head_dim=size(8, extra=[("odd", 3, V_)]), bits=Arg("size", 2, extra=[("3 bits", 3, V_)]),
          residual=size(4), v_head_dim=size(8, optional=True))
+    spec("quantized_cache.hadamard", lambda **a: qc.hadamard(**a), n=Arg("size", 8, extra=[("not a power of two", 6, V_)]), dtype=obj(torch.float32), device=DEVICE)
+    H = qc.hadamard(16)
+    spec("quantized_cache.RotatedKeysCache", lambda **a: qc.RotatedKeysCache(**a), inner=obj(qc.TileQuantizedCache(1, 2, 16, 4, qc.Q8_0)),
+         rotation=ten(H, extra=[("not orthogonal", 2 * H, V_), ("not square", H[:8], V_)]))
 
 
 def _flex(f: Callable[..., object], **a: Any) -> object:

@@ -102,6 +102,10 @@ def _quantized_on_meta(kv: torch.Tensor) -> dict[str, object]:
             *qc.TileQuantizedCache(1, 2, 16, 6, qc.Q4_0, device=META).update(_meta(1, 2, 5, 16), _meta(1, 2, 5, 16)),
             *qc.TileQuantizedCache(1, 2, 64, 6, qc.FP8, device=META).update(_meta(1, 2, 5, 64), _meta(1, 2, 5, 64))],
         "quantized_cache.KIVICache": kivi,
+        "quantized_cache.RotatedKeysCache": lambda: list(qc.RotatedKeysCache(
+            qc.TileQuantizedCache(1, 2, 16, 6, qc.Q4_0, device=META), qc.hadamard(16, device=META)).update(
+            _meta(1, 2, 5, 16), _meta(1, 2, 5, 16))),
+        "quantized_cache.hadamard": lambda: qc.hadamard(8, device=META),
         "quantized_cache.quantize_tiles": lambda: list(qc.quantize_tiles(_meta(2, 32), qc.Q8_0)),
         "quantized_cache.dequantize_tiles": lambda: qc.dequantize_tiles(*qc.quantize_tiles(_meta(2, 32), qc.Q4_0),
                                                                         qc.Q4_0),

@@ -10,17 +10,19 @@ import pytest
 import torch
 
 from lessons_src import MultiHeadAttention
-from lessons_src.kv_cache import kv_bytes_per_token
+from lessons_src.kv_cache import KVCache, kv_bytes_per_token
 from lessons_src.quantized_cache import (
     FP8,
     Q4_0,
     Q8_0,
     KIVICache,
+    RotatedKeysCache,
     TileQuantizedCache,
     _pack,
     _quantize_min_max,
     _unpack,
     dequantize_tiles,
+    hadamard,
     quantize_tiles,
     quantized_bytes_per_token,
 )
@@ -261,3 +263,44 @@ def test_fp8_cache_in_a_tiny_llama_against_transformers_fp8_cache() -> None:
     ours, theirs = (our_logits - float_logits).abs().max(), (their_logits - float_logits).abs().max()
     assert 0 < ours < 0.05 and 0 < theirs < 0.05  # both close to the float cache
     assert ours < 3 * theirs and theirs < 3 * ours  # float8's error is relative: a scale per tile or per tensor alike
+
+
+def test_hadamard_is_orthogonal_and_spreads_a_coordinate() -> None:
+    H = hadamard(16, dtype=torch.float64)
+    torch.testing.assert_close(H @ H.T, torch.eye(16, dtype=torch.float64))
+    assert torch.allclose(H[:, 3].abs(), torch.full((16,), 0.25, dtype=torch.float64))  # one channel, everywhere
+    with pytest.raises(ValueError, match="n must be a power of two"):
+        hadamard(12)
+
+
+@torch.no_grad()
+def test_a_rotation_leaves_attention_unchanged_over_a_float_cache() -> None:
+    """q . k = (q R) . (k R): keys rotated, stored, rotated back, and the layer decodes as the full pass does."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(64, 4, num_kv_heads=2).double().eval()
+    x = torch.randn(1, 7, 64, dtype=torch.float64)
+    full = layer(x, is_causal=True)
+    random = torch.linalg.qr(torch.randn(16, 16, dtype=torch.float64))[0]
+    for R in (hadamard(16, dtype=torch.float64), random):
+        inner = KVCache(1, 2, 16, 8, dtype=torch.float64)
+        cache = RotatedKeysCache(inner, R)
+        outs = [layer(x[:, :3], is_causal=True, cache=cache)]
+        outs += [layer(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(3, 7)]
+        torch.testing.assert_close(torch.cat(outs, dim=1), full)
+        assert cache.length == inner.length == 7
+        _, k, _ = layer.project_qkv(x)  # (1, 2, 7, 16): the keys the layer cached
+        torch.testing.assert_close(inner.k[:, :, :7], k @ R)  # stored rotated
+        cache.truncate(2)
+        assert inner.length == 2
+
+
+@torch.no_grad()
+def test_a_hadamard_rotation_spreads_an_outlier_channel_before_per_token_tiles() -> None:
+    torch.manual_seed(0)
+    keys = torch.randn(1, 1, 16, 32)
+    keys[..., 3] *= 20  # one channel far larger than the rest: it sets every token's scale
+    plain = TileQuantizedCache(1, 1, 32, 16, Q4_0)  # K * E = 32: one tile, one scale, per token
+    rotated = RotatedKeysCache(TileQuantizedCache(1, 1, 32, 16, Q4_0), hadamard(32))
+    error = {name: (c.update(keys, keys)[0] - keys).norm() for name, c in (("plain", plain), ("rotated", rotated))}
+    assert error["rotated"] < 0.6 * error["plain"], error
+    assert rotated.nbytes == plain.nbytes

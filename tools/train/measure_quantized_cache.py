@@ -4,7 +4,8 @@ The committed text model decodes the fixed validation windows of ``train_text.py
 prose) byte by byte through its cached decode, once with float caches and once with each cache of
 :data:`lessons_src.lab.quantized_kv.FORMATS`, and, for the 4-bit formats, with the keys alone or the values alone
 quantized (:func:`~lessons_src.lab.quantized_kv.compare_formats`); then each layer's largest channel of keys and of
-values against the median channel (:func:`~lessons_src.lab.quantized_kv.channel_spread`). No randomness: the
+values against the median channel (:func:`~lessons_src.lab.quantized_kv.channel_spread`); the two coarsest formats
+again with the keys rotated by a Hadamard matrix first (``+hadamard``). No randomness: the
 windows are fixed and decoding is greedy. One CPU thread. Writes ``lessons_src/lab/artifacts/quantized_cache.json``.
 
     python tools/train/measure_quantized_cache.py                  # the committed artifact
@@ -29,7 +30,7 @@ from lessons_src.lab.quantized_kv import QUANTIZED_LOG, channel_spread, compare_
 from lessons_src.lab.text_model import corpus_bytes, load_text_model  # noqa: E402
 
 PROMPT = 64  # bytes before the greedy continuation (to the context's end, 128)
-FORMATS = ("q8_0", "fp8", "q4_0", "kivi-4", "kivi-2")
+FORMATS = ("q8_0", "fp8", "q4_0", "kivi-4", "kivi-2", "q4_0+hadamard", "kivi-2+hadamard")
 PARTS = {"q4_0": ("both", "keys", "values"), "kivi-2": ("both", "keys", "values")}
 
 
