@@ -30,8 +30,8 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: build-again test-reproducible test-triton test-gpu bench-gpu build-properdocs canary-zensical
 # Measurements and training, run by hand:
 .PHONY: bench bench-site bench-mha-ways bench-flash bench-mechanisms bench-patterns bench-live-model \
-	bench-long-context bench-flex bench-sparse bench-split-kv bench-continuous-batching bench-speculative parallel
-.PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate
+	bench-long-context bench-flex bench-sparse bench-split-kv bench-continuous-batching bench-speculative bench-quantized-cache parallel
+.PHONY: train train-check train-text train-qk-norm train-indexer train-hybrids train-heads ablate measure-quantized-cache
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -228,6 +228,7 @@ bench: $(DEPS) $(NODE_DEPS) ## Measure speed and memory; writes docs/_data/bench
 	$(BIN)/python tools/bench/bench_split_kv.py
 	$(BIN)/python tools/bench/bench_continuous_batching.py
 	$(BIN)/python tools/bench/bench_speculative.py
+	$(BIN)/python tools/bench/bench_quantized_cache.py
 	$(MAKE) bench-site
 	$(BIN)/python tools/bench/bench_live_model.py
 
@@ -266,6 +267,8 @@ bench-continuous-batching: $(DEPS) ## Only 16 requests one at a time, in a padde
 	$(BIN)/python tools/bench/bench_continuous_batching.py
 bench-speculative: $(DEPS) ## Only the text model's greedy decoding vs prompt-lookup speculation (chains, trees), two sets
 	$(BIN)/python tools/bench/bench_speculative.py
+bench-quantized-cache: $(DEPS) ## Only a decoding step over quantized KV caches (dequantized on the fly) vs the float cache, 8K and 32K cached
+	$(BIN)/python tools/bench/bench_quantized_cache.py
 
 bench-long-context: $(DEPS) ## Only paged vs contiguous and rolling caches, cached vs recomputed decoding
 	$(BIN)/python tools/bench/bench_long_context.py
@@ -290,6 +293,9 @@ train-hybrids: $(DEPS) ## Train all-linear, 3:1 hybrid and all-attention models 
 
 train-heads: $(DEPS) ## Retrain the one-head-vs-many sweep (h = 1, 2, 4, 8) into lessons_src/lab/artifacts/ (seeded)
 	$(BIN)/python tools/train/train_one_vs_many.py
+
+measure-quantized-cache: $(DEPS) ## Decode the text model's validation windows with each quantized KV cache: error, loss, greedy agreement (1 thread)
+	$(BIN)/python tools/train/measure_quantized_cache.py
 
 ablate: $(DEPS) ## Ablate and prune all-MiniLM-L6-v2's heads into lessons_src/lab/artifacts/
 	$(BIN)/python tools/train/ablate_minilm.py

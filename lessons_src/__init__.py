@@ -12,7 +12,7 @@ masks and scores        ``masks.py`` (every mask rule once, and the one mask pre
                         ``score_mods.py`` (the soft-cap and learned sinks)
 implementations         ``flash.py`` (``"tiled"``, FlashAttention-2 in PyTorch); ``triton_flash.py``
                         (``"triton"``); ``flex.py`` (FlexAttention's block masks)
-variants and caches     ``kv_cache.py``, ``paged_cache.py``, ``mla.py``, ``mechanisms.py``,
+variants and caches     ``kv_cache.py``, ``paged_cache.py``, ``quantized_cache.py``, ``mla.py``, ``mechanisms.py``,
                         ``sparse_selection.py``, ``shared_kv.py``, ``delta_rule.py``, ``convert.py``
 serving                 ``split_kv.py`` (split-KV decoding and a shared prefix, merged by log-sum-exp),
                         ``speculative.py`` (draft tokens checked in one pass, the cache rolled back)

@@ -67,6 +67,7 @@ ARTIFACT_FILES = (
     "minilm_ablation.json",
     "one_vs_many_heads.json",
     "qk_norm_sweep.json",
+    "quantized_cache.json",
     "text_indexer.safetensors",
     "text_model.safetensors",
     "text_training.json",

@@ -12,7 +12,9 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from . import data_file
@@ -405,19 +407,35 @@ class ModelConfig:
                 out.append((kind, span * (per_position[kind] + extra)))
         return out
 
-    def cache_bytes(self, context: int, batch: int = 1, bytes_per_number: int = 2) -> dict[str, int]:
+    def cache_bytes(self, context: int, batch: int = 1, bytes_per_number: int | Fraction = 2,
+                    rope_bytes: int | Fraction | None = None) -> dict[str, int]:
         """Bytes the cache holds for ``batch`` sequences of ``context`` tokens, by layer kind, and the ``"total"``.
+
+        ``bytes_per_number`` may be a fraction, a quantized format's bytes with its scales' share: ``q8_0`` is
+        ``Fraction(34, 32)``, float8 with a float32 scale per 128 numbers ``Fraction(33, 32)``. ``rope_bytes``
+        stores an MLA cache's RoPE part differently (DeepSeek-V3.2: its latent in float8, its RoPE in bfloat16,
+        ``rope_bytes=2``). Each kind's bytes are rounded up to a whole byte.
 
         Example:
             >>> load_configs()["Llama 3 8B"].cache_bytes(8192)["total"] / 2**30  # GiB in bfloat16
             1.0
+            >>> load_configs()["DeepSeek-V3"].cache_bytes(1, bytes_per_number=Fraction(33, 32), rope_bytes=2)["total"]
+            40016
         """
-        for name, value in (("batch", batch), ("bytes_per_number", bytes_per_number)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}")
-        out: dict[str, int] = {}
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive int; got {batch!r}")
+        for name, value in (("bytes_per_number", bytes_per_number), ("rope_bytes", rope_bytes)):
+            if value is None and name == "rope_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | Fraction) or value <= 0:
+                raise ValueError(f"{name} must be a positive int or Fraction; got {value!r}")
+        rope_dim = (self.mla or {}).get("rope_dim", 0) if rope_bytes is not None else 0
+        exact: dict[str, Fraction] = {}
         for kind, numbers in self.layer_cache_numbers(context):
-            out[kind] = out.get(kind, 0) + numbers * batch * bytes_per_number
+            rope = context * rope_dim if kind == "full" and numbers else 0  # an MLA layer's RoPE part
+            part = (numbers - rope) * Fraction(bytes_per_number) + rope * Fraction(rope_bytes or 0)
+            exact[kind] = exact.get(kind, Fraction(0)) + part * batch
+        out = {kind: math.ceil(b) for kind, b in exact.items()}
         out["total"] = sum(out.values())
         return out
 

@@ -8,6 +8,7 @@ each window, chunk and pooling size; a copy of the script with one formula plant
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,17 @@ from lessons_src.lab.configs import load_configs
 
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "assets" / "js" / "kv-calculator.js"
 CONTEXTS = (1, 100, 127, 128, 129, 4097, 8192, 131072, 1048576)
-SETTINGS = [(context, batch, size) for context in CONTEXTS for batch, size in ((1, 2), (3, 1), (2, 4))]
+# bytes per number: whole, a quantized format's fraction, and DeepSeek-V3.2's layout (its RoPE part apart)
+SIZES = ((1, 2), (3, 1), (2, 4), (1, "34/32"), (3, "18/32"), (2, "33/32+rope2"))
+SETTINGS = [(context, batch, size) for context in CONTEXTS for batch, size in SIZES]
+
+
+def package_size(size: int | str) -> dict[str, Any]:
+    """The page's number format as ModelConfig.cache_bytes's arguments: "33/32+rope2" is Fraction(33, 32), 2."""
+    if isinstance(size, int):
+        return {"bytes_per_number": size}
+    number, _, rope = size.partition("+rope")
+    return {"bytes_per_number": Fraction(number), "rope_bytes": int(rope) if rope else None}
 
 
 def mismatches(page: Any) -> list[str]:
@@ -31,7 +42,7 @@ def mismatches(page: Any) -> list[str]:
     for m, per_setting in zip(models, theirs, strict=True):
         cfg = load_configs()[m["name"]]
         for (context, batch, size), got in zip(SETTINGS, per_setting, strict=True):
-            want = cfg.cache_bytes(context, batch=batch, bytes_per_number=size)
+            want = cfg.cache_bytes(context, batch=batch, **package_size(size))
             if got != want:
                 out.append(f"{m['name']} at {context} tokens, batch {batch}, {size} B: page {got}, package {want}")
     return out

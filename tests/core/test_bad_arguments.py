@@ -35,7 +35,8 @@ T_, V_ = TypeError, ValueError
 EITHER = (TypeError, ValueError)
 
 MODULES = ["mechanisms", "shared_kv", "score_mods", "split_kv", "rope", "flex", "sparse_selection", "delta_rule", "triton_flash",
-           "lab.pattern_model", "lab.hybrid_models", "lab.long_context", "lab.continuous_batching"]
+           "lab.pattern_model", "lab.hybrid_models", "lab.long_context", "lab.continuous_batching",
+           "quantized_cache"]
 
 
 # --------------------------------------------------------------------------- kinds of argument and their wrong values
@@ -281,6 +282,28 @@ def _specs_core() -> None:
     spec("delta_rule.delta_rule_chunked", lambda **a: dr.delta_rule_chunked(**a), **delta, chunk_size=size(2))
 
 
+def _specs_quantized() -> None:
+    import lessons_src.quantized_cache as qc
+
+    spec("quantized_cache.TileFormat", lambda **a: qc.TileFormat("q", **a), bits=Arg("size", 8, extra=[("3 bits", 3, V_)]), tile=Arg("size", 32, extra=[("odd", 3, V_)]),
+         scale_dtype=obj(torch.float16), float8=FLAG_F)
+    spec("quantized_cache.quantize_tiles", lambda **a: qc.quantize_tiles(**a), x=ten(r(2, 32), rank=False, extra=[("not whole tiles", r(2, 30), V_)]), fmt=obj(qc.Q8_0))
+    codes, scales = qc.quantize_tiles(r(2, 64), qc.Q4_0)
+    spec("quantized_cache.dequantize_tiles", lambda **a: qc.dequantize_tiles(**a), codes=obj(codes, extra=[("other length", codes[:, :8], V_)]), scales=ten(scales),
+         fmt=obj(qc.Q4_0), dtype=obj(torch.float32))
+    spec("quantized_cache.quantized_bytes_per_token", lambda **a: qc.quantized_bytes_per_token(**a), num_kv_heads=size(2), head_dim=size(16), fmt=obj(qc.Q8_0),
+         v_head_dim=size(16, optional=True, extra=[("not whole tiles", 4, V_)]))
+    sizes = {"batch_size": size(1), "num_kv_heads": size(2), "max_len": size(4), "dtype": obj(torch.float32), "device": DEVICE}
+    spec("quantized_cache.TileQuantizedCache", lambda **a: qc.TileQuantizedCache(**a), **sizes, head_dim=size(16, extra=[("not whole tiles", 4, V_)]), fmt=obj(qc.Q8_0),
+         v_head_dim=size(16, optional=True))
+    spec("quantized_cache.KIVICache", lambda **a: qc.KIVICache(**a), **sizes, head_dim=size(8, extra=[("odd", 3, V_)]), bits=Arg("size", 2, extra=[("3 bits", 3, V_)]),
+         residual=size(4), v_head_dim=size(8, optional=True))
+    spec("quantized_cache.hadamard", lambda **a: qc.hadamard(**a), n=Arg("size", 8, extra=[("not a power of two", 6, V_)]), dtype=obj(torch.float32), device=DEVICE)
+    H = qc.hadamard(16)
+    spec("quantized_cache.RotatedKeysCache", lambda **a: qc.RotatedKeysCache(**a), inner=obj(qc.TileQuantizedCache(1, 2, 16, 4, qc.Q8_0)),
+         rotation=ten(H, extra=[("not orthogonal", 2 * H, V_), ("not square", H[:8], V_)]))
+
+
 def _flex(f: Callable[..., object], **a: Any) -> object:
     """FlexAttention's dense path without its TorchDynamo trace (a second a call otherwise; tests/core/test_flex.py)."""
     import torch.nn.attention.flex_attention as flex_module
@@ -410,6 +433,8 @@ NOT_CHECKED.update({
     "lab.long_context.TopKResult": "a record a function fills with its results",
     "lab.continuous_batching.Step": "a record serve() fills with each step", "lab.continuous_batching.Served": "a record serve() fills with its results",
     "triton_flash.INTERPRETED": "a bool read from the environment",
+    "quantized_cache.Q8_0": "a TileFormat", "quantized_cache.Q4_0": "a TileFormat", "quantized_cache.FP8": "a TileFormat",
+    "quantized_cache.TileFormat.name": "a label, any str (the rows above check the sizes it is made with)",
     "split_kv.split_bounds.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
     "split_kv.split_kv_attention.num_splits": "the other of split_size and num_splits (one rule, a size: tests/core/test_bad_inputs.py)",
     "split_kv.split_kv_attention.attn_mask": "attention()'s mask, checked by prepare_mask (tests/core/test_masks.py)",
@@ -458,6 +483,7 @@ def check_row(name: str, arg: str, call: Callable[..., object], kwargs: dict[str
 
 
 _specs_core()
+_specs_quantized()
 _specs_lab()
 CORE_ROWS = _rows([n for n in SPECS if not n.startswith("triton_flash.")])
 

@@ -90,6 +90,28 @@ def _mha_meta() -> MultiHeadAttention:
     return MultiHeadAttention(8, 4, num_kv_heads=2).to(META)
 
 
+def _quantized_on_meta(kv: torch.Tensor) -> dict[str, object]:
+    import lessons_src.quantized_cache as qc
+
+    def kivi() -> list[torch.Tensor]:
+        cache = qc.KIVICache(1, 2, 8, 8, residual=3, device=META)
+        return [*cache.update(kv, kv), *cache.update(kv[:, :, :1], kv[:, :, :1])]  # a block, then the residual
+
+    return {
+        "quantized_cache.TileQuantizedCache": lambda: [
+            *qc.TileQuantizedCache(1, 2, 16, 6, qc.Q4_0, device=META).update(_meta(1, 2, 5, 16), _meta(1, 2, 5, 16)),
+            *qc.TileQuantizedCache(1, 2, 64, 6, qc.FP8, device=META).update(_meta(1, 2, 5, 64), _meta(1, 2, 5, 64))],
+        "quantized_cache.KIVICache": kivi,
+        "quantized_cache.RotatedKeysCache": lambda: list(qc.RotatedKeysCache(
+            qc.TileQuantizedCache(1, 2, 16, 6, qc.Q4_0, device=META), qc.hadamard(16, device=META)).update(
+            _meta(1, 2, 5, 16), _meta(1, 2, 5, 16))),
+        "quantized_cache.hadamard": lambda: qc.hadamard(8, device=META),
+        "quantized_cache.quantize_tiles": lambda: list(qc.quantize_tiles(_meta(2, 32), qc.Q8_0)),
+        "quantized_cache.dequantize_tiles": lambda: qc.dequantize_tiles(*qc.quantize_tiles(_meta(2, 32), qc.Q4_0),
+                                                                        qc.Q4_0),
+    }
+
+
 def _paged_meta() -> object:
     from lessons_src.paged_cache import PagedKVCache
 
@@ -251,6 +273,7 @@ def _on_meta() -> dict[str, object]:
         "kv_cache.ChunkedKVCache": lambda: list(kc.ChunkedKVCache(1, 2, 8, 2, device=META).update(kv, kv)[:3]),
         "kv_cache.LatentCache": lambda: kc.LatentCache(1, 4, 2, 6, device=META).update(_meta(1, 3, 4), _meta(1, 3, 2)),
         "paged_cache.PagedKVCache": _paged_meta,
+        **_quantized_on_meta(kv),
         "flash.tiled_attention": lambda: fl.tiled_attention(q, kv, kv, attn_mask=keep, is_causal=True, block_q=2),
         "flash.tiled_attention_function": lambda: fl.tiled_attention_function(q, kv, kv, prep, scale=0.5,
                                                                               dropout_p=0.0),
@@ -398,6 +421,11 @@ NO_TENSORS = {  # public names that make no tensor: nothing to place
     "parallel.TPPlan": "a record of ints",
     "parallel.tp_plan": "arithmetic on ints",
     "parallel.valid_tp_degrees": "arithmetic on ints",
+    "quantized_cache.TileFormat": "a frozen dataclass of a format's sizes",
+    "quantized_cache.Q8_0": "a TileFormat",
+    "quantized_cache.Q4_0": "a TileFormat",
+    "quantized_cache.FP8": "a TileFormat",
+    "quantized_cache.quantized_bytes_per_token": "arithmetic on sizes",
 }
 
 
@@ -574,6 +602,7 @@ FACTORIES = {
 REVIEWED = {
     ("kv_cache.py", "_element_size", "empty"): "a 0-d tensor made only to read its element size",
     ("parallel.py", "kv_cache_bytes_per_token", "empty"): "a 0-d tensor made only to read its element size",
+    ("quantized_cache.py", "bytes_per_number", "empty"): "a 0-d tensor made only to read its element size",
     ("parallel.py", "__init__", "tensor"): "index lists (a CPU index tensor can index weights on any device)",
     ("parallel.py", "__init__", "zeros"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",
     ("mechanisms.py", "__init__", "full"): "a Parameter made in __init__, moved by module.to() like nn.Linear's",

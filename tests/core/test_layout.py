@@ -26,8 +26,8 @@ import lessons_src
 
 PKG = Path(lessons_src.__file__).resolve().parent
 CORE = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
-ALLOWED_TOP_LEVEL = {"torch", "__future__", "abc", "collections", "dataclasses", "math", "typing", "functools",
-                     "warnings"}
+ALLOWED_TOP_LEVEL = {"torch", "__future__", "abc", "collections", "dataclasses", "fractions", "math", "typing",
+                     "functools", "warnings"}
 EXTRA_IMPORTS = {"triton_flash": {"triton", "os"}}  # its optional extra, and os for TRITON_INTERPRET
 
 

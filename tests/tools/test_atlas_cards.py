@@ -50,3 +50,21 @@ def test_the_calculator_data_gives_each_kind_its_rope() -> None:
     assert rows["Llama 4 Scout"]["rope"] == {"chunked": "RoPE base 500,000, llama3 ×16", "full": "no RoPE"}
     assert rows["Qwen3-Next-80B-A3B"]["rope"] == {"full": "RoPE base 10,000,000, on 25% of each head"}
     assert rows["GPT-2 small"]["rope"] == {}  # no rotary positions recorded
+
+
+def test_the_calculator_offers_the_quantized_formats_at_their_exact_bytes() -> None:
+    """Each quantized format the calculator offers is a TileFormat's bytes per number, scales included, and
+    DeepSeek-V3.2's layout gives the 656 bytes a token and layer of FlashMLA's FP8 cache."""
+    from fractions import Fraction
+
+    from lessons_src.quantized_cache import FP8, Q4_0, Q8_0
+
+    offered = dict(atlas.DTYPES)
+    assert {f.bytes_per_number for f in (FP8, Q8_0, Q4_0)} <= {Fraction(v.split("+")[0]) for v in offered.values()}
+    layout = next(v for v in offered.values() if "+rope" in v)
+    number, rope = layout.split("+rope")
+    v3 = load_configs()["DeepSeek-V3"]  # its MLA cache without V3.2's indexer: latent and RoPE only
+    one_token = v3.cache_bytes(1, bytes_per_number=Fraction(number), rope_bytes=int(rope))["total"]
+    assert one_token == v3.num_layers * (512 + 4 * 4 + 64 * 2) == v3.num_layers * 656
+    html = atlas.render_calculator()
+    assert all(f'<option value="{v}">' in html for _, v in atlas.DTYPES)

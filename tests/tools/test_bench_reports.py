@@ -632,6 +632,53 @@ def _speculative_summary(r: dict[str, Any]) -> None:
     assert r["goal_met"] == (max(r["sets"]["repeats"]["speedup"].values()) >= GOAL_REPEATS)
 
 
+# ------------------------------------------------------------- quantized_cache (tools/bench/bench_quantized_cache.py)
+
+
+@check("quantized_cache/settings")
+def _quantized_cache_settings(r: dict[str, Any]) -> None:
+    from bench_quantized_cache import CACHED, REPEATS, RESIDUAL, ROWS, E, H, K
+
+    c = r["config"]
+    assert (c["num_heads"], c["num_kv_heads"], c["head_dim"]) == (H, K, E) == (32, 8, 128) and r["full_run"]
+    assert (c["cached"], c["repeats"], c["residual"], c["rows"]) == (list(CACHED), REPEATS, RESIDUAL, list(ROWS))
+    assert [p["cached"] for p in r["parts"]] == list(CACHED)
+    assert all(set(p["runs"]) == set(ROWS) and all(len(v) == REPEATS for v in p["runs"].values()) for p in r["parts"])
+    assert {"load_average_before", "load_average_after", "capability"} <= set(r["machine"])
+
+
+@check("quantized_cache/counts")
+def _quantized_cache_counts(r: dict[str, Any]) -> None:
+    """Each cache's bytes a token, measured after the prefill, are its format's formula: the tile formats'
+    ``bytes_per_number`` against bfloat16's 2 exactly, KIVI's codes, per-token value scales and one block's key
+    scales (the prefill is one block)."""
+    from lessons_src.quantized_cache import FP8, Q4_0, Q8_0, quantized_bytes_per_token
+
+    c = r["config"]
+    K, E, bf16 = c["num_kv_heads"], c["head_dim"], c["bfloat16_bytes_per_token"]
+    assert bf16 == kv_bytes_per_token(K, E, torch.bfloat16)
+    for p in r["parts"]:
+        b, S = p["bytes_per_token"], p["cached"]
+        assert b["float32"] == kv_bytes_per_token(K, E, torch.float32)
+        for name, fmt in (("q8_0", Q8_0), ("fp8", FP8), ("q4_0", Q4_0)):
+            assert b[name] == quantized_bytes_per_token(K, E, fmt) == bf16 * fmt.bytes_per_number / 2
+        assert b["kivi_2"] * S == S * K * 2 * E * 2 / 8 + S * K * 2 * 2 + K * E * 2 * 2
+
+
+@check("quantized_cache/summary")
+def _quantized_cache_summary(r: dict[str, Any]) -> None:
+    from rounds import ratios
+
+    for p in r["parts"]:
+        assert p["float32_over"] == pytest.approx(ratios(p["runs"], "float32", key="seconds"))
+
+
+@check("quantized_cache/claims")
+def _quantized_cache_claims(r: dict[str, Any]) -> None:
+    """The page says every quantized cache made a step slower here, dequantized in plain PyTorch."""
+    assert all(x < 0.9 for p in r["parts"] for x in p["float32_over"].values())
+
+
 # ------------------------------------------------------------------- every check above, one test each
 
 

@@ -46,7 +46,14 @@ LINEAR_NAMES = {"Gated DeltaNet": "Gated DeltaNet", "KDA": "Kimi Delta Attention
 KIND_WORDS = {"full": "full", "sliding": "sliding-window", "chunked": "chunked", "linear": "linear",
               "compressed_sparse": "compressed sparse", "heavily_compressed": "heavily compressed",
               "native_sparse": "NSA"}
-DTYPES = (("bfloat16", 2), ("float32", 4), ("float8", 1))
+# A cached number's size: bytes per number, a fraction where scales are shared (llama.cpp's ggml-common.h: block_q8_0
+# is 32 int8 and a float16 scale, 34 bytes; block_q4_0 16 bytes of 4-bit codes and the scale, 18), and, after
+# "+rope", an MLA cache's RoPE part apart (FlashMLA's FP8 cache for DeepSeek-V3.2: 512 e4m3, four float32 scales,
+# 64 bfloat16 RoPE numbers, 656 bytes). lessons_src.quantized_cache's TileFormat.bytes_per_number are these.
+DTYPES = (("bfloat16", "2"), ("float32", "4"), ("float8, no scale", "1"),
+          ("float8 + float32 scale per 128", "33/32"), ("q8_0: int8 + float16 scale per 32", "34/32"),
+          ("q4_0: 4 bits + float16 scale per 32", "18/32"),
+          ("DeepSeek-V3.2 FP8: float8 latent, bfloat16 RoPE", "33/32+rope2"))
 # What the calculator opens on: a model many readers run on one GPU or a laptop, with two kinds of layer (so the
 # first view shows the breakdown), at a context an everyday chat fills, not the model's longest.
 DEFAULT_MODEL = "gpt-oss-20b"
@@ -249,7 +256,7 @@ def render_calculator() -> str:
         f'<optgroup label="{e(family)}">'
         + "".join(f"<option{' selected' if n == DEFAULT_MODEL else ''}>{e(n)}</option>" for n in names)
         + "</optgroup>" for family, names in groups.items())
-    dtypes = "".join(f'<option value="{b}">{name}, {b} B</option>' for name, b in DTYPES)
+    dtypes = "".join(f'<option value="{b}">{e(name)}, {e(b.split("+")[0])} B</option>' for name, b in DTYPES)
     return (
         '<div class="kv-calculator" data-kv-calculator>'
         '<div class="kv-inputs" data-search-exclude>'  # controls stay out of the search index and its previews

@@ -43,7 +43,8 @@ PAGES = {  # which page shows which exercises, in the catalogue's order
     "practice/exercises-kernels.md": ("indexer_top_k", "causal_mask_mod", "flex_sink_attention",
                                      "flash_tile_step", "causal_key_ends", "lse_in_base_2"),
     "practice/exercises-serving.md": ("gqa_decode_intensity", "merge_attention_states", "left_padded_positions",
-                                      "packed_step_positions", "draft_tree_mask"),
+                                      "packed_step_positions", "draft_tree_mask",
+                                      "quantize_tile"),
     "practice/exercises-positions.md": ("rope_interleaved",),
 }
 STUB_HEADER = "import torch\nfrom torch import Tensor\n"

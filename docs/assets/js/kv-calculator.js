@@ -44,13 +44,27 @@
     });
   }
 
+  function numberFormat(bytes) {
+    // A cached number's bytes as a fraction (its share of the scales included), and the bytes of an MLA cache's
+    // RoPE part when it is stored apart: 2, "33/32", "33/32+rope2" (DeepSeek-V3.2's layout).
+    if (typeof bytes === "number") return {num: bytes, den: 1, rope: null};
+    var parts = String(bytes).split("+rope"), f = parts[0].split("/");
+    return {num: Number(f[0]), den: Number(f[1] || 1), rope: parts.length > 1 ? Number(parts[1]) : null};
+  }
+
   function cacheBytes(m, context, batch, bytes) {
-    // Bytes by kind of layer and the "total", as ModelConfig.cache_bytes returns them.
-    var out = {}, total = 0;
+    // Bytes by kind of layer and the "total", as ModelConfig.cache_bytes returns them: each kind's exact sum,
+    // counted in 1/den bytes (whole numbers), rounded up to a byte.
+    var f = numberFormat(bytes), exact = {}, out = {}, total = 0;
+    var ropeDim = f.rope !== null && m.mla ? m.mla.rope_dim : 0;
     layerNumbers(m, context).forEach(function (entry) {
-      var b = entry[1] * batch * bytes;
-      out[entry[0]] = (out[entry[0]] || 0) + b;
-      total += b;
+      var rope = entry[0] === "full" && entry[1] ? context * ropeDim : 0; // an MLA layer's RoPE part
+      var b = ((entry[1] - rope) * f.num + rope * (f.rope || 0) * f.den) * batch;
+      exact[entry[0]] = (exact[entry[0]] || 0) + b;
+    });
+    Object.keys(exact).forEach(function (kind) {
+      out[kind] = Math.ceil(exact[kind] / f.den);
+      total += out[kind];
     });
     out.total = total;
     return out;
@@ -125,7 +139,7 @@
     function render() {
       var m = byName[form.model.value];
       var context = positive(form.context.value), batch = positive(form.batch.value);
-      var bytes = Number(form.dtype.value);
+      var bytes = form.dtype.value, f = numberFormat(bytes);
       if (!m || context === null || batch === null) {
         out.textContent = "Context and batch must be whole numbers of at least 1.";
         return;
@@ -145,7 +159,8 @@
       });
       out.innerHTML = "<ul>" + items.join("") + "</ul><p class=\"kv-total\"><strong>Total, every layer: " +
         size(totals.total) + "</strong> for " + sequences + " (" + n(totals.total) + " bytes = numbers × " + batch +
-        " × " + bytes + " B)</p>";
+        " × " + f.num + (f.den > 1 ? "/" + f.den : "") + " B" +
+        (f.rope !== null && m.mla ? ", the RoPE part's × " + f.rope + " B" : "") + ")</p>";
       var p = new URLSearchParams({model: m.name, context: context, batch: batch, dtype: bytes});
       try { history.replaceState(history.state, "", location.pathname + "?" + p + location.hash); } catch (err) { /* sandboxed */ }
     }

@@ -369,6 +369,18 @@ def _packed_step_cases() -> list[Case]:
     return [Case(f"cached={cached}, new={new}", (cached, new)) for cached, new in sizes]
 
 
+def _tile_quant_cases() -> list[Case]:
+    """Rows of tiles whose magnitudes differ by far (one scale per tensor would crush the small ones), each with
+    one large number (a scale from the mean would clip it), at 8 and 4 bits."""
+    g = _gen(31)
+    out = []
+    for bits, rows, tiles, tile in [(8, 2, 3, 8), (4, 3, 2, 4), (4, 1, 4, 8)]:
+        x = _randn(g, rows, tiles, tile) * torch.logspace(-2, 1, tiles)[:, None]  # tiles of growing magnitude
+        x[..., 0] *= 4  # each tile's first number well above the rest
+        out.append(Case(f"{rows} rows of {tiles} tiles of {tile}, {bits} bits", (x.flatten(-2), bits, tile)))
+    return out
+
+
 _SRC = "lessons/split-run-concatenate.md"
 _SPLIT = Link(_SRC, "the-split-traced-view-then-transpose", "Split, run, concatenate: the split, traced")
 _KERNEL = Link("lessons/flash-in-triton.md", "the-forward-kernel-read-in-parts",
@@ -663,6 +675,18 @@ EXERCISES: dict[str, Exercise] = {
              "A draft's position is `cached` plus its depth, the number of its ancestors: siblings share one. "
              "`seen.sum(dim=1) - 1` counts them."),
             _draft_tree_cases, ("lessons_src.masks.draft_tree", "lessons_src.masks.tree_positions"),
+        ),
+        Exercise(
+            "quantize_tile", "Quantize a tile",
+            Link("lessons/quantized-cache.md", "a-code-and-a-scale",
+                 "A cache in 8-bit and 4-bit numbers: a code and a scale"),
+            ("Split the last dimension into tiles: `x.reshape(*x.shape[:-1], -1, tile)`; each tile's scale is its "
+             "own largest magnitude, `.abs().amax(dim=-1, keepdim=True)`, over the largest code.",
+             "The largest code is `2 ** (bits - 1) - 1`; the codes run from one below its negative to it.",
+             "Divide by the scale, round with `torch.round`, clamp to the codes, multiply back by the scale and "
+             "give the result `x`'s shape."),
+            _tile_quant_cases,
+            ("lessons_src.quantized_cache.quantize_tiles", "lessons_src.quantized_cache.dequantize_tiles"),
         ),
     )
 }

@@ -82,6 +82,8 @@ _STEP_COUNTED = Link("lessons/decoding-and-memory.md", "one-decoding-step-counte
 _PADDED = Link("lessons/many-prompts.md", "a-padded-batch", "Many prompts in one batch: a padded batch")
 _TREE = Link("lessons/speculative-decoding.md", "a-tree-checked-in-one-pass",
              "Guess, then check: a tree checked in one pass")
+_TILE = Link("lessons/quantized-cache.md", "a-code-and-a-scale",
+             "A cache in 8-bit and 4-bit numbers: a code and a scale")
 _MERGE = Link("lessons/split-and-merge.md", "the-attention-state-and-its-merge",
               "Split, merged, shared: the attention state, and its merge")
 _PACKED = Link("lessons/continuous-batching.md", "one-step", "Serving attention, part 4: one step")
@@ -385,6 +387,26 @@ MISCONCEPTIONS: dict[str, Misconception] = {
             "FLOPs: a product of an (m, k) and a (k, n) matrix is 2 m k n FLOPs. Count one per multiply-add and "
             "every intensity you compare with a machine's ratio is half what it should be.",
             _STEP_COUNTED,
+        ),
+        Misconception(
+            "one_scale_per_tensor", "one scale for the whole tensor",
+            "A scale is shared by the numbers of one tile only: with one scale for everything, a tile of small "
+            "numbers gets the step of the largest number anywhere, and most of its numbers round to 0.",
+            _TILE,
+        ),
+        Misconception(
+            "scale_from_the_mean", "a scale from the mean magnitude",
+            "The scale maps the tile's largest magnitude to the largest code, so that no number is clipped; a "
+            "scale from the mean (or any smaller statistic) gives a finer step but clamps every number above it.",
+            _TILE,
+        ),
+        Misconception(
+            "cast_before_rounding", "cast to an integer before rounding",
+            "Converting a float to an integer type (`.to(torch.int8)`, `.long()`) truncates toward zero; a code is "
+            "the nearest integer, so round first (`torch.round`), then clamp to the codes, then store. (Clamping "
+            "before or after rounding gives the same codes when the bounds are integers: the order that matters "
+            "is rounding before the cast.)",
+            _TILE,
         ),
         Misconception(
             "positions_from_padding", "positions counted from the padding",
@@ -915,6 +937,27 @@ def _tree_prompt_hidden(parents: list[int], cached: int) -> tuple[Tensor, Tensor
     return torch.cat([torch.zeros(n, cached, dtype=torch.bool), seen], dim=1), cached + seen.sum(dim=1) - 1
 
 
+def _tile_with(x: Tensor, bits: int, tile: int, largest_of: Callable[[Tensor], Tensor],
+               to_code: Callable[[Tensor], Tensor]) -> Tensor:
+    tiles = x.reshape(*x.shape[:-1], -1, tile)
+    q: int = 2 ** (bits - 1) - 1
+    scale = largest_of(tiles) / q
+    return (to_code(tiles / scale).clamp(-q - 1, q) * scale).reshape(x.shape)
+
+
+def _tile_per_tensor(x: Tensor, bits: int, tile: int) -> Tensor:
+    return _tile_with(x, bits, tile, lambda t: t.abs().amax(), torch.round)  # one scale for everything
+
+
+def _tile_mean_scale(x: Tensor, bits: int, tile: int) -> Tensor:
+    return _tile_with(x, bits, tile, lambda t: t.abs().mean(dim=-1, keepdim=True), torch.round)
+
+
+def _tile_truncated(x: Tensor, bits: int, tile: int) -> Tensor:
+    return _tile_with(x, bits, tile, lambda t: t.abs().amax(dim=-1, keepdim=True),
+                      lambda y: y.clamp(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1).to(torch.int8).float())
+
+
 def _positions_from_padding(lengths: list[int], T: int) -> Tensor:
     return torch.arange(T).expand(len(lengths), T)  # every row from slot 0, its padding counted
 
@@ -1189,6 +1232,12 @@ VARIANTS: tuple[Variant, ...] = (
             "gave draft `i` the position `cached + i`, its index, not its depth", _tree_positions_by_index),
     Variant("draft_tree_mask", "tree_prompt_hidden", "draft_cannot_see_prompt",
             "hid the cached prompt from the drafts: each sees only its ancestors", _tree_prompt_hidden),
+    Variant("quantize_tile", "tile_per_tensor", "one_scale_per_tensor",
+            "took one scale for the whole tensor, its largest magnitude over the largest code", _tile_per_tensor),
+    Variant("quantize_tile", "tile_mean_scale", "scale_from_the_mean",
+            "took each tile's mean magnitude, not its largest, over the largest code", _tile_mean_scale),
+    Variant("quantize_tile", "tile_truncated", "cast_before_rounding",
+            "clamped `x / scale` and cast it to int8, which truncates toward zero, without rounding", _tile_truncated),
     Variant("left_padded_positions", "positions_from_padding", "positions_from_padding",
             "gave every row the positions `0 .. T - 1` of its slots, padding included", _positions_from_padding),
     Variant("left_padded_positions", "one_length", "one_length_for_all_rows",

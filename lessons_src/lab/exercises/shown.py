@@ -39,6 +39,7 @@ __all__ = [
     "packed_step_positions",
     "padding_mask",
     "qk_norm_scores",
+    "quantize_tile",
     "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
@@ -295,3 +296,11 @@ def left_padded_positions(lengths: list[int], T: int) -> Tensor:
 def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
     parts = [torch.arange(c, c + n) for c, n in zip(cached, new, strict=True)]  # each from its own length
     return torch.cat(parts)  # (T,), T = sum(new): request after request, as the row packs them
+
+
+def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
+    tiles = x.reshape(*x.shape[:-1], -1, tile)  # (..., N / tile, tile)
+    largest: int = 2 ** (bits - 1) - 1  # the largest code: 127 for 8 bits, 7 for 4
+    scale = tiles.abs().amax(dim=-1, keepdim=True) / largest  # each tile's own, from its largest magnitude
+    codes = torch.round(tiles / scale).clamp(-largest - 1, largest)  # round to an integer, keep it a code
+    return (codes * scale).reshape(x.shape)  # what the cache gives back

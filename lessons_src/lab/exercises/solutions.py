@@ -24,6 +24,7 @@ from ...masks import causal_mask as _causal_mask
 from ...masks import padding_mask as _padding_mask
 from ...mechanisms import ElementwiseGate, PerHeadRMSNorm
 from ...paged_cache import PagedKVCache, PagedView
+from ...quantized_cache import TileFormat, dequantize_tiles, quantize_tiles
 from ...rope import apply_rope, apply_rope_interleaved
 from ...score_mods import Sinks, merge_states, soft_cap
 from ...sparse_selection import lightning_indexer_scores, top_k_mask
@@ -56,6 +57,7 @@ __all__ = [
     "packed_step_positions",
     "padding_mask",
     "qk_norm_scores",
+    "quantize_tile",
     "rope_interleaved",
     "sink_attention",
     "softcapped_softmax",
@@ -243,3 +245,8 @@ def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
         if n:
             pool.append(i, torch.zeros(1, n, 1), torch.zeros(1, n, 1))
     return PagedView(pool, list(range(len(cached))), list(new)).positions()[0]  # lessons_src.paged_cache
+
+
+def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
+    fmt = TileFormat("exercise", bits, tile, torch.float32)  # lessons_src.quantized_cache, a float32 scale
+    return dequantize_tiles(*quantize_tiles(x, fmt), fmt)

@@ -425,3 +425,20 @@ def packed_step_positions(cached: list[int], new: list[int]) -> Tensor:
         ``cached=[5, 0], new=[1, 3]`` gives ``[5, 0, 1, 2]``.
     """
     raise NotImplementedError
+
+
+def quantize_tile(x: Tensor, bits: int, tile: int) -> Tensor:
+    """Each tile of ``tile`` numbers of ``x`` quantized to ``bits``-bit integer codes and back, as a KV cache does.
+
+    Along the last dimension, each tile of ``tile`` numbers gets one scale: its largest magnitude over the largest
+    code, ``2 ** (bits - 1) - 1`` (127 for 8 bits, 7 for 4). Each number becomes the integer code nearest to it
+    over the scale, kept within the codes ``-2 ** (bits - 1) .. 2 ** (bits - 1) - 1``; return the codes times
+    their scale, the numbers the cache gives back.
+
+    Shapes:
+        x: ``(..., N)`` with ``N`` a multiple of ``tile``; output: the same.
+
+    Example:
+        ``x = [[1.0, -2.0, 0.5, 0.26]], bits=4, tile=2`` gives ``[[0.857, -2.0, 0.5, 0.286]]`` (rounded here).
+    """
+    raise NotImplementedError
