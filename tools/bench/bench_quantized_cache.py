@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -98,11 +97,7 @@ def main() -> None:
                    "cached": cached, "repeats": repeats, "residual": RESIDUAL, "rows": list(ROWS),
                    "bfloat16_bytes_per_token": kv_bytes_per_token(K, E, torch.bfloat16)},
         "full_run": not args.quick,
-        "machine": {"torch": torch.__version__, "python": platform.python_version(), "threads": 1,
-                    "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                    "capability": torch.backends.cpu.get_cpu_capability(),
-                    "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": rounds.machine(1, os.cpu_count(), load_before),
         "method": "a step appends one token and attends to what the cache returns (dequantized on the fly); rows in "
                   "turn (round-robin) after a warm-up call each; ratio: the median over rounds of the float cache's "
                   "wall time over the row's in the same round; bytes: each cache's nbytes after the prefill",

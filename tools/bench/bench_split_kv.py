@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -187,11 +186,7 @@ def main() -> None:
                    "split_size": SPLIT_SIZE, "backend": BACKEND, "repeats": repeats,
                    "goal_shared_over_own_at_32": GOAL_SHARED_32},
         "full_run": not args.quick,
-        "machine": {"torch": torch.__version__, "python": platform.python_version(), "threads": cores,
-                    "cpus": cores, "processor": platform.processor() or platform.machine(),
-                    "capability": torch.backends.cpu.get_cpu_capability(),
-                    "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": rounds.machine(cores, cores, load_before),
         "method": "each part's rows in turn (round-robin) after a warm-up call each; ratio: the median over rounds "
                   "of the baseline's wall time over the row's in the same round; bytes: keys and values read, "
                   "measured from the tensors",

@@ -7,6 +7,8 @@ reported. ``bench_sparse.py`` reports CPU time, ``bench_split_kv.py`` wall time 
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 from typing import TYPE_CHECKING
@@ -25,6 +27,15 @@ def timed(fn: Callable[[], object]) -> dict[str, float]:
     with torch.no_grad():
         fn()
     return {"seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
+
+
+def machine(threads: int, cpus: int | None, load_before: tuple[float, ...]) -> dict[str, object]:
+    """What a report says of the machine it ran on: versions, threads, the CPU's capability, the load around it."""
+    return {"torch": torch.__version__, "python": platform.python_version(), "threads": threads, "cpus": cpus,
+            "processor": platform.processor() or platform.machine(),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 def round_robin(calls: dict[str, Callable[[], object]], repeats: int) -> Runs:
