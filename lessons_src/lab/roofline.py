@@ -35,9 +35,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..kv_cache import KVCache, LatentCache
+from ..kv_cache import KVCache, LatentCache, LayerCache
 from ..layer import MultiHeadAttention
 from ..mla import MultiHeadLatentAttention
+from ..quantized_cache import TileFormat, TileQuantizedCache
 from ..sparse_selection import lightning_indexer_scores
 from . import data_file
 
@@ -180,18 +181,24 @@ def _kv_heads(name: str, H: int) -> int:
 
 
 def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill: bool = False,
-            dtype: torch.dtype = torch.bfloat16) -> Cost:
+            dtype: torch.dtype = torch.bfloat16, cache_format: TileFormat | None = None) -> Cost:
     """One step of one sequence through the course's layer ``name``, counted on the ``meta`` device.
 
     Decoding (default): one new token after ``context - 1`` cached ones (a window keeps ``window`` positions, the
     top-k step attends to ``top_k`` latent rows and its indexer scores all ``context`` keys). Prefill: ``context``
     tokens into an empty cache, causal (the eager code computes every score of the square, then masks half).
 
+    ``cache_format``: keys and values cached in that format (:class:`lessons_src.quantized_cache.TileQuantizedCache`,
+    dequantized as they are read) instead of ``dtype``: the same FLOPs over fewer bytes, for the variants with a
+    key-value cache (not MLA's latent).
+
     Raises:
-        ValueError: an unknown variant, or a prefill of one not in :data:`PREFILL_VARIANTS`.
+        ValueError: an unknown variant, a prefill of one not in :data:`PREFILL_VARIANTS`, or a cache format for MLA.
     """
     if prefill and name not in PREFILL_VARIANTS:
         raise ValueError(f"prefill is counted for {', '.join(PREFILL_VARIANTS)}; got {name!r}")
+    if cache_format is not None and (name.startswith("MLA") or name == TOP_K):
+        raise ValueError(f"cache_format is for the key-value caches; {name!r} caches a latent")
     D, H, E, C, R = sizes.d_model, sizes.num_heads, sizes.E, sizes.kv_latent_dim, sizes.rope_dim
     new = context if prefill else 1
     with torch.device("meta"):
@@ -203,7 +210,7 @@ def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
             latent = LatentCache(1, C, R, held, dtype=dtype, device="meta")
             if not prefill and held > 1:
                 latent.update(torch.empty(1, held - 1, C, dtype=dtype), torch.empty(1, held - 1, R, dtype=dtype))
-            cache: KVCache | LatentCache = latent
+            cache: LayerCache | LatentCache = latent
             mode = "naive" if name == "MLA naive" else "absorbed"
             steps: list[Callable[[], Any]] = [lambda: layer(x, cache=latent, mode=mode)]
             if name == TOP_K:  # the indexer: its queries against every cached position's key
@@ -218,7 +225,8 @@ def counted(name: str, sizes: Sizes = Sizes(), context: int = 32768, *, prefill:
                 raise ValueError(f"{name} needs head_dim = d_model // num_heads; got {sizes}")
             layer = MultiHeadAttention(D, H, num_kv_heads=K, implementation="eager").to(dtype)
             held = min(context, sizes.window) if name.endswith(" window") else context
-            kv = KVCache(1, K, E, held, dtype=dtype, device="meta")
+            kv: LayerCache = KVCache(1, K, E, held, dtype=dtype, device="meta") if cache_format is None else \
+                TileQuantizedCache(1, K, E, held, cache_format, dtype=dtype, device="meta")
             if not prefill and held > 1:
                 kv.update(*(torch.empty(1, K, held - 1, E, dtype=dtype) for _ in range(2)))
             cache = kv

@@ -88,3 +88,21 @@ def test_the_gpus_ridges_are_their_data_sheets_ratios() -> None:
     g = gpus()
     assert {n: round(m.ridge) for n, m in g.items()} == {"A100 80GB SXM": 153, "H100 SXM": 295, "H200 SXM": 206}
     assert all("data sheet" in m.source or "specifications" in m.source for m in g.values())
+
+
+@pytest.mark.parametrize("fmt_name", ["Q8_0", "FP8", "Q4_0"])
+@pytest.mark.parametrize("name", ["GQA-8", "MQA"])
+def test_a_quantized_cache_keeps_the_flops_and_moves_fewer_bytes_by_its_formula(name: str, fmt_name: str) -> None:
+    """The same step with its cache in a quantized format: FLOPs and weights unchanged, the cache's bytes those of
+    the format's formula (``quantized_bytes_per_token``) in place of bfloat16's, position for position."""
+    import lessons_src.quantized_cache as qc
+    from lessons_src.kv_cache import kv_bytes_per_token
+
+    fmt, S, E = getattr(qc, fmt_name), 32768, Sizes().E
+    K = {"GQA-8": 8, "MQA": 1}[name]
+    plain, quantized = counted(name), counted(name, cache_format=fmt)
+    assert (quantized.flops, quantized.weight_bytes) == (plain.flops, plain.weight_bytes)
+    saved = S * (kv_bytes_per_token(K, E, torch.bfloat16) - qc.quantized_bytes_per_token(K, E, fmt))
+    assert plain.seq_bytes - quantized.seq_bytes == saved > 0
+    with pytest.raises(ValueError, match="caches a latent"):
+        counted("MLA absorbed", cache_format=fmt)
