@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -138,10 +137,7 @@ def main() -> None:
                    "threads": 1, "model": "the course's text model (lessons_src/lab/artifacts)", "dtype": "float32",
                    "goal_continuous_over_one_at_a_time": GOAL_OVER_ONE},
         "full_run": not args.quick,
-        "machine": {"torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine(),
-                    "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": rounds.machine(1, os.cpu_count(), load_before),
         "method": "the ways in turn (round-robin) after a warm-up call each, one thread; ratio: the median over rounds "
                   "of one at a time's CPU time over the way's in the same round; tokens per second: the requests' "
                   "own tokens over the way's fastest round",

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -248,11 +247,7 @@ def main() -> None:
                    "prefill": {"batch_size": B, "num_heads": H, "head_dim": E, "block_size": BLOCK},
                    "dtype": "float32", "device": "cpu", "batch_size": 1},
         "full_run": (args.context, args.top_k) == (CONTEXT, TOP_K),
-        "machine": {"torch": torch.__version__, "python": platform.python_version(),
-                    "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine(),
-                    "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": rounds.machine(torch.get_num_threads(), os.cpu_count(), load_before),
         "repeats": {"decode": args.repeats, "prefill": args.prefill_repeats},
         "method": "each part's rows in turn (round-robin) after a warm-up call each; ratio: the median over rounds "
                   "of the dense row's CPU time over the other row's in the same round; decoding bytes measured "

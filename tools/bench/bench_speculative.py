@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -118,10 +117,7 @@ def main() -> None:
         }
     best = max(report["sets"]["repeats"]["speedup"].values())
     report["goal_met"] = best >= GOAL_REPEATS
-    report["machine"] = {"torch": torch.__version__, "python": platform.python_version(), "threads": 1,
-                         "processor": platform.processor() or platform.machine(),
-                         "load_average_before": [round(x, 2) for x in load_before],
-                         "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+    report["machine"] = rounds.machine(1, os.cpu_count(), load_before)
     report["total_seconds"] = round(time.perf_counter() - start, 1)
     if not args.quick:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
